@@ -1,0 +1,35 @@
+# hidetc: `make demo` and `make test` set up everything they need in .venv.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO_MODEL ?= resnet50
+DEMO_DIR := demo
+
+.PHONY: demo test test-slow lint venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m models $(DEMO_MODEL) -o $(DEMO_DIR)/$(DEMO_MODEL).onnx
+	$(VENV)/bin/hidetc compile $(DEMO_DIR)/$(DEMO_MODEL).onnx -o $(DEMO_DIR)/$(DEMO_MODEL).out --target auto
+	$(PY) -m models --sample $(DEMO_DIR)/$(DEMO_MODEL).onnx -o $(DEMO_DIR)/input.npz
+	$(VENV)/bin/hidetc run $(DEMO_DIR)/$(DEMO_MODEL).out --input $(DEMO_DIR)/input.npz --compare-ort $(DEMO_DIR)/$(DEMO_MODEL).onnx
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m slow
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check hidetc tests models
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR)

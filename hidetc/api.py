@@ -1,0 +1,183 @@
+"""The Python API: `compile_model(model, out_dir, ...)` and `load(out_dir)`.
+
+compile_model runs the whole pipeline: import -> graph passes -> plan (kernels, memory)
+-> lower + C codegen -> gcc -> artifact (written to a temporary directory) ->
+verification against ONNX Runtime -> rename into place. Nothing is left at `out_dir`
+unless every step succeeded.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from hidetc import __version__
+from hidetc.build import build_cpu_library
+from hidetc.config import CompileConfig, make_config
+from hidetc.errors import ConfigError, VerificationError
+from hidetc.frontend.onnx.importer import load_model
+from hidetc.graph.pipeline import optimize
+from hidetc.plan import ExecutionPlan, plan_graph
+from hidetc.runtime.artifact import FORMAT_VERSION, ArtifactWriter, read_manifest
+from hidetc.runtime.executor import CpuExecutor
+from hidetc.runtime.weights import write_weights
+from hidetc.verify import compare, load_sample, run_onnxruntime, sample_inputs
+
+
+@dataclass
+class CompileResult:
+    out_dir: Path
+    manifest: dict
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _resolve_target(target: str) -> str:
+    if target == "auto":
+        return "cpu"
+    if target == "cuda":
+        raise ConfigError("target cuda: not available in this hidetc yet; use --target cpu")
+    return target
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
+                  config: CompileConfig | None = None, preset: str | None = None,
+                  **overrides: Any) -> CompileResult:
+    """Compile an ONNX model into the artifact directory `out_dir` and verify it."""
+    cfg = config or make_config(preset, overrides)
+    if config is not None and overrides:
+        cfg = replace(cfg, **overrides)
+    target = _resolve_target(cfg.target)
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+    graph = load_model(model_path)
+    optimized = optimize(graph, verify=cfg.verify_ir, dump_dir=_dump(cfg, "graph"))
+    plan = plan_graph(optimized)
+    timings["frontend_s"] = time.perf_counter() - clock
+    with ArtifactWriter(out_dir) as writer:
+        clock = time.perf_counter()
+        manifest = _write_artifact(writer, plan, cfg, target, Path(model_path))
+        timings["build_s"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        if cfg.verify:
+            writer.stage_manifest({**manifest, "verification": {"status": "pending"}})
+            manifest["verification"] = _verify(writer.path, manifest, model_path, graph, cfg)
+        else:
+            manifest["verification"] = {"status": "skipped"}
+        timings["verify_s"] = time.perf_counter() - clock
+        writer.finish(manifest)
+    return CompileResult(Path(out_dir), manifest, timings)
+
+
+def _dump(cfg: CompileConfig, what: str) -> str | None:
+    root = cfg.dump_dir or os.environ.get("HIDETC_DUMP")
+    return str(Path(root) / what) if root else None
+
+
+def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileConfig,
+                    target: str, model_path: Path) -> dict:
+    entries = write_weights(writer.path / "weights.bin", plan.weights)
+    library = build_cpu_library(plan, entries, writer.path / "kernels",
+                                dump_dir=_dump(cfg, "tir"))
+    graph = plan.graph
+    return {
+        "format_version": FORMAT_VERSION,
+        "hidetc_version": __version__,
+        "target": target,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "model": {"file": model_path.name, "sha256": _sha256(model_path)},
+        "inputs": [_spec(graph, v) for v in graph.inputs],
+        "outputs": [_spec(graph, v) for v in graph.outputs],
+        "output_sources": plan.output_sources,
+        "kernels": [{"name": k, "node": node, "op": op, "args": list(values),
+                     "task": plan.tasks[k].signature()}
+                    for (k, node, op), values in zip(plan.nodes, plan.launch_values)],
+        "memory": {"arena_bytes": plan.memory.arena_bytes,
+                   "total_bytes": plan.memory.total_bytes,
+                   "offsets": dict(plan.memory.offsets)},
+        "weights": {"file": "weights.bin",
+                    "entries": {k: _entry_dict(e) for k, e in entries.items()}},
+        "library": str(library.relative_to(writer.path)),
+        "config": cfg.as_dict(),
+    }
+
+
+def _entry_dict(entry) -> dict:
+    return {"offset": int(entry.offset), "nbytes": int(entry.nbytes), "dtype": str(entry.dtype),
+            "shape": [int(d) for d in entry.shape]}
+
+
+def _spec(graph, value: str) -> dict:
+    t = graph.types[value]
+    return {"name": value, "dtype": t.dtype, "shape": list(t.shape)}
+
+
+def _verify(path: Path, manifest: dict, model_path, graph, cfg: CompileConfig) -> dict:
+    names = list(graph.inputs)
+    inputs = load_sample(cfg.sample, names) if cfg.sample else sample_inputs(graph, cfg.seed)
+    module = CpuExecutor(path, manifest)
+    outputs = module.run(inputs)
+    reference = run_onnxruntime(model_path, inputs)
+    report = compare(outputs, reference, cfg.rtol)
+    report.update({"reference": "onnxruntime", "metric": "norm-wise relative error",
+                   "tolerance": cfg.rtol,
+                   "sample": cfg.sample or f"random (seed {cfg.seed})"})
+    if report["status"] != "passed":
+        worst = max(report["outputs"].items(),
+                    key=lambda kv: kv[1].get("rel_error", kv[1].get("mismatches", 1)))
+        raise VerificationError(f"verification failed: output {worst[0]!r} differs from "
+                                f"ONNX Runtime ({_describe(worst[1])}, tolerance {cfg.rtol})")
+    return report
+
+
+def _describe(entry: dict) -> str:
+    if "rel_error" in entry:
+        return f"relative error {entry['rel_error']:.3g}, max abs {entry['max_abs_error']:.3g}"
+    return ", ".join(f"{k} {v}" for k, v in entry.items())
+
+
+class Model:
+    """A loaded artifact. `run({name: array}) -> {name: array}`."""
+
+    def __init__(self, out_dir: str | os.PathLike, *, verify_checksums: bool = True):
+        self.path = Path(out_dir)
+        self.manifest = read_manifest(self.path, verify_checksums=verify_checksums)
+        self._executor = CpuExecutor(self.path, self.manifest)
+
+    @property
+    def inputs(self) -> list[dict]:
+        return self.manifest["inputs"]
+
+    @property
+    def outputs(self) -> list[dict]:
+        return self.manifest["outputs"]
+
+    @property
+    def target(self) -> str:
+        return self.manifest["target"]
+
+    @property
+    def last_latency_ms(self) -> float:
+        return self._executor.last_latency_ms
+
+    def set_threads(self, n: int) -> None:
+        self._executor.set_threads(n)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._executor.run(inputs)
+
+
+def load(out_dir: str | os.PathLike, *, verify_checksums: bool = True) -> Model:
+    return Model(out_dir, verify_checksums=verify_checksums)

@@ -1,0 +1,43 @@
+"""Build the CPU library of an execution plan: lower every kernel, print it as C with
+its uniform entry wrapper (one translation unit per kernel, so the build cache hits
+across models), print the launcher, and let gcc build one shared library.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from hidetc.codegen.c import print_c_module
+from hidetc.codegen.launcher import Arg, Launch, entry_wrapper, launcher_source
+from hidetc.plan import ExecutionPlan
+from hidetc.tir.pipeline import lower
+from hidetc.toolchain.gcc import build_shared_library
+
+
+def resolve_weight_args(plan: ExecutionPlan, entries: Mapping) -> list[Launch]:
+    """Replace the placeholder weight offsets by the offsets in the weights file."""
+    launches = []
+    for launch, values in zip(plan.launches, plan.launch_values):
+        args = tuple(Arg("weights", int(entries[v].offset)) if a.space == "weights" else a
+                     for a, v in zip(launch.args, values))
+        launches.append(Launch(launch.kernel, args))
+    return launches
+
+
+def kernel_sources(plan: ExecutionPlan, dump_dir: str | None = None) -> dict[str, str]:
+    sources = {}
+    for name, fn in plan.functions.items():
+        lowered = lower(fn, dump_dir=dump_dir)
+        sources[name] = print_c_module([lowered]) + entry_wrapper(lowered)
+    return sources
+
+
+def build_cpu_library(plan: ExecutionPlan, entries: Mapping, out_dir: Path,
+                      dump_dir: str | None = None) -> Path:
+    sources = kernel_sources(plan, dump_dir)
+    sources["launcher"] = launcher_source(resolve_weight_args(plan, entries))
+    src_dir = out_dir / "src"
+    src_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in sources.items():
+        (src_dir / f"{name}.c").write_text(text)
+    return build_shared_library(sources, out_dir / "model.so")

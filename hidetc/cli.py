@@ -1,0 +1,182 @@
+"""The command line: a thin layer over `hidetc.api`.
+
+Every user-caused error (`HidetcError`) prints one line `hidetc: error: ...` and exits
+with code 2; `--debug` shows the traceback instead.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+
+from hidetc import __version__, api
+from hidetc.errors import HidetcError, InputError
+from hidetc.inspect import describe, summary_json
+from hidetc.verify import compare, load_sample, run_onnxruntime, time_call
+
+
+def _handle_errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        debug = click.get_current_context().find_root().params.get("debug", False)
+        try:
+            return fn(*args, **kwargs)
+        except HidetcError as exc:
+            if debug:
+                raise
+            click.echo(f"hidetc: error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("hidetc: interrupted", err=True)
+            sys.exit(130)
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hidetc")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def main(debug: bool) -> None:
+    """hidetc: compile ONNX models into verified, fast artifacts."""
+
+
+@main.command("compile")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Artifact directory to write.")
+@click.option("--target", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
+              help="Target device (default: auto = cuda when a GPU is visible, else cpu).")
+@click.option("--config", "preset", default=None,
+              help="A preset in configs/ (by name) or a YAML file.")
+@click.option("--sample", type=click.Path(dir_okay=False), default=None,
+              help="Verify with this .npy/.npz input instead of a seeded random one.")
+@click.option("--no-verify", is_flag=True, help="Skip verification against ONNX Runtime.")
+@click.option("--seed", type=int, default=None, help="Seed of the random verification input.")
+@_handle_errors
+def compile_cmd(model, out_dir, target, preset, sample, no_verify, seed):
+    """Compile MODEL (.onnx) into the artifact directory OUT."""
+    overrides = {"target": target, "sample": sample, "seed": seed,
+                 "verify": False if no_verify else None}
+    result = api.compile_model(model, out_dir, preset=preset, **overrides)
+    m = result.manifest
+    t = result.timings
+    click.echo(f"compiled {model} -> {out_dir} (target {m['target']}, "
+               f"{len(m['kernels'])} kernel launches, "
+               f"{len({k['name'] for k in m['kernels']})} distinct kernels)")
+    click.echo(f"  time: frontend+plan {t['frontend_s']:.1f}s, build {t['build_s']:.1f}s, "
+               f"verify {t['verify_s']:.1f}s")
+    click.echo("  " + _verification_line(m["verification"]))
+
+
+def _verification_line(v: dict) -> str:
+    if v.get("status") != "passed":
+        return f"verification: {v.get('status')}"
+    errs = [o["rel_error"] for o in v["outputs"].values() if "rel_error" in o]
+    worst = f", max relative error {max(errs):.2e}" if errs else ""
+    return f"verification: passed against {v['reference']} ({v['sample']}{worst}, " \
+           f"tolerance {v['tolerance']})"
+
+
+def _load_inputs(model: api.Model, path: Path | None, seed: int) -> dict[str, np.ndarray]:
+    names = [s["name"] for s in model.inputs]
+    if path is not None:
+        return load_sample(path, names)
+    rng = np.random.default_rng(seed)
+    click.echo(f"no --input: using random inputs (seed {seed})", err=True)
+    out = {}
+    for s in model.inputs:
+        if s["dtype"].startswith("float"):
+            out[s["name"]] = rng.standard_normal(s["shape"]).astype(s["dtype"])
+        else:
+            out[s["name"]] = np.zeros(s["shape"], s["dtype"])
+    return out
+
+
+def _describe_array(name: str, a: np.ndarray) -> str:
+    head = f"{name}: {a.dtype}{list(a.shape)}"
+    if a.size == 0:
+        return head + " (empty)"
+    if np.issubdtype(a.dtype, np.number):
+        f = a.astype(np.float64)
+        first = np.array2string(a.reshape(-1)[:4], precision=4, separator=", ")
+        return (head + f" mean {f.mean():.4g} std {f.std():.4g} min {f.min():.4g} "
+                f"max {f.max():.4g} first {first}")
+    return head + f" true {int(np.count_nonzero(a))}/{a.size}"
+
+
+@main.command("run")
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option("--input", "input_path", type=click.Path(path_type=Path), default=None,
+              help=".npy (single input) or .npz (one array per input name).")
+@click.option("--output", "output_path", type=click.Path(path_type=Path), default=None,
+              help="Write the outputs to this .npz.")
+@click.option("--repeat", type=click.IntRange(1), default=10, show_default=True,
+              help="Timed runs (after 2 warm-up runs); the median is reported.")
+@click.option("--threads", type=click.IntRange(0), default=0,
+              help="CPU threads (0: all cores).")
+@click.option("--compare", "compare_model", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also run this ONNX model in ONNX Runtime: errors and latency.")
+@_handle_errors
+def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model):
+    """Run the artifact OUT_DIR on an input and print a summary of the outputs."""
+    model = api.load(out_dir)
+    if threads:
+        model.set_threads(threads)
+    inputs = _load_inputs(model, input_path, 0)
+    outputs = model.run(inputs)
+    for name, array in outputs.items():
+        click.echo(_describe_array(name, array))
+    stats = time_call(lambda: model.run(inputs), repeat=repeat)
+    click.echo(f"latency (hidetc, {model.target}): median {stats['median_ms']:.3f} ms, "
+               f"min {stats['min_ms']:.3f} ms over {repeat} runs")
+    if compare_model is not None:
+        _compare_with_ort(compare_model, inputs, outputs, stats, repeat)
+    if output_path is not None:
+        _save_npz(output_path, outputs)
+
+
+def _compare_with_ort(model_path: Path, inputs, outputs, stats, repeat) -> None:
+    if not model_path.is_file():
+        raise InputError(f"{model_path}: no such file")
+    reference = run_onnxruntime(model_path, inputs)
+    report = compare(outputs, reference, rtol=1e-4)
+    for name, entry in report["outputs"].items():
+        click.echo(f"vs onnxruntime {name}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float)
+                                                          else f"{k} {v}" for k, v in entry.items()))
+    session_stats = _time_ort(model_path, inputs, repeat)
+    ratio = stats["median_ms"] / session_stats["median_ms"]
+    click.echo(f"latency (onnxruntime, cpu): median {session_stats['median_ms']:.3f} ms "
+               f"-> hidetc/onnxruntime = {ratio:.2f}x")
+
+
+def _time_ort(model_path: Path, inputs, repeat) -> dict:
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    return time_call(lambda: session.run(None, dict(inputs)), repeat=repeat)
+
+
+def _save_npz(path: Path, outputs) -> None:
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **outputs)
+    tmp.replace(path)
+    click.echo(f"wrote {path}")
+
+
+@main.command("inspect")
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@_handle_errors
+def inspect_cmd(out_dir, as_json):
+    """Describe the artifact OUT_DIR: graph, kernels, memory, verification."""
+    manifest = api.read_manifest(out_dir)
+    if as_json:
+        click.echo(json.dumps(summary_json(manifest), indent=2))
+    else:
+        click.echo(describe(manifest))
+
+
+if __name__ == "__main__":
+    main()

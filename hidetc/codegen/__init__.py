@@ -1,0 +1,1 @@
+"""Code generators: printers from lowered, verified tensor programs to target source."""

@@ -1,0 +1,221 @@
+"""Injective op definitions: `COMPUTE[op](task, idx, load) -> Expr` is the value of the
+output element at index `idx` (one Expr per output dimension), where `load(i, index)`
+reads input `i` of the task at `index` (one Expr per input dimension).
+
+Covers elementwise ops with numpy broadcasting, layout ops (Transpose, Reshape and its
+aliases, Slice, Concat, Expand, Tile, Pad) and gathers. Indices read from tensors
+(Gather*) are normalized for negative values.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, Sequence
+
+from hidetc.compute.elementwise import BINARY, UNARY
+from hidetc.schedules.task import Task
+from hidetc.tir.ir import Const, Expr, as_expr, cast, logical_and, select
+
+Load = Callable[[int, Sequence[Expr]], Expr]
+Compute = Callable[[Task, list[Expr], Load], Expr]
+ZERO = Const(0, "int32")
+
+
+def broadcast_index(idx: Sequence[Expr], shape: Sequence[int]) -> list[Expr]:
+    """numpy broadcasting: the index into an input of `shape` for output index `idx`."""
+    tail = list(idx[len(idx) - len(shape):]) if shape else []
+    return [ZERO if extent == 1 else i for i, extent in zip(tail, shape)]
+
+
+def linearize(idx: Sequence[Expr], shape: Sequence[int]) -> Expr:
+    flat: Expr = ZERO
+    for i, extent in zip(idx, shape):
+        flat = i if _is_zero(flat) else flat * extent + i
+    return flat
+
+
+def unravel(flat: Expr, shape: Sequence[int]) -> list[Expr]:
+    out = []
+    for d, extent in enumerate(shape):
+        inner = math.prod(shape[d + 1:])
+        q = flat if inner == 1 else flat // inner
+        out.append(ZERO if extent == 1 else (q if d == 0 else q % extent))
+    return out
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, Const) and e.value == 0
+
+
+def _load_broadcast(task: Task, i: int, idx: list[Expr], load: Load) -> Expr:
+    return load(i, broadcast_index(idx, task.inputs[i].shape))
+
+
+def _unary(task: Task, idx: list[Expr], load: Load) -> Expr:
+    return UNARY[task.op](load(0, idx), dict(task.attrs))
+
+
+def _variadic(task: Task, idx: list[Expr], load: Load) -> Expr:
+    fn = BINARY[task.op]
+    present = [i for i, t in enumerate(task.inputs) if t is not None]
+    value = _load_broadcast(task, present[0], idx, load)
+    for i in present[1:]:
+        value = fn(value, _load_broadcast(task, i, idx, load))
+    return value
+
+
+def _mean(task: Task, idx: list[Expr], load: Load) -> Expr:
+    total = _variadic(dataclasses.replace(task, op="Sum"), idx, load)
+    return total / as_expr(float(len(task.inputs)), total)
+
+
+def _where(task: Task, idx: list[Expr], load: Load) -> Expr:
+    cond, a, b = (_load_broadcast(task, i, idx, load) for i in range(3))
+    return select(cond, a, b)
+
+
+def _clip(task: Task, idx: list[Expr], load: Load) -> Expr:
+    x = load(0, idx)
+    if len(task.inputs) > 1 and task.inputs[1] is not None:
+        lo = load(1, [])
+        x = select(x < lo, lo, x)
+    if len(task.inputs) > 2 and task.inputs[2] is not None:
+        hi = load(2, [])
+        x = select(x > hi, hi, x)
+    return x
+
+
+def _transpose(task: Task, idx: list[Expr], load: Load) -> Expr:
+    rank = len(task.inputs[0].shape)
+    perm = task.attr("perm") or tuple(reversed(range(rank)))
+    src = [ZERO] * rank
+    for out_axis, in_axis in enumerate(perm):
+        src[in_axis] = idx[out_axis]
+    return load(0, src)
+
+
+def _reshape(task: Task, idx: list[Expr], load: Load) -> Expr:
+    flat = linearize(idx, task.outputs[0].shape)
+    return load(0, unravel(flat, task.inputs[0].shape))
+
+
+def _slice_params(task: Task) -> list[tuple[int, int]]:
+    """(start, step) per input axis, normalized as ONNX Slice does."""
+    shape = task.inputs[0].shape
+    starts, ends = task.param(1), task.param(2)
+    axes = task.param(3, tuple(range(len(starts))))
+    steps = task.param(4, (1,) * len(starts))
+    out = [(0, 1)] * len(shape)
+    for start, axis, step in zip(starts, axes, steps):
+        axis = axis + len(shape) if axis < 0 else axis
+        n = shape[axis]
+        start = start + n if start < 0 else start
+        start = min(max(start, 0), n if step > 0 else n - 1)
+        out[axis] = (start, step)
+    return out
+
+
+def _slice(task: Task, idx: list[Expr], load: Load) -> Expr:
+    src = [i if (start, step) == (0, 1) else as_expr(start) + i * step
+           for i, (start, step) in zip(idx, _slice_params(task))]
+    return load(0, src)
+
+
+def _concat(task: Task, idx: list[Expr], load: Load) -> Expr:
+    axis = task.attr("axis") % len(task.outputs[0].shape)
+    pieces, offset = [], 0
+    for i, t in enumerate(task.inputs):
+        src = list(idx)
+        src[axis] = idx[axis] - offset if offset else idx[axis]
+        offset += t.shape[axis]
+        pieces.append((offset, load(i, src)))
+    value = pieces[-1][1]
+    for end, piece in reversed(pieces[:-1]):
+        value = select(idx[axis] < end, piece, value)
+    return value
+
+
+def _expand(task: Task, idx: list[Expr], load: Load) -> Expr:
+    return _load_broadcast(task, 0, idx, load)
+
+
+def _tile(task: Task, idx: list[Expr], load: Load) -> Expr:
+    shape = task.inputs[0].shape
+    return load(0, [ZERO if n == 1 else i % n for i, n in zip(idx, shape)])
+
+
+def _normalize(index: Expr, extent: int) -> Expr:
+    index = cast(index, "int32")
+    return select(index < 0, index + extent, index)
+
+
+def _gather(task: Task, idx: list[Expr], load: Load) -> Expr:
+    data = task.inputs[0].shape
+    q = len(task.inputs[1].shape)
+    axis = task.attr("axis", 0) % len(data)
+    where = _normalize(load(1, idx[axis:axis + q]), data[axis])
+    return load(0, list(idx[:axis]) + [where] + list(idx[axis + q:]))
+
+
+def _gather_elements(task: Task, idx: list[Expr], load: Load) -> Expr:
+    data = task.inputs[0].shape
+    axis = task.attr("axis", 0) % len(data)
+    src = list(idx)
+    src[axis] = _normalize(load(1, idx), data[axis])
+    return load(0, src)
+
+
+def _gather_nd(task: Task, idx: list[Expr], load: Load) -> Expr:
+    data, indices = task.inputs[0].shape, task.inputs[1].shape
+    b = task.attr("batch_dims", 0)
+    k = indices[-1]
+    lead = list(idx[:len(indices) - 1])
+    coords = [_normalize(load(1, lead + [as_expr(j)]), data[b + j]) for j in range(k)]
+    return load(0, list(idx[:b]) + coords + list(idx[len(indices) - 1:]))
+
+
+def _pad(task: Task, idx: list[Expr], load: Load) -> Expr:
+    shape = task.inputs[0].shape
+    rank = len(shape)
+    pads = task.param(1)
+    axes = task.param(3, tuple(range(rank)))
+    begin = [0] * rank
+    for j, axis in enumerate(axes):
+        begin[axis % rank] = pads[j]
+    src = [i - b if b else i for i, b in zip(idx, begin)]
+    valid = [logical_and(s >= 0, s < n) for s, n in zip(src, shape)]
+    value = load(0, [select(ok, s, ZERO) for ok, s in zip(valid, src)])
+    has_fill = len(task.inputs) > 2 and task.inputs[2] is not None
+    fill = load(2, []) if has_fill else cast(as_expr(0), value.dtype)
+    return select(logical_and(*valid), value, fill)
+
+
+def _unary_table() -> dict[str, Compute]:
+    return {op: _unary for op in UNARY}
+
+
+COMPUTE: dict[str, Compute] = {
+    **_unary_table(),
+    **{op: _variadic for op in BINARY},
+    "Mean": _mean,
+    "Where": _where,
+    "Clip": _clip,
+    "Transpose": _transpose,
+    "Reshape": _reshape,
+    "Flatten": _reshape,
+    "Squeeze": _reshape,
+    "Unsqueeze": _reshape,
+    "Slice": _slice,
+    "Concat": _concat,
+    "Expand": _expand,
+    "Tile": _tile,
+    "Gather": _gather,
+    "GatherElements": _gather_elements,
+    "GatherND": _gather_nd,
+    "Pad": _pad,
+}
+
+
+def supported(task: Task) -> bool:
+    return task.op in COMPUTE and (task.op != "Pad" or task.attr("mode", "constant") == "constant")
+

@@ -1,0 +1,223 @@
+"""ONNX model -> graph IR with static shapes.
+
+Assumes: default-domain opsets 13..21 (other domains and unknown ops are unsupported);
+every graph input has a static shape, or one is bound through `shapes`.
+Guarantees: every user-caused problem is a `ModelError` (or `UnsupportedOpError`, or a
+`ShapeError` from inference) with a one-line message starting with "<file>: ". The graph
+keeps ONNX value names, graph input/output order, and every node (Constant nodes and
+initializers become `Graph.constants`; nothing is folded). Types come from our own
+`infer_node`, run in topological order while propagating known VALUES: constants,
+Shape/Size of static types, and any node whose inputs are all known and small, so that
+exporter Shape->Gather->Concat->Reshape chains resolve to static shapes.
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnx.inliner
+from google.protobuf.message import DecodeError
+
+from hidetc.errors import HidetcError, ModelError, UnsupportedOpError
+from hidetc.frontend.onnx.handlers import Context, OnnxNode, convert, supported_extra_ops
+from hidetc.frontend.onnx.tensors import attribute_value, tensor_array, value_info_dims
+from hidetc.graph.evaluate import evaluate_node, infer_node, type_values
+from hidetc.graph.ir import Graph, Node, TensorType
+from hidetc.graph.ops.registry import REGISTRY
+
+OPSET_RANGE = (13, 21)
+DEFAULT_DOMAINS = ("", "ai.onnx")
+FOLD_LIMIT = 1 << 20  # elements: larger values are not computed just to know them
+
+
+def load_model(path: str | os.PathLike, shapes: Mapping[str, Sequence[int]] | None = None
+               ) -> Graph:
+    """Read an ONNX file (external data next to it) and import it."""
+    path = os.fspath(path)
+    source = os.path.basename(path) or path
+    if not os.path.exists(path):
+        raise ModelError(f"{path}: no such file")
+    if not os.path.isfile(path):
+        raise ModelError(f"{path}: not a file")
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ModelError(f"{source}: not a valid ONNX model ({reason})") from None
+    except OSError as error:
+        raise ModelError(f"{source}: cannot read file ({error.strerror or error})") from None
+    return import_model(proto, base_dir=os.path.dirname(os.path.abspath(path)), shapes=shapes,
+                        source=source)
+
+
+def import_model(proto: onnx.ModelProto, base_dir: str | None = None,
+                 shapes: Mapping[str, Sequence[int]] | None = None,
+                 source: str | None = None) -> Graph:
+    """Convert an in-memory ModelProto; `base_dir` locates external data files."""
+    source = source or (proto.graph.name or "model")
+    try:
+        return _Importer(proto, base_dir or os.getcwd(), dict(shapes or {})).run()
+    except HidetcError as error:
+        raise type(error)(f"{source}: {error}") from None
+
+
+def _opset(proto: onnx.ModelProto) -> int:
+    if proto.ir_version == 0 and not proto.opset_import and not proto.HasField("graph"):
+        raise ModelError("not an ONNX model (no graph, no opset)")
+    versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
+    if not versions:
+        raise ModelError("the model imports no default-domain (ai.onnx) opset")
+    low, high = OPSET_RANGE
+    if not low <= versions[0] <= high:
+        raise ModelError(f"opset {versions[0]} is not supported (supported: {low}-{high})")
+    return versions[0]
+
+
+def _node_names(graph: onnx.GraphProto) -> list[str]:
+    return [n.name or f"{n.op_type}_{i}" for i, n in enumerate(graph.node)]
+
+
+def _check_supported(graph: onnx.GraphProto, names: list[str]) -> None:
+    known = set(REGISTRY) | set(supported_extra_ops())
+    missing: dict[str, str] = {}
+    for node, name in zip(graph.node, names):
+        default = node.domain in DEFAULT_DOMAINS
+        key = node.op_type if default else f"{node.domain}.{node.op_type}"
+        if (not default or node.op_type not in known) and key not in missing:
+            missing[key] = name
+    if missing:
+        listing = ", ".join(f"{op} (node '{name}')" for op, name in missing.items())
+        raise UnsupportedOpError(f"unsupported ops: {listing}")
+
+
+def _input_type(info: onnx.ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
+    described = value_info_dims(info)
+    if described is None:
+        raise ModelError(f"input '{info.name}' is not a tensor")
+    dtype, dims = described
+    if bound is not None:
+        bound = tuple(int(d) for d in bound)
+        if dims is not None and (len(dims) != len(bound) or any(
+                isinstance(d, int) and d != b for d, b in zip(dims, bound))):
+            raise ModelError(f"input '{info.name}': bound shape {list(bound)} does not match "
+                             f"the model's {['?' if d is None else d for d in dims]}")
+        if any(d < 0 for d in bound):
+            raise ModelError(f"input '{info.name}': bound shape {list(bound)} is negative")
+        return TensorType(dtype, bound)
+    if dims is None:
+        raise ModelError(f"input '{info.name}' has no shape; bind one (e.g. --shape "
+                         f"{info.name}=1,3,224,224)")
+    for i, d in enumerate(dims):
+        if not isinstance(d, int):
+            what = f"symbolic ('{d}')" if d else "unknown"
+            raise ModelError(f"input '{info.name}' dim {i} is {what}; bind it with --shape "
+                             f"{info.name}=d0,d1,...")
+    return TensorType(dtype, tuple(dims))
+
+
+def _topological(nodes: list[OnnxNode], available: set[str]) -> list[OnnxNode]:
+    """Nodes in a dependency-respecting order (stable: ONNX order when already valid)."""
+    ready, pending = set(available) | {""}, list(nodes)
+    ordered: list[OnnxNode] = []
+    while pending:
+        waiting = []
+        for node in pending:
+            if all(i in ready for i in node.inputs):
+                ordered.append(node)
+                ready.update(node.outputs)
+            else:
+                waiting.append(node)
+        if len(waiting) == len(pending):
+            node = waiting[0]
+            value = next(i for i in node.inputs if i not in ready)
+            raise ModelError(f"node '{node.name}' ({node.op}): input '{value}' is not produced "
+                             f"by any node, initializer or graph input (or there is a cycle)")
+        pending = waiting
+    return ordered
+
+
+class _Importer:
+    """One import: mutable bookkeeping in one place, used once by `import_model`."""
+
+    def __init__(self, proto: onnx.ModelProto, base_dir: str, shapes: dict):
+        self.proto, self.base_dir, self.shapes = proto, base_dir, shapes
+        self.types: dict[str, TensorType] = {}
+        self.values: dict[str, np.ndarray] = {}
+        self.constants: dict[str, np.ndarray] = {}
+        self.nodes: list[Node] = []
+
+    def run(self) -> Graph:
+        opset = _opset(self.proto)
+        proto = self.proto
+        if proto.functions:
+            proto = onnx.inliner.inline_local_functions(proto)
+        graph = proto.graph
+        names = _node_names(graph)
+        _check_supported(graph, names)
+        inputs = self._read_inputs(graph)
+        decoded = [self._decode(n, name) for n, name in zip(graph.node, names)]
+        used = {i for n in decoded for i in n.inputs} | {o.name for o in graph.output}
+        every = {v for n in decoded for v in n.inputs + n.outputs} | set(self.types)
+        ctx = Context(opset, self.types, used, set(every))
+        for node in _topological(decoded, set(self.types)):
+            converted = convert(node, ctx)
+            for name, array in converted.constants.items():
+                self._add_constant(name, array)
+            for made in converted.nodes:
+                self._add_node(made)
+        outputs = tuple(o.name for o in graph.output)
+        for name in outputs:
+            if name not in self.types:
+                raise ModelError(f"graph output '{name}' is not produced by any node")
+        return Graph(inputs, outputs, tuple(self.nodes), self.types, self.constants,
+                     graph.name or "graph")
+
+    def _read_inputs(self, graph: onnx.GraphProto) -> tuple[str, ...]:
+        if graph.sparse_initializer:
+            raise ModelError("sparse initializers are not supported")
+        for tensor in graph.initializer:
+            self._add_constant(tensor.name, tensor_array(tensor, self.base_dir,
+                                                         f"initializer '{tensor.name}'"))
+        declared = [i for i in graph.input if i.name not in self.constants]
+        unknown = sorted(set(self.shapes) - {i.name for i in declared})
+        if unknown:
+            raise ModelError(f"a shape is given for unknown input '{unknown[0]}' (model inputs: "
+                             f"{', '.join(i.name for i in declared) or 'none'})")
+        for info in declared:
+            self.types[info.name] = _input_type(info, self.shapes.get(info.name))
+        return tuple(i.name for i in declared)
+
+    def _decode(self, node: onnx.NodeProto, name: str) -> OnnxNode:
+        label = f"node '{name}' ({node.op_type})"
+        attrs = {a.name: attribute_value(a, self.base_dir, label) for a in node.attribute}
+        return OnnxNode(node.op_type, tuple(node.input), tuple(node.output), name, attrs)
+
+    def _add_constant(self, name: str, array: np.ndarray) -> None:
+        self.constants[name] = array
+        self.values[name] = array
+        self.types[name] = TensorType.of(array)
+
+    def _add_node(self, node: Node) -> None:
+        types = [self.types[i] if i else None for i in node.inputs]
+        values = [self.values.get(i) if i else None for i in node.inputs]
+        out_types = infer_node(node, types, values)
+        known = type_values(node, types)
+        if known is None and self._foldable(node, out_types):
+            known = evaluate_node(node, values)
+        for i, name in enumerate(node.outputs):
+            if not name:
+                continue
+            self.types[name] = out_types[i]
+            if known is not None:
+                self.values[name] = known[i]
+        self.nodes.append(node)
+
+    def _foldable(self, node: Node, out_types: list[TensorType | None]) -> bool:
+        present = [i for i in node.inputs if i]
+        if not present or any(i not in self.values for i in present):
+            return False
+        size = sum(self.types[i].size for i in present)
+        size += sum(t.size for t in out_types if t is not None)
+        return size <= FOLD_LIMIT

@@ -1,0 +1,1 @@
+"""Graph IR, the operator catalogue, graph passes and the numpy reference interpreter."""

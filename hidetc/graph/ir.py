@@ -1,0 +1,152 @@
+"""Graph IR: typed values with static shapes, nodes, and an immutable graph.
+
+Assumes: every value has a dtype (a numpy dtype name such as "float32") and a fully
+static shape. Guarantees: `Graph` is immutable; passes build new graphs with
+`Graph.replace(...)`. Node attributes are normalized to hashable Python values
+(int, float, str, tuples of those); tensors never live in attributes: constant
+tensors live in `Graph.constants` keyed by value name.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+DTYPES = ("float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64",
+          "uint8", "uint16", "uint32", "uint64", "bool")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    dtype: str
+    shape: tuple[int, ...]
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}")
+        if any((not isinstance(d, int)) or d < 0 for d in self.shape):
+            raise ValueError(f"shape must be static non-negative ints, got {self.shape}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+    @staticmethod
+    def of(array: np.ndarray) -> "TensorType":
+        return TensorType(str(array.dtype), tuple(int(d) for d in array.shape))
+
+
+def freeze_attr(value: Any) -> Any:
+    """Normalize an attribute value to a hashable Python value."""
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze_attr(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return tuple(freeze_attr(v) for v in value.tolist()) if value.ndim else value.item()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    raise TypeError(f"attribute value of type {type(value).__name__} is not supported")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One operator application. An empty string in `inputs` is an omitted optional input."""
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: tuple[tuple[str, Any], ...] = ()
+    name: str = ""
+
+    @staticmethod
+    def make(op: str, inputs: Iterable[str], outputs: Iterable[str], name: str = "",
+             **attrs: Any) -> "Node":
+        frozen = tuple(sorted((k, freeze_attr(v)) for k, v in attrs.items()))
+        return Node(op, tuple(inputs), tuple(outputs), frozen, name)
+
+    @property
+    def attr_dict(self) -> dict[str, Any]:
+        return dict(self.attrs)
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+    def with_(self, **changes: Any) -> "Node":
+        if "attrs" in changes and isinstance(changes["attrs"], Mapping):
+            changes["attrs"] = tuple(sorted((k, freeze_attr(v)) for k, v in changes["attrs"].items()))
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """A whole model. `types` covers every value (inputs, constants, node outputs)."""
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    nodes: tuple[Node, ...]
+    types: Mapping[str, TensorType]
+    constants: Mapping[str, np.ndarray] = field(default_factory=dict)
+    name: str = "graph"
+
+    def __post_init__(self):
+        object.__setattr__(self, "types", MappingProxyType(dict(self.types)))
+        object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
+
+    def replace(self, **changes: Any) -> "Graph":
+        return dataclasses.replace(self, **changes)
+
+    def type_of(self, value: str) -> TensorType:
+        return self.types[value]
+
+    def producers(self) -> dict[str, Node]:
+        return {out: node for node in self.nodes for out in node.outputs if out}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        users: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for value in node.inputs:
+                if value:
+                    users.setdefault(value, []).append(node)
+        return users
+
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for node in self.nodes:
+            counts[node.op] = counts.get(node.op, 0) + 1
+        return counts
+
+    def __str__(self) -> str:
+        return format_graph(self)
+
+
+def format_graph(graph: Graph) -> str:
+    """A readable listing: one line per input, constant summary and node."""
+    lines = [f"graph {graph.name}("]
+    lines += [f"  {name}: {graph.types[name]}" for name in graph.inputs]
+    lines.append(f") constants={len(graph.constants)} nodes={len(graph.nodes)} {{")
+    for node in graph.nodes:
+        outs = ", ".join(f"{o}: {graph.types[o]}" if o in graph.types else o for o in node.outputs)
+        attrs = "".join(f" {k}={v}" for k, v in node.attrs)
+        lines.append(f"  {outs} = {node.op}({', '.join(node.inputs)}){attrs}")
+    lines.append(f"  return {', '.join(graph.outputs)}")
+    lines.append("}")
+    return "\n".join(lines)

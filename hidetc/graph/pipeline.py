@@ -1,0 +1,80 @@
+"""The graph optimization pipeline: ONE explicit, ordered list of named passes.
+
+Reading `PASSES` tells the story:
+  1. remove_identity      Identity/Dropout out of the way first, so that patterns
+                          (Conv -> BN, Reshape -> Reshape, duplicates) are adjacent.
+  2. fold_constants       Shape/Size and all-constant nodes become constants: exporter
+                          shape arithmetic collapses, weights computed from constants
+                          (Transpose/Cast of a weight) become plain constants, which
+                          the canonicalizations below require.
+  3. eliminate_dead_code  drop what folding orphaned, so that use counts are honest
+                          ("Conv output used only by the BN").
+  4. canonicalize_gemm    Gemm -> MatMul (+ Mul) (+ Add), transposes folded into weights.
+  5. fold_batchnorm       Conv + BN -> Conv; other BN -> Mul + Add.
+  6. canonicalize_shapes  Flatten/Squeeze/Unsqueeze/Reshape -> Reshape(static shape),
+                          chains merged, no-ops removed, Split -> Slices.
+  7. fold_constants       canonicalization may leave all-constant nodes behind.
+  8. eliminate_common_subexpressions
+                          after canonicalization, equal things look equal (shape
+                          constants, duplicated branches).
+  9. eliminate_dead_code  sweep everything the passes above orphaned.
+
+`optimize(graph, verify=..., dump_dir=...)` runs them; with `verify` the verifier runs
+on the input and after every pass; with `dump_dir` the listing `str(graph)` is written
+to `dump_dir/00_input.txt` and then `dump_dir/NN_<pass>.txt` after pass NN.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from hidetc.graph.ir import Graph
+from hidetc.graph.passes import (
+    canonicalize_gemm,
+    canonicalize_shapes,
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+    fold_batchnorm,
+    fold_constants,
+    remove_identity,
+)
+from hidetc.graph.verify import GraphVerifyError, verify_graph
+
+Pass = Callable[[Graph], Graph]
+
+PASSES: tuple[tuple[str, Pass], ...] = (
+    ("remove_identity", remove_identity.run),
+    ("fold_constants", fold_constants.run),
+    ("eliminate_dead_code", eliminate_dead_code.run),
+    ("canonicalize_gemm", canonicalize_gemm.run),
+    ("fold_batchnorm", fold_batchnorm.run),
+    ("canonicalize_shapes", canonicalize_shapes.run),
+    ("fold_constants", fold_constants.run),
+    ("eliminate_common_subexpressions", eliminate_common_subexpressions.run),
+    ("eliminate_dead_code", eliminate_dead_code.run),
+)
+
+
+def optimize(graph: Graph, *, verify: bool = False, dump_dir: str | None = None,
+             passes: tuple[tuple[str, Pass], ...] = PASSES) -> Graph:
+    """Run `passes` in order and return the optimized graph."""
+    dump = Path(dump_dir) if dump_dir is not None else None
+    if dump is not None:
+        dump.mkdir(parents=True, exist_ok=True)
+        (dump / "00_input.txt").write_text(str(graph) + "\n")
+    if verify:
+        checked(graph, "input")
+    for index, (name, run_pass) in enumerate(passes, start=1):
+        graph = run_pass(graph)
+        if verify:
+            checked(graph, f"pass {index} {name}")
+        if dump is not None:
+            (dump / f"{index:02d}_{name}.txt").write_text(str(graph) + "\n")
+    return graph
+
+
+def checked(graph: Graph, stage: str) -> None:
+    try:
+        verify_graph(graph)
+    except GraphVerifyError as error:
+        raise GraphVerifyError(f"after {stage}: {error}") from error

@@ -1,0 +1,54 @@
+"""Human and JSON descriptions of an artifact's manifest (`hidetc inspect`)."""
+from __future__ import annotations
+
+from collections import Counter
+
+
+def _spec(s: dict) -> str:
+    return f"{s['name']}: {s['dtype']}{list(s['shape'])}"
+
+
+def summary_json(manifest: dict) -> dict:
+    """The `--json` document: target, kernels (one per launch), verification, and more."""
+    return {
+        "target": manifest["target"],
+        "hidetc_version": manifest["hidetc_version"],
+        "format_version": manifest["format_version"],
+        "model": manifest["model"],
+        "inputs": manifest["inputs"],
+        "outputs": manifest["outputs"],
+        "kernels": [{k: v for k, v in kernel.items()} for kernel in manifest["kernels"]],
+        "distinct_kernels": len({k["name"] for k in manifest["kernels"]}),
+        "memory": {k: v for k, v in manifest["memory"].items() if k != "offsets"},
+        "weights_bytes": sum(e["nbytes"] for e in manifest["weights"]["entries"].values()),
+        "verification": manifest["verification"],
+    }
+
+
+def describe(manifest: dict) -> str:
+    kernels = manifest["kernels"]
+    ops = Counter(k["op"] for k in kernels)
+    memory = manifest["memory"]
+    weights = sum(e["nbytes"] for e in manifest["weights"]["entries"].values())
+    lines = [
+        f"artifact: hidetc {manifest['hidetc_version']} (format {manifest['format_version']}), "
+        f"target {manifest['target']}, model {manifest['model']['file']}",
+        "inputs:  " + "; ".join(_spec(s) for s in manifest["inputs"]),
+        "outputs: " + "; ".join(_spec(s) for s in manifest["outputs"]),
+        f"kernels: {len(kernels)} launches, {len({k['name'] for k in kernels})} distinct; "
+        + ", ".join(f"{op} x{n}" for op, n in ops.most_common()),
+        f"memory:  arena {memory['arena_bytes'] / 2**20:.2f} MiB for "
+        f"{memory['total_bytes'] / 2**20:.2f} MiB of intermediates; "
+        f"weights {weights / 2**20:.2f} MiB",
+    ]
+    v = manifest["verification"]
+    line = f"verification: {v.get('status')}"
+    if "outputs" in v:
+        errs = ", ".join(f"{name} rel {e['rel_error']:.2e}" if "rel_error" in e else
+                         f"{name} {e}" for name, e in v["outputs"].items())
+        line += f" vs {v.get('reference')} on {v.get('sample')}: {errs} (tolerance {v.get('tolerance')})"
+    lines.append(line)
+    lines.append("execution plan:")
+    for i, k in enumerate(kernels):
+        lines.append(f"  {i:4d} {k['name']:<28} {k['op']:<20} {k.get('node', '')}")
+    return "\n".join(lines)

@@ -1,0 +1,2 @@
+"""Runtime: the artifact directory format, the static memory plan, the weights file,
+and the executors that run a compiled artifact."""

@@ -1,0 +1,82 @@
+"""Run a CPU artifact: load its shared library and weights, then call `hidetc_forward`
+with the user's inputs, freshly allocated outputs and one preallocated arena.
+
+Assumes the manifest was read (and checksums checked) by `runtime.artifact`. Input
+checking lives in `check_inputs` so every target shares the same messages.
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from hidetc.errors import ArtifactError, InputError
+from hidetc.runtime.weights import WeightEntry, read_weights
+
+
+def check_inputs(specs: list[dict], inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Inputs in manifest order as C-contiguous arrays; one-line InputError otherwise."""
+    names = [s["name"] for s in specs]
+    unknown = sorted(set(inputs) - set(names))
+    if unknown:
+        raise InputError(f"unknown input(s) {', '.join(unknown)} (expected: {', '.join(names)})")
+    arrays = []
+    for spec in specs:
+        name, dtype, shape = spec["name"], spec["dtype"], tuple(spec["shape"])
+        if name not in inputs:
+            raise InputError(f"missing input {name!r} ({dtype}{list(shape)})")
+        array = np.asarray(inputs[name])
+        if str(array.dtype) != dtype:
+            raise InputError(f"input {name!r}: expected dtype {dtype}, got {array.dtype}")
+        if tuple(array.shape) != shape:
+            raise InputError(f"input {name!r}: expected shape {list(shape)}, "
+                             f"got {list(array.shape)}")
+        arrays.append(np.ascontiguousarray(array))
+    return arrays
+
+
+def _pointers(arrays: list[np.ndarray]) -> ctypes.Array:
+    ptrs = (ctypes.c_void_p * max(len(arrays), 1))()
+    for i, a in enumerate(arrays):
+        ptrs[i] = a.ctypes.data
+    return ptrs
+
+
+class CpuExecutor:
+    def __init__(self, path: Path, manifest: dict):
+        self.manifest = manifest
+        weights = manifest["weights"]
+        entries = {k: WeightEntry(**v) for k, v in weights["entries"].items()}
+        self._blob, self.constants = read_weights(path / weights["file"], entries)
+        try:
+            self._lib = ctypes.CDLL(str(path / manifest["library"]))
+        except OSError as exc:
+            raise ArtifactError(f"{path / manifest['library']}: cannot load ({exc})") from None
+        self._lib.hidetc_forward.restype = None
+        self._lib.hidetc_forward.argtypes = [ctypes.c_void_p] * 4
+        self._lib.hidetc_set_threads.argtypes = [ctypes.c_int]
+        self._arena = np.zeros(max(int(manifest["memory"]["arena_bytes"]), 64), np.uint8)
+        self.last_latency_ms = 0.0
+
+    def set_threads(self, n: int) -> None:
+        self._lib.hidetc_set_threads(int(n))
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = check_inputs(self.manifest["inputs"], inputs)
+        outs = [np.empty(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
+        in_ptrs, out_ptrs = _pointers(arrays), _pointers(outs)
+        start = time.perf_counter()
+        self._lib.hidetc_forward(in_ptrs, out_ptrs, self._arena.ctypes.data,
+                                 self._blob.ctypes.data)
+        self.last_latency_ms = (time.perf_counter() - start) * 1e3
+        for k, source in enumerate(self.manifest["output_sources"]):
+            if source["kind"] == "input":
+                outs[k][...] = arrays[source["index"]]
+            elif source["kind"] == "output":
+                outs[k][...] = outs[source["index"]]
+            elif source["kind"] == "constant":
+                outs[k][...] = self.constants[source["name"]]
+        return {o["name"]: a for o, a in zip(self.manifest["outputs"], outs)}

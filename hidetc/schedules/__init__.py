@@ -1,0 +1,1 @@
+"""Schedules: per-target kernel builders for graph tasks (templates and rules)."""

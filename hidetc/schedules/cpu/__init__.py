@@ -1,0 +1,42 @@
+"""CPU kernels: one rule (or, later, template) per op family.
+
+`build_kernel(task, name)` returns the Function for a task; `supports(op)` says whether
+an op has a CPU kernel. Ops that never reach code generation (Shape, Constant*, Range,
+Identity, Dropout, ...) are folded or removed by the graph passes before this.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from hidetc.compute.injective import COMPUTE
+from hidetc.errors import UnsupportedOpError
+from hidetc.schedules.cpu import conv, injective, matmul, pool, reduce
+from hidetc.schedules.task import Task
+from hidetc.tir.ir import Function
+
+Builder = Callable[[Task, str], Function]
+
+RULES: dict[str, Builder] = {
+    **{op: injective.build for op in COMPUTE},
+    **{op: reduce.build_reduce for op in reduce.REDUCERS},
+    "Softmax": reduce.build_softmax,
+    "LogSoftmax": reduce.build_softmax,
+    "LayerNormalization": reduce.build_layernorm,
+    "MaxPool": pool.build_pool,
+    "AveragePool": pool.build_pool,
+    "GlobalAveragePool": pool.build_global_pool,
+    "GlobalMaxPool": pool.build_global_pool,
+    "MatMul": matmul.build_matmul,
+    "Conv": conv.build_conv,
+}
+
+
+def supports(op: str) -> bool:
+    return op in RULES
+
+
+def build_kernel(task: Task, name: str) -> Function:
+    rule = RULES.get(task.op)
+    if rule is None:
+        raise UnsupportedOpError(f"{task.op}: no CPU kernel for this op")
+    return rule(task, name)

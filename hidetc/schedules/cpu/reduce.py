@@ -1,0 +1,120 @@
+"""CPU rules for reductions: Reduce* over any axes, Softmax/LogSoftmax along one axis,
+LayerNormalization over the trailing axes.
+
+Rows of independent work run in parallel; each row reduces serially in float32 (f32
+inputs). Softmax subtracts the row maximum; LayerNormalization uses two passes (mean,
+then the mean of squared deviations) rather than E[x^2] - E[x]^2.
+"""
+from __future__ import annotations
+
+import math
+
+from hidetc.schedules.task import Task
+from hidetc.tir.builder import KernelBuilder
+from hidetc.tir.ir import Const, Expr, Function, as_expr, call, cast, maximum, minimum
+from hidetc.tir.mapping import repeat, spatial
+
+INF = float("inf")
+# op -> (initial value, combine, finalize(acc, count))
+REDUCERS = {
+    "ReduceSum": (0.0, lambda a, x: a + x, lambda a, n: a),
+    "ReduceMean": (0.0, lambda a, x: a + x, lambda a, n: a / as_expr(float(n), a)),
+    "ReduceMax": (-INF, maximum, lambda a, n: a),
+    "ReduceMin": (INF, minimum, lambda a, n: a),
+    "ReduceProd": (1.0, lambda a, x: a * x, lambda a, n: a),
+    "ReduceSumSquare": (0.0, lambda a, x: a + x * x, lambda a, n: a),
+    "ReduceL1": (0.0, lambda a, x: a + call("abs", x), lambda a, n: a),
+    "ReduceL2": (0.0, lambda a, x: a + x * x, lambda a, n: call("sqrt", a)),
+    "ReduceLogSumExp": (0.0, lambda a, x: a + call("exp", x), lambda a, n: call("log", a)),
+}
+
+
+def _reduced_axes(task: Task) -> list[int]:
+    rank = len(task.inputs[0].shape)
+    axes = task.param(1)
+    if axes is None or len(axes) == 0:
+        if task.attr("noop_with_empty_axes", 0):
+            return []
+        return list(range(rank))
+    return sorted(a % rank for a in axes)
+
+
+def build_reduce(task: Task, name: str) -> Function:
+    init, combine, finalize = REDUCERS[task.op]
+    x_type, out_type = task.inputs[0], task.outputs[0]
+    shape = x_type.shape
+    axes = _reduced_axes(task)
+    kept = [1 if d in axes else n for d, n in enumerate(shape)]
+    reduced = [shape[d] for d in axes] or [1]
+    kb = KernelBuilder(name, "cpu")
+    x = kb.buffer("x", x_type.dtype, shape)
+    out = kb.buffer("out", out_type.dtype, (math.prod(kept),))
+    with kb.for_range(math.prod(kept), kind="parallel", name="p") as p:
+        with kb.for_mapping(spatial(*kept), p) as oidx:
+            acc = kb.declare("acc", out_type.dtype, as_expr(init, Const(0.0, out_type.dtype)))
+            with kb.for_mapping(repeat(*reduced), 0) as ridx:
+                idx = list(oidx)
+                for d, r in zip(axes, ridx):
+                    idx[d] = r
+                kb.assign(acc, combine(acc, cast(x[tuple(idx)], out_type.dtype)))
+            kb.store(out, (p,), finalize(acc, math.prod(reduced)))
+    return kb.finish()
+
+
+def _axis_view(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
+    axis %= len(shape)
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+
+def build_softmax(task: Task, name: str) -> Function:
+    x_type = task.inputs[0]
+    outer, n, inner = _axis_view(x_type.shape, task.attr("axis", -1))
+    kb = KernelBuilder(name, "cpu")
+    x = kb.buffer("x", x_type.dtype, (outer, n, inner))
+    out = kb.buffer("out", x_type.dtype, (outer, n, inner))
+    with kb.for_range(outer * inner, kind="parallel", name="p") as p:
+        with kb.for_mapping(spatial(outer, inner), p, names=["o", "i"]) as (o, i):
+            top = kb.declare("top", x_type.dtype, -INF)
+            with kb.for_range(n, name="k") as k:
+                kb.assign(top, maximum(top, x[o, k, i]))
+            total = kb.declare("total", x_type.dtype, 0.0)
+            with kb.for_range(n, name="k") as k:
+                e = call("exp", x[o, k, i] - top)
+                if task.op == "Softmax":
+                    kb.store(out, (o, k, i), e)
+                kb.assign(total, total + e)
+            with kb.for_range(n, name="k") as k:
+                if task.op == "Softmax":
+                    kb.store(out, (o, k, i), out[o, k, i] / total)
+                else:
+                    kb.store(out, (o, k, i), x[o, k, i] - top - call("log", total))
+    return kb.finish()
+
+
+def build_layernorm(task: Task, name: str) -> Function:
+    x_type = task.inputs[0]
+    axis = task.attr("axis", -1) % len(x_type.shape)
+    rows, n = math.prod(x_type.shape[:axis]), math.prod(x_type.shape[axis:])
+    eps = float(task.attr("epsilon", 1e-5))
+    dt = x_type.dtype
+    kb = KernelBuilder(name, "cpu")
+    x = kb.buffer("x", dt, (rows, n))
+    scale = kb.buffer("scale", dt, (n,))
+    bias = kb.buffer("bias", dt, (n,)) if 2 in task.buffer_inputs else None
+    out = kb.buffer("out", dt, (rows, n))
+    with kb.for_range(rows, kind="parallel", name="r") as r:
+        mean = _row_sum(kb, n, lambda k: x[r, k], dt, "mean")
+        kb.assign(mean, mean / float(n))
+        var = _row_sum(kb, n, lambda k: (x[r, k] - mean) * (x[r, k] - mean), dt, "var")
+        inv = kb.declare("inv", dt, as_expr(1.0, mean) / call("sqrt", var / float(n) + eps))
+        with kb.for_range(n, name="k") as k:
+            y: Expr = (x[r, k] - mean) * inv * scale[k]
+            kb.store(out, (r, k), y + bias[k] if bias is not None else y)
+    return kb.finish()
+
+
+def _row_sum(kb: KernelBuilder, n: int, term, dtype: str, name: str):
+    acc = kb.declare(name, dtype, 0.0)
+    with kb.for_range(n, name="k") as k:
+        kb.assign(acc, acc + term(k))
+    return acc

@@ -1,0 +1,73 @@
+"""A `Task` is one operator instance with everything a kernel builder needs: the op, its
+concrete input/output types, attributes, and the compile-time values of its parameter
+inputs (Reshape's shape, Slice's starts, ...). Tasks are hashable: equal tasks share one
+kernel (and, later, one tuning result).
+
+A `Kernel` is a built `Function` plus which task inputs its buffer parameters take, in
+order; the output buffers follow the inputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hidetc.graph.ir import Graph, Node, TensorType, freeze_attr
+from hidetc.graph.ops.registry import get_op
+from hidetc.tir.ir import Function
+
+
+@dataclass(frozen=True)
+class Task:
+    op: str
+    inputs: tuple[TensorType | None, ...]
+    outputs: tuple[TensorType, ...]
+    attrs: tuple[tuple[str, Any], ...]
+    params: tuple[Any, ...]   # per input: a frozen value for parameter inputs, else None
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return dict(self.attrs).get(key, default)
+
+    def param(self, index: int, default: Any = None) -> Any:
+        if index >= len(self.params) or self.params[index] is None:
+            return default
+        return self.params[index]
+
+    @property
+    def buffer_inputs(self) -> tuple[int, ...]:
+        """Indices of the inputs passed to the kernel as buffers."""
+        return tuple(i for i, (t, p) in enumerate(zip(self.inputs, self.params))
+                     if t is not None and p is None)
+
+    def signature(self) -> str:
+        ins = ", ".join(str(t) if t is not None else "-" for t in self.inputs)
+        outs = ", ".join(map(str, self.outputs))
+        return f"{self.op}({ins}) -> {outs}"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    function: Function
+    task: Task
+
+    @property
+    def name(self) -> str:
+        return self.function.name
+
+
+def task_of(node: Node, graph: Graph) -> Task:
+    """The task of `node`: parameter inputs (the op's value_inputs) must be constants."""
+    opdef = get_op(node.op)
+    types, params = [], []
+    for i, value in enumerate(node.inputs):
+        types.append(graph.types[value] if value else None)
+        if value and i in opdef.value_inputs:
+            array = graph.constants.get(value)
+            if array is None:
+                raise ValueError(f"node {node.name!r} ({node.op}): input {i} must be a constant")
+            params.append(freeze_attr(np.asarray(array)))
+        else:
+            params.append(None)
+    outs = tuple(graph.types[o] for o in node.outputs if o)
+    return Task(node.op, tuple(types), outs, node.attrs, tuple(params))

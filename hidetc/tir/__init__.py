@@ -1,0 +1,1 @@
+"""Tensor-program IR: task mappings, the kernel-writing DSL, lowering passes."""

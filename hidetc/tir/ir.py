@@ -1,0 +1,303 @@
+"""Tensor-program IR: expressions, statements, buffers and functions.
+
+Nodes are frozen, slotted dataclasses with structural equality; children live in
+tuples. Expressions overload arithmetic (`a + b`, `a * 4`, `a // b`, `a % b`, `-a`) and
+ordering comparisons (`a < b`); equality and logic are functions (`eq`, `ne`,
+`logical_and`, `logical_or`, `logical_not`) because `==` is structural equality.
+
+Buffers are n-dimensional and row-major; `Load`/`Store` take one index per dimension
+until the `flatten_buffers` pass rewrites them to one flat index. `MapFor` (a loop
+over the tasks a task mapping assigns to one worker) exists until `lower_mappings`
+turns it into `For` loops and index arithmetic.
+
+Scalar dtypes are numpy dtype names ("float32", "int32", "bool", ...) plus "void".
+Index arithmetic is int32 unless a buffer needs more (see `INDEX_DTYPE`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+INDEX_DTYPE = "int32"
+ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
+CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
+LOGIC_OPS = ("&&", "||")
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_RANK = {d: i for i, d in enumerate(("bool",) + INTS + FLOATS)}
+
+
+class Expr:
+    """Base of all expressions; gives operator sugar. Subclasses define `dtype`."""
+    __slots__ = ()
+
+    def __add__(self, o): return BinOp("+", self, as_expr(o, self))
+    def __radd__(self, o): return BinOp("+", as_expr(o, self), self)
+    def __sub__(self, o): return BinOp("-", self, as_expr(o, self))
+    def __rsub__(self, o): return BinOp("-", as_expr(o, self), self)
+    def __mul__(self, o): return BinOp("*", self, as_expr(o, self))
+    def __rmul__(self, o): return BinOp("*", as_expr(o, self), self)
+    def __truediv__(self, o): return BinOp("/", self, as_expr(o, self))
+    def __rtruediv__(self, o): return BinOp("/", as_expr(o, self), self)
+    def __floordiv__(self, o): return BinOp("//", self, as_expr(o, self))
+    def __rfloordiv__(self, o): return BinOp("//", as_expr(o, self), self)
+    def __mod__(self, o): return BinOp("%", self, as_expr(o, self))
+    def __rmod__(self, o): return BinOp("%", as_expr(o, self), self)
+    def __neg__(self): return UnOp("neg", self)
+    def __lt__(self, o): return BinOp("<", self, as_expr(o, self))
+    def __le__(self, o): return BinOp("<=", self, as_expr(o, self))
+    def __gt__(self, o): return BinOp(">", self, as_expr(o, self))
+    def __ge__(self, o): return BinOp(">=", self, as_expr(o, self))
+
+
+ExprLike = Union[Expr, int, float, bool]
+
+
+def promote(a: str, b: str) -> str:
+    """The dtype of an arithmetic result: the higher of the two ranks (bool < ints < floats)."""
+    return a if _RANK.get(a, 0) >= _RANK.get(b, 0) else b
+
+
+@dataclass(frozen=True, slots=True)
+class Var(Expr):
+    name: str
+    dtype: str = INDEX_DTYPE
+
+
+@dataclass(frozen=True, slots=True)
+class Const(Expr):
+    value: Any
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class BinOp(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:
+        if self.op in CMP_OPS or self.op in LOGIC_OPS:
+            return "bool"
+        return promote(self.a.dtype, self.b.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class UnOp(Expr):
+    op: str  # "neg" | "not"
+    a: Expr
+
+    @property
+    def dtype(self) -> str:
+        return "bool" if self.op == "not" else self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Expr):
+    """A math intrinsic or device function by name; the printer maps names per target."""
+    func: str
+    args: tuple[Expr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cast(Expr):
+    value: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> str:
+        return promote(self.a.dtype, self.b.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """A named n-d array. scope: "global" (kernel parameter), "shared", or "local"."""
+    name: str
+    dtype: str
+    shape: tuple[Any, ...]  # ints or index Exprs
+    scope: str = "global"
+
+    def __getitem__(self, idx) -> "Load":
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        return Load(self, tuple(as_expr(i) for i in idx))
+
+
+@dataclass(frozen=True, slots=True)
+class Load(Expr):
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+
+    @property
+    def dtype(self) -> str:
+        return self.buffer.dtype
+
+
+class Stmt:
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Seq(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class For(Stmt):
+    """`for var in range(extent)`; kind: "serial" | "parallel" (OpenMP) | "unroll"."""
+    var: Var
+    extent: Expr
+    body: Stmt
+    kind: str = "serial"
+
+
+@dataclass(frozen=True, slots=True)
+class MapFor(Stmt):
+    """`for vars in mapping.on(worker)`: the tasks `mapping` gives to `worker`."""
+    vars: tuple[Var, ...]
+    mapping: Any  # hidetc.tir.mapping.TaskMapping (kept untyped to avoid a cycle)
+    worker: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class If(Stmt):
+    cond: Expr
+    then: Stmt
+    else_: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Declare(Stmt):
+    """Declare a mutable scalar variable, visible until the end of the enclosing block."""
+    var: Var
+    init: Expr | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Assign(Stmt):
+    var: Var
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Alloc(Stmt):
+    """Declare a local or shared buffer, visible until the end of the enclosing block."""
+    buffer: Buffer
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluate(Stmt):
+    expr: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Function:
+    """A kernel. params: global Buffers and scalar Vars, in ABI order.
+    attrs: ("target", "cpu"|"cuda"), and for CUDA ("grid", (x,y,z)), ("block", (x,y,z))."""
+    name: str
+    params: tuple[Union[Buffer, Var], ...]
+    body: Stmt
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return dict(self.attrs).get(key, default)
+
+
+def as_expr(value: ExprLike, like: Expr | None = None) -> Expr:
+    """Wrap a Python scalar as a Const; ints take the index dtype or `like`'s int dtype."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, bool):
+        return Const(value, "bool")
+    if isinstance(value, int):
+        dtype = like.dtype if like is not None and like.dtype in INTS else INDEX_DTYPE
+        if like is not None and like.dtype in FLOATS:
+            return Const(float(value), like.dtype)
+        return Const(value, dtype)
+    if isinstance(value, float):
+        dtype = like.dtype if like is not None and like.dtype in FLOATS else "float32"
+        return Const(value, dtype)
+    raise TypeError(f"cannot make an expression from {type(value).__name__}")
+
+
+def const(value: Any, dtype: str) -> Const:
+    return Const(value, dtype)
+
+
+def eq(a: ExprLike, b: ExprLike) -> BinOp:
+    a = as_expr(a)
+    return BinOp("==", a, as_expr(b, a))
+
+
+def ne(a: ExprLike, b: ExprLike) -> BinOp:
+    a = as_expr(a)
+    return BinOp("!=", a, as_expr(b, a))
+
+
+def logical_and(*conds: ExprLike) -> Expr:
+    exprs = [as_expr(c) for c in conds]
+    if not exprs:
+        return Const(True, "bool")
+    out = exprs[0]
+    for c in exprs[1:]:
+        out = BinOp("&&", out, c)
+    return out
+
+
+def logical_or(a: ExprLike, b: ExprLike) -> BinOp:
+    return BinOp("||", as_expr(a), as_expr(b))
+
+
+def logical_not(a: ExprLike) -> UnOp:
+    return UnOp("not", as_expr(a))
+
+
+def minimum(a: ExprLike, b: ExprLike) -> BinOp:
+    a = as_expr(a)
+    return BinOp("min", a, as_expr(b, a))
+
+
+def maximum(a: ExprLike, b: ExprLike) -> BinOp:
+    a = as_expr(a)
+    return BinOp("max", a, as_expr(b, a))
+
+
+def call(func: str, *args: ExprLike, dtype: str | None = None) -> Call:
+    exprs = tuple(as_expr(a) for a in args)
+    return Call(func, exprs, dtype or (exprs[0].dtype if exprs else "void"))
+
+
+def cast(value: ExprLike, dtype: str) -> Expr:
+    value = as_expr(value)
+    return value if value.dtype == dtype else Cast(value, dtype)
+
+
+def select(cond: ExprLike, a: ExprLike, b: ExprLike) -> Select:
+    a = as_expr(a)
+    return Select(as_expr(cond), a, as_expr(b, a))
+
+
+def seq(*stmts: Stmt) -> Stmt:
+    flat: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        elif s is not None:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))

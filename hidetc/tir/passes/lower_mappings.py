@@ -1,0 +1,65 @@
+"""Pass: replace every `MapFor` by the loops and index arithmetic of its task mapping.
+
+`for i, j in m.on(w): body` becomes the serial `For` loops of `m.emit(w, prefix)`
+(outermost first) around `body` with `i` and `j` replaced by the emitted index
+expressions. Loop variables get fresh names, unique in the function, made of the first
+MapFor variable and the mapping's own loop name (e.g. `t0_ro0`, then `t0_ro0_1`).
+
+Decision: the MapFor variables are *substituted*, never bound with a Declare. The index
+expressions are a few integer operations on the worker and the loop variables; keeping
+them inline lets `simplify` prove bounds through them (dropping `% extent` when a loop
+range makes it redundant) and lets `flatten_buffers` see affine indices; gcc's CSE
+removes the repetition. A worker expression is substituted as is, so it must be pure
+(any IR expression is).
+
+Decision: the loops are guarded by `if worker < num_workers`, because `tasks_of` gives a
+worker outside the mapping no task while `emit` alone would compute out-of-grid
+indices for it. `simplify` removes the guard whenever the worker's range proves it
+(the usual case: the worker is a loop variable over exactly num_workers, or a constant).
+A negative worker is undefined.
+
+Assumes: a verified Function (unique names). Guarantees: no MapFor remains; the result
+verifies with lowered=True; a function without MapFor is returned unchanged (same object).
+"""
+from __future__ import annotations
+
+from hidetc.tir.functor import Rewriter, all_names, substitute
+from hidetc.tir.ir import Const, For, Function, If, MapFor, Stmt, Var
+
+
+class _NameSupply:
+    def __init__(self, taken: set[str]):
+        self.taken = set(taken)
+
+    def fresh(self, hint: str) -> str:
+        name, k = hint, 0
+        while name in self.taken:
+            k += 1
+            name = f"{hint}_{k}"
+        self.taken.add(name)
+        return name
+
+
+class _LowerMappings(Rewriter):
+    def __init__(self, names: _NameSupply):
+        self.names = names
+
+    def visit_MapFor(self, s: MapFor) -> Stmt:
+        body = self.stmt(s.body)
+        hint = s.vars[0].name if s.vars else "m"
+        loops, indices = s.mapping.emit(s.worker, "r")
+        renames = {lp.var: Var(self.names.fresh(f"{hint}_{lp.var.name}"), lp.var.dtype)
+                   for lp in loops}
+        indices = [substitute(ix, renames) for ix in indices]
+        if len(indices) != len(s.vars):
+            raise ValueError(f"mapping of rank {len(indices)} bound to {len(s.vars)} vars")
+        out = substitute(body, dict(zip(s.vars, indices)))
+        for lp in reversed(loops):
+            var = renames[lp.var]
+            out = For(var, Const(lp.extent, var.dtype), out, "serial")
+        return If(s.worker < Const(s.mapping.num_workers, s.worker.dtype), out)
+
+
+def lower_mappings(fn: Function) -> Function:
+    """Replace each MapFor of `fn` by loops and index expressions (see module docstring)."""
+    return _LowerMappings(_NameSupply(all_names(fn))).function(fn)

@@ -1,0 +1,1 @@
+"""Compiler invocation (gcc, later nvcc) with a content-addressed build cache."""

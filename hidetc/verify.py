@@ -1,0 +1,131 @@
+"""Verification: run ONNX Runtime and an artifact on the same input and compare.
+
+The metric per output is the norm-wise relative error ||out - ref|| / ||ref|| (with
+||ref|| = 0 falling back to the absolute error ||out||); the max absolute error is
+recorded too. Tolerance (documented in the README): f32 1e-4. Integer and bool outputs
+must match exactly.
+
+Sample inputs are seeded random: floats ~ N(0, 1); integer inputs that index a Gather
+(directly or through shape-preserving ops) are drawn below that table's size, other
+integer inputs from {0, 1}; bools at random.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+import onnxruntime as ort
+
+from hidetc.errors import InputError
+from hidetc.graph.ir import Graph
+
+PASS_THROUGH = ("Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand")
+
+
+def _index_bound(graph: Graph, value: str) -> int | None:
+    """The smallest table size `value` indexes through Gathers (None if it indexes none)."""
+    consumers = graph.consumers()
+    bound, frontier, seen = None, [value], set()
+    while frontier:
+        v = frontier.pop()
+        seen.add(v)
+        for node in consumers.get(v, []):
+            if node.op == "Gather" and node.inputs[1] == v:
+                data = graph.types[node.inputs[0]]
+                size = data.shape[node.attr("axis", 0) % data.rank]
+                bound = size if bound is None else min(bound, size)
+            elif node.op in PASS_THROUGH and node.inputs[0] == v:
+                frontier += [o for o in node.outputs if o and o not in seen]
+    return bound
+
+
+def sample_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in graph.inputs:
+        t = graph.types[name]
+        if t.dtype.startswith("float"):
+            out[name] = rng.standard_normal(t.shape).astype(t.dtype)
+        elif t.dtype == "bool":
+            out[name] = rng.random(t.shape) < 0.5
+        else:
+            high = _index_bound(graph, name) or 2
+            out[name] = rng.integers(0, high, size=t.shape).astype(t.dtype)
+    return out
+
+
+def load_sample(path: str | Path, input_names: list[str]) -> dict[str, np.ndarray]:
+    """A .npy (single-input models) or .npz (one array per input name)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise InputError(f"{path}: not a .npy/.npz file ({exc})") from None
+    if isinstance(data, np.ndarray):
+        if len(input_names) != 1:
+            raise InputError(f"{path}: a .npy holds one array but the model has "
+                             f"{len(input_names)} inputs ({', '.join(input_names)}); use .npz")
+        return {input_names[0]: data}
+    with data:
+        return {k: data[k] for k in data.files}
+
+
+def run_onnxruntime(model_path: str | Path, inputs: Mapping[str, np.ndarray]
+                    ) -> dict[str, np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, dict(inputs))))
+
+
+def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+            rtol: float) -> dict:
+    """Per-output errors and an overall status (`passed` or `failed`)."""
+    report, ok = {}, True
+    for name, ref in reference.items():
+        got = outputs[name]
+        if got.shape != ref.shape:
+            report[name] = {"error": f"shape {list(got.shape)} != {list(ref.shape)}"}
+            ok = False
+            continue
+        if not np.issubdtype(ref.dtype, np.floating):
+            mismatches = int(np.count_nonzero(got != ref))
+            report[name] = {"mismatches": mismatches}
+            ok &= mismatches == 0
+            continue
+        rel, max_abs = _float_errors(got.astype(np.float64), ref.astype(np.float64))
+        report[name] = {"rel_error": rel, "max_abs_error": max_abs}
+        ok &= rel <= rtol
+    return {"status": "passed" if ok else "failed", "outputs": report}
+
+
+def _float_errors(got: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """Norm-wise relative and max absolute error. Positions where both sides hold the
+    same non-finite value (NaN and NaN, or the same infinity) agree and are left out;
+    any other non-finite value makes the error infinite."""
+    same = (np.isnan(got) & np.isnan(ref)) | (np.isinf(ref) & (got == ref))
+    got, ref = got[~same], ref[~same]
+    if not (np.all(np.isfinite(got)) and np.all(np.isfinite(ref))):
+        return float("inf"), float("inf")
+    diff = got - ref
+    denom = float(np.linalg.norm(ref))
+    err = float(np.linalg.norm(diff))
+    return (err / denom if denom > 0 else err), (float(np.max(np.abs(diff))) if diff.size else 0.0)
+
+
+def time_call(fn: Callable[[], object], repeat: int = 10, warmup: int = 2) -> dict:
+    """Median and min wall time in ms of `fn()` after warm-up."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return {"median_ms": float(np.median(times)), "min_ms": float(np.min(times)),
+            "repeat": repeat}

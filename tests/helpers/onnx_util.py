@@ -1,0 +1,28 @@
+"""Helpers to build one-node ONNX models for end-to-end op tests."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+NP_TO_ONNX = {np.dtype(k): v for k, v in {
+    "float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "int64": TensorProto.INT64,
+    "int32": TensorProto.INT32, "bool": TensorProto.BOOL, "float16": TensorProto.FLOAT16,
+    "uint8": TensorProto.UINT8, "int8": TensorProto.INT8}.items()}
+
+
+def one_node_model(op: str, inputs: dict, outputs: list[str], attrs: dict | None = None,
+                   constants: dict | None = None, opset: int = 18) -> onnx.ModelProto:
+    """inputs: name -> array (graph inputs); constants: name -> array (initializers).
+    The node reads inputs then constants in the order given by `order` if present."""
+    constants = constants or {}
+    order = list(inputs) + list(constants)
+    node = helper.make_node(op, order, outputs, name=f"/{op}", **(attrs or {}))
+    graph = helper.make_graph(
+        [node], f"{op.lower()}_test",
+        [helper.make_tensor_value_info(k, NP_TO_ONNX[v.dtype], v.shape) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in constants.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
