@@ -144,8 +144,9 @@ def _compare_with_ort(model_path: Path, inputs, outputs, stats, repeat) -> None:
     reference = run_onnxruntime(model_path, inputs)
     report = compare(outputs, reference, rtol=1e-4)
     for name, entry in report["outputs"].items():
-        click.echo(f"vs onnxruntime {name}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float)
-                                                          else f"{k} {v}" for k, v in entry.items()))
+        fields = (f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                  for k, v in entry.items())
+        click.echo(f"vs onnxruntime {name}: " + ", ".join(fields))
     session_stats = _time_ort(model_path, inputs, repeat)
     ratio = stats["median_ms"] / session_stats["median_ms"]
     click.echo(f"latency (onnxruntime, cpu): median {session_stats['median_ms']:.3f} ms "

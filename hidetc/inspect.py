@@ -46,7 +46,8 @@ def describe(manifest: dict) -> str:
     if "outputs" in v:
         errs = ", ".join(f"{name} rel {e['rel_error']:.2e}" if "rel_error" in e else
                          f"{name} {e}" for name, e in v["outputs"].items())
-        line += f" vs {v.get('reference')} on {v.get('sample')}: {errs} (tolerance {v.get('tolerance')})"
+        line += (f" vs {v.get('reference')} on {v.get('sample')}: {errs} "
+                 f"(tolerance {v.get('tolerance')})")
     lines.append(line)
     lines.append("execution plan:")
     for i, k in enumerate(kernels):

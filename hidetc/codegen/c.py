@@ -66,7 +66,7 @@ C_TYPES = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32
 
 _LIBM = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "erf", "tanh",
          "sinh", "cosh", "asinh", "acosh", "atanh", "pow", "floor", "ceil", "trunc", "sin",
-         "cos", "tan", "asin", "acos", "atan", "atan2", "fmod")
+         "cos", "tan", "asin", "acos", "atan", "atan2", "fmod", "fma")
 _FLOAT_EXTRA = {"abs": "fabs", "round": "rint", "sigmoid": "hidetc_sigmoid",
                 "rsqrt": "hidetc_rsqrt"}
 _CLASSIFY = {"isnan": "isnan", "isinf": "isinf"}  # type-generic macros

@@ -102,7 +102,7 @@ def _reshape(task: Task, idx: list[Expr], load: Load) -> Expr:
 def _slice_params(task: Task) -> list[tuple[int, int]]:
     """(start, step) per input axis, normalized as ONNX Slice does."""
     shape = task.inputs[0].shape
-    starts, ends = task.param(1), task.param(2)
+    starts = task.param(1)
     axes = task.param(3, tuple(range(len(starts))))
     steps = task.param(4, (1,) * len(starts))
     out = [(0, 1)] * len(shape)

@@ -93,7 +93,8 @@ class Node:
 
     def with_(self, **changes: Any) -> "Node":
         if "attrs" in changes and isinstance(changes["attrs"], Mapping):
-            changes["attrs"] = tuple(sorted((k, freeze_attr(v)) for k, v in changes["attrs"].items()))
+            attrs = changes["attrs"].items()
+            changes["attrs"] = tuple(sorted((k, freeze_attr(v)) for k, v in attrs))
         return dataclasses.replace(self, **changes)
 
 

@@ -79,3 +79,8 @@ def test_kinds():
     for op in REDUCES + ["ArgMax", "ArgMin", "CumSum"]:
         assert REGISTRY[op].kind is OpKind.REDUCE
     assert REGISTRY["ReduceSum"].value_inputs == (1,)
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd"])
+def test_reduce_empty_axis_gives_identity(op):
+    check_op(op, [np.zeros((2, 0, 4), np.float32), np.array([1], np.int64)])
