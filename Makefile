@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(PY) -m models $(DEMO_MODEL) -o $(DEMO_DIR)/$(DEMO_MODEL).onnx
 	$(VENV)/bin/hidetc compile $(DEMO_DIR)/$(DEMO_MODEL).onnx -o $(DEMO_DIR)/$(DEMO_MODEL).out --target auto
 	$(PY) -m models --sample $(DEMO_DIR)/$(DEMO_MODEL).onnx -o $(DEMO_DIR)/input.npz
-	$(VENV)/bin/hidetc run $(DEMO_DIR)/$(DEMO_MODEL).out --input $(DEMO_DIR)/input.npz --compare-ort $(DEMO_DIR)/$(DEMO_MODEL).onnx
+	$(VENV)/bin/hidetc run $(DEMO_DIR)/$(DEMO_MODEL).out --input $(DEMO_DIR)/input.npz --compare $(DEMO_DIR)/$(DEMO_MODEL).onnx
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider

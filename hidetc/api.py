@@ -23,7 +23,8 @@ from hidetc.errors import ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.pipeline import optimize
 from hidetc.plan import ExecutionPlan, plan_graph
-from hidetc.runtime.artifact import FORMAT_VERSION, ArtifactWriter, read_manifest
+from hidetc.runtime.artifact import (FORMAT_VERSION, ArtifactWriter, check_output_dir,
+                                     read_manifest)
 from hidetc.runtime.executor import CpuExecutor
 from hidetc.runtime.weights import write_weights
 from hidetc.verify import compare, load_sample, run_onnxruntime, sample_inputs
@@ -60,6 +61,7 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     if config is not None and overrides:
         cfg = replace(cfg, **overrides)
     target = _resolve_target(cfg.target)
+    check_output_dir(out_dir)
     timings: dict[str, float] = {}
     clock = time.perf_counter()
     graph = load_model(model_path)

@@ -44,14 +44,14 @@ def main(debug: bool) -> None:
 
 
 @main.command("compile")
-@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("model", type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Artifact directory to write.")
 @click.option("--target", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
               help="Target device (default: auto = cuda when a GPU is visible, else cpu).")
 @click.option("--config", "preset", default=None,
               help="A preset in configs/ (by name) or a YAML file.")
-@click.option("--sample", type=click.Path(dir_okay=False), default=None,
+@click.option("--sample", type=click.Path(), default=None,
               help="Verify with this .npy/.npz input instead of a seeded random one.")
 @click.option("--no-verify", is_flag=True, help="Skip verification against ONNX Runtime.")
 @click.option("--seed", type=int, default=None, help="Seed of the random verification input.")
@@ -117,7 +117,7 @@ def _describe_array(name: str, a: np.ndarray) -> str:
               help="Timed runs (after 2 warm-up runs); the median is reported.")
 @click.option("--threads", type=click.IntRange(0), default=0,
               help="CPU threads (0: all cores).")
-@click.option("--compare", "compare_model", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--compare", "compare_model", type=click.Path(path_type=Path),
               default=None, help="Also run this ONNX model in ONNX Runtime: errors and latency.")
 @_handle_errors
 def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model):
