@@ -113,7 +113,7 @@ MATH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc, "sin": np.sin,
     "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
     "atan2": np.arctan2, "fmod": np.fmod, "sigmoid": _sigmoid, "isnan": np.isnan,
-    "isinf": np.isinf,
+    "isinf": np.isinf, "fma": lambda a, b, c: np.float64(a) * np.float64(b) + np.float64(c),
 }
 
 

@@ -274,7 +274,7 @@ def dtype_eps(dtype):
 
 
 def test_math_table_covers_the_interpreter_and_tests():
-    assert set(UNARY + BINARY + ["isnan", "isinf"]) == set(MATH_FUNCTIONS[F32])
+    assert set(UNARY + BINARY + ["fma", "isnan", "isinf"]) == set(MATH_FUNCTIONS[F32])
     assert set(MATH_FUNCTIONS[F32]) == set(MATH_FUNCTIONS["float64"])
     assert MATH_FUNCTIONS[F32]["exp"] == "expf" and MATH_FUNCTIONS["float64"]["exp"] == "exp"
     assert MATH_FUNCTIONS["int64"]["abs"] == "llabs"
@@ -390,3 +390,22 @@ def test_reserved_names_are_renamed():
     src = print_c_function(lower(kb.finish()))
     assert "float *restrict float_" in src and "int32_t int_ = 0" in src
     assert Var  # keeps the import list honest for readers of the IR constructors
+
+
+def test_fma_is_fused(tmp_path):
+    """fma(a, b, c) rounds once: exact against a float64 product plus c (rounded once)."""
+    kb = KernelBuilder("fused")
+    a, b, c, out = (kb.buffer(x, F32, (N,)) for x in ("a", "b", "c", "out"))
+    with kb.for_range(N, name="i") as i:
+        kb.store(out, (i,), call("fma", a[i], b[i], c[i]))
+    fn = lower(kb.finish())
+    lib = ctypes.CDLL(str(build_shared_library({"fused": print_c_module([fn])},
+                                               tmp_path / "fused.so")))
+    x, y, z = (RNG.standard_normal(N).astype(np.float32) for _ in range(3))
+    out = np.zeros(N, np.float32)
+    lib.fused(*(v.ctypes.data_as(ctypes.c_void_p) for v in (x, y, z, out)))
+    want = (x.astype(np.float64) * y + z).astype(np.float32)
+    np.testing.assert_array_equal(out, want)
+    interp = np.zeros(N, np.float32)
+    run_function(fn, [x, y, z, interp])
+    np.testing.assert_array_equal(interp, want)
