@@ -66,7 +66,7 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     clock = time.perf_counter()
     graph = load_model(model_path)
     optimized = optimize(graph, verify=cfg.verify_ir, dump_dir=_dump(cfg, "graph"))
-    plan = plan_graph(optimized)
+    plan = plan_graph(optimized, target)
     timings["frontend_s"] = time.perf_counter() - clock
     with ArtifactWriter(out_dir) as writer:
         clock = time.perf_counter()

@@ -17,7 +17,7 @@ from hidetc.codegen.launcher import Arg, Launch
 from hidetc.errors import UnsupportedOpError
 from hidetc.graph.ir import Graph
 from hidetc.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
-from hidetc.schedules import cpu
+from hidetc.schedules import cpu, cuda
 from hidetc.schedules.task import Task, task_of
 from hidetc.tir.ir import Function
 
@@ -25,6 +25,7 @@ from hidetc.tir.ir import Function
 @dataclass
 class ExecutionPlan:
     graph: Graph
+    target: str                                    # "cpu" | "cuda"
     functions: dict[str, Function]                 # kernel name -> function
     tasks: dict[str, Task]                         # kernel name -> task
     launches: list[Launch]
@@ -35,19 +36,22 @@ class ExecutionPlan:
     output_sources: list[dict] = field(default_factory=list)
 
 
+SCHEDULES = {"cpu": cpu, "cuda": cuda}
+
+
 def kernel_name(task: Task) -> str:
     digest = hashlib.sha256(repr(task).encode()).hexdigest()[:12]
     return f"{task.op.lower()}_{digest}"
 
 
-def _check_supported(graph: Graph) -> None:
+def _check_supported(graph: Graph, target: str) -> None:
     missing: dict[str, str] = {}
     for node in graph.nodes:
-        if not cpu.supports(node.op):
+        if not SCHEDULES[target].supports(node.op):
             missing.setdefault(node.op, node.name)
     if missing:
         listed = ", ".join(f"{op} (node {name!r})" for op, name in missing.items())
-        raise UnsupportedOpError(f"no cpu kernel for: {listed}")
+        raise UnsupportedOpError(f"no {target} kernel for: {listed}")
 
 
 def _lifetimes(graph: Graph) -> list[PlanValue]:
@@ -79,8 +83,9 @@ def _output_sources(graph: Graph, produced: set[str]) -> tuple[dict[str, int], l
     return slot_of, sources
 
 
-def plan_graph(graph: Graph) -> ExecutionPlan:
-    _check_supported(graph)
+def plan_graph(graph: Graph, target: str = "cpu") -> ExecutionPlan:
+    _check_supported(graph, target)
+    schedules = SCHEDULES[target]
     memory = plan_memory(_lifetimes(graph))
     produced = {o for node in graph.nodes for o in node.outputs if o}
     slot_of, sources = _output_sources(graph, produced)
@@ -90,7 +95,7 @@ def plan_graph(graph: Graph) -> ExecutionPlan:
         task = task_of(node, graph)
         name = kernel_name(task)
         if name not in functions:
-            functions[name] = cpu.build_kernel(task, name)
+            functions[name] = schedules.build_kernel(task, name)
             tasks[name] = task
         arg_values = [node.inputs[i] for i in task.buffer_inputs]
         arg_values += [o for o in node.outputs if o]
@@ -100,8 +105,8 @@ def plan_graph(graph: Graph) -> ExecutionPlan:
         nodes.append((name, node.name, node.op))
         values.append(tuple(arg_values))
     weights = {name: graph.constants[name] for name in graph.constants if name in used_constants}
-    return ExecutionPlan(graph, functions, tasks, launches, nodes, values, weights, memory,
-                         sources)
+    return ExecutionPlan(graph, target, functions, tasks, launches, nodes, values, weights,
+                         memory, sources)
 
 
 def _arg(value: str, graph: Graph, memory: MemoryPlan, slot_of: dict[str, int]) -> Arg:

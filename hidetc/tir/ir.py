@@ -301,3 +301,29 @@ def seq(*stmts: Stmt) -> Stmt:
         elif s is not None:
             flat.append(s)
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+# CUDA built-ins (functions with target "cuda"). Index registers and intrinsics are
+# Calls with CUDA's own names; the CUDA printer prints them as CUDA C, and the emulator
+# header provides every one of them on the CPU. CPU printers reject them.
+CUDA_INDEX = ("threadIdx", "blockIdx", "blockDim", "gridDim")
+
+
+def thread_idx(dim: str = "x") -> Call:
+    return Call(f"threadIdx.{dim}", (), INDEX_DTYPE)
+
+
+def block_idx(dim: str = "x") -> Call:
+    return Call(f"blockIdx.{dim}", (), INDEX_DTYPE)
+
+
+def block_dim(dim: str = "x") -> Call:
+    return Call(f"blockDim.{dim}", (), INDEX_DTYPE)
+
+
+def grid_dim(dim: str = "x") -> Call:
+    return Call(f"gridDim.{dim}", (), INDEX_DTYPE)
+
+
+def syncthreads() -> Evaluate:
+    return Evaluate(Call("__syncthreads", (), "void"))

@@ -154,13 +154,20 @@ def test_output_dir_that_is_not_an_artifact(tmp_path):
 
 
 def test_verification_failure_leaves_nothing(tmp_path):
-    onnx.save(_mlp(), tmp_path / "m.onnx")
+    # Tanh after a long dot product: libm's tanhf and a different summation order never
+    # agree with ONNX Runtime to the last bit on 4096 values, so a tolerance of 1e-30 fails.
+    x = RNG.standard_normal((64, 512)).astype(np.float32)
+    w = RNG.standard_normal((512, 64)).astype(np.float32) / 8
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, x.shape)],
+                              [helper.make_tensor_value_info("y", 1, (64, 64))],
+                              [onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
     strict = tmp_path / "strict.yaml"
     strict.write_text("rtol: 1.0e-30\n")
-    # A random input where float32 rounding differs from ONNX Runtime's in the last bits.
     result = invoke("compile", tmp_path / "m.onnx", "-o", tmp_path / "out", "--config", strict)
-    if result.exit_code == 0:
-        pytest.skip("hidetc matched ONNX Runtime bit for bit on this input")
     assert_one_line_error(result, "verification failed", "'y'")
     assert_nothing_written(tmp_path, "out")
 
