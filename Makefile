@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_MODEL ?= resnet50
 DEMO_DIR := demo
 
-.PHONY: demo test test-slow lint venv clean
+.PHONY: demo test test-slow lint venv clean gpu-check
 
 venv: $(STAMP)
 
@@ -30,6 +30,12 @@ test-slow: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hidetc tests models
+
+# On the GPU test machine (see ../shared/device/README.md): system python3 with pycuda
+# wheels carried in .whl/; writes a table and JSON into GPU_RESULTS.
+GPU_RESULTS ?= bench/results/gpu-$(shell date -u +%Y%m%d-%H%M)
+gpu-check:
+	bash bench/gpu_check.sh $(GPU_RESULTS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR)

@@ -49,6 +49,8 @@ def main(debug: bool) -> None:
               help="Artifact directory to write.")
 @click.option("--target", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
               help="Target device (default: auto = cuda when a GPU is visible, else cpu).")
+@click.option("--arch", default=None,
+              help="cuda: architectures, e.g. sm_80,sm_90 (default: the visible GPU, else sm_90).")
 @click.option("--config", "preset", default=None,
               help="A preset in configs/ (by name) or a YAML file.")
 @click.option("--sample", type=click.Path(), default=None,
@@ -56,9 +58,9 @@ def main(debug: bool) -> None:
 @click.option("--no-verify", is_flag=True, help="Skip verification against ONNX Runtime.")
 @click.option("--seed", type=int, default=None, help="Seed of the random verification input.")
 @_handle_errors
-def compile_cmd(model, out_dir, target, preset, sample, no_verify, seed):
+def compile_cmd(model, out_dir, target, arch, preset, sample, no_verify, seed):
     """Compile MODEL (.onnx) into the artifact directory OUT."""
-    overrides = {"target": target, "sample": sample, "seed": seed,
+    overrides = {"target": target, "arch": arch, "sample": sample, "seed": seed,
                  "verify": False if no_verify else None}
     result = api.compile_model(model, out_dir, preset=preset, **overrides)
     m = result.manifest
@@ -73,7 +75,8 @@ def compile_cmd(model, out_dir, target, preset, sample, no_verify, seed):
 
 def _verification_line(v: dict) -> str:
     if v.get("status") != "passed":
-        return f"verification: {v.get('status')}"
+        reason = f" ({v['reason']})" if v.get("reason") else ""
+        return f"verification: {v.get('status')}{reason}"
     errs = [o["rel_error"] for o in v["outputs"].values() if "rel_error" in o]
     worst = f", max relative error {max(errs):.2e}" if errs else ""
     return f"verification: passed against {v['reference']} ({v['sample']}{worst}, " \
@@ -119,10 +122,12 @@ def _describe_array(name: str, a: np.ndarray) -> str:
               help="CPU threads (0: all cores).")
 @click.option("--compare", "compare_model", type=click.Path(path_type=Path),
               default=None, help="Also run this ONNX model in ONNX Runtime: errors and latency.")
+@click.option("--emulate", is_flag=True,
+              help="Run a cuda artifact on the CPU with the emulator (slow; for testing).")
 @_handle_errors
-def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model):
+def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, emulate):
     """Run the artifact OUT_DIR on an input and print a summary of the outputs."""
-    model = api.load(out_dir)
+    model = api.load(out_dir, emulate=emulate)
     if threads:
         model.set_threads(threads)
     inputs = _load_inputs(model, input_path, 0)
@@ -130,7 +135,8 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model):
     for name, array in outputs.items():
         click.echo(_describe_array(name, array))
     stats = time_call(lambda: model.run(inputs), repeat=repeat)
-    click.echo(f"latency (hidetc, {model.target}): median {stats['median_ms']:.3f} ms, "
+    target = f"{model.target}, emulated" if emulate else model.target
+    click.echo(f"latency (hidetc, {target}): median {stats['median_ms']:.3f} ms, "
                f"min {stats['min_ms']:.3f} ms over {repeat} runs")
     if compare_model is not None:
         _compare_with_ort(compare_model, inputs, outputs, stats, repeat)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -190,25 +190,49 @@ def const_text(c: Const) -> str:
 _PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4,
          "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6}
 _UNARY, _ATOM = 7, 8
+PREC_UNARY, PREC_ATOM = _UNARY, _ATOM  # for printers that subclass CPrinter
 _C_OP = {"//": "/"}
 
 
 class CPrinter:
-    """Prints one Function; `allocs` remembers which local buffers were malloc'ed."""
+    """Prints one Function; `malloced` remembers which local buffers were malloc'ed.
+
+    Per-target printers subclass it: node types dispatch through the class tables
+    EXPR_PRINTERS / STMT_PRINTERS (type -> method name, so overrides are picked up), and
+    types, identifiers, constants and loop pragmas go through `ctype`, `ident`,
+    `const_str` and `loop_pragma`."""
 
     def __init__(self, fn: Function):
         self.fn = fn
         self.malloced: set[Buffer] = set()
+
+    # per-target hooks --------------------------------------------------------------------
+    def ctype(self, dtype: str) -> str:
+        return c_type(dtype)
+
+    def ident(self, name: str) -> str:
+        return c_name(name)
+
+    def const_str(self, c: Const) -> str:
+        return const_text(c)
+
+    def loop_pragma(self, s: For, ind: str) -> list[str]:
+        if s.kind == "parallel":
+            return [f"{ind}#pragma omp parallel for schedule(static)"]
+        if s.kind == "unroll":
+            n = int(s.extent.value) if isinstance(s.extent, Const) else UNROLL_DEFAULT
+            return [f"{ind}#pragma GCC unroll {max(1, min(n, 65534))}"]
+        return []
 
     # expressions -----------------------------------------------------------------------
     def expr(self, e: Expr) -> str:
         return self._expr(e)[0]
 
     def _expr(self, e: Expr) -> tuple[str, int]:
-        fmt = _EXPR_PRINTERS.get(type(e))
+        fmt = self.EXPR_PRINTERS.get(type(e))
         if fmt is None:
             raise NotImplementedError(f"the C printer cannot print {type(e).__name__}")
-        return fmt(self, e)
+        return getattr(self, fmt)(e)
 
     def _wrap(self, e: Expr, min_prec: int) -> str:
         text, prec = self._expr(e)
@@ -216,7 +240,7 @@ class CPrinter:
 
     def _binop(self, e: BinOp) -> tuple[str, int]:
         if e.op in ("min", "max"):
-            c_type(e.dtype)
+            self.ctype(e.dtype)
             return f"hidetc_{e.op}_{e.dtype}({self.expr(e.a)}, {self.expr(e.b)})", _ATOM
         if e.dtype in FLOATS and e.op in ("%", "//"):
             if e.op == "//":
@@ -238,21 +262,21 @@ class CPrinter:
         table = MATH_FUNCTIONS.get(arg_dtype, {})
         name = table.get(e.func)
         if name is None:
-            c_type(arg_dtype)
+            self.ctype(arg_dtype)
             raise NotImplementedError(f"no C function for {e.func!r} on {arg_dtype} "
                                       f"(known: {sorted(table)})")
         args = ", ".join(self.expr(a) for a in e.args)
         return f"{name}({args})", _ATOM
 
     def _cast(self, e: Cast) -> tuple[str, int]:
-        return f"({c_type(e.dtype)}){self._wrap(e.value, _UNARY)}", _UNARY
+        return f"({self.ctype(e.dtype)}){self._wrap(e.value, _UNARY)}", _UNARY
 
     def _select(self, e: Select) -> tuple[str, int]:
         c, a, b = (self._wrap(x, _PREC["||"]) for x in (e.cond, e.a, e.b))
         return f"({c} ? {a} : {b})", _ATOM
 
     def _load(self, e: Load) -> tuple[str, int]:
-        return f"{c_name(e.buffer.name)}[{self._index(e.buffer, e.indices)}]", _ATOM
+        return f"{self.ident(e.buffer.name)}[{self._index(e.buffer, e.indices)}]", _ATOM
 
     def _index(self, buf: Buffer, indices: tuple[Expr, ...]) -> str:
         if len(indices) != 1:
@@ -272,29 +296,24 @@ class CPrinter:
                 lines += self.stmt(x, ind)
         for x in top:
             if isinstance(x, Alloc) and x.buffer in self.malloced:
-                lines.append(f"{ind}free({c_name(x.buffer.name)});")
+                lines.append(f"{ind}free({self.ident(x.buffer.name)});")
         return lines
 
     def stmt(self, s: Stmt, ind: str) -> list[str]:
-        fmt = _STMT_PRINTERS.get(type(s))
+        fmt = self.STMT_PRINTERS.get(type(s))
         if fmt is None:
             raise NotImplementedError(f"the C printer cannot print {type(s).__name__} "
                                       "(run hidetc.tir.pipeline.lower first)")
-        return fmt(self, s, ind)
+        return getattr(self, fmt)(s, ind)
 
     def _store(self, s: Store, ind: str) -> list[str]:
-        target = f"{c_name(s.buffer.name)}[{self._index(s.buffer, s.indices)}]"
+        target = f"{self.ident(s.buffer.name)}[{self._index(s.buffer, s.indices)}]"
         return [f"{ind}{target} = {self.expr(s.value)};"]
 
     def _for(self, s: For, ind: str) -> list[str]:
-        pragma = []
-        if s.kind == "parallel":
-            pragma = [f"{ind}#pragma omp parallel for schedule(static)"]
-        elif s.kind == "unroll":
-            n = int(s.extent.value) if isinstance(s.extent, Const) else UNROLL_DEFAULT
-            pragma = [f"{ind}#pragma GCC unroll {max(1, min(n, 65534))}"]
-        v = c_name(s.var.name)
-        head = (f"{ind}for ({c_type(s.var.dtype)} {v} = 0; {v} < "
+        pragma = self.loop_pragma(s, ind)
+        v = self.ident(s.var.name)
+        head = (f"{ind}for ({self.ctype(s.var.dtype)} {v} = 0; {v} < "
                 f"{self._wrap(s.extent, _PREC['<'] + 1)}; ++{v}) {{")
         return pragma + [head] + self.block(s.body, ind + "  ") + [f"{ind}}}"]
 
@@ -306,13 +325,13 @@ class CPrinter:
 
     def _declare(self, s: Declare, ind: str) -> list[str]:
         init = "" if s.init is None else f" = {self.expr(s.init)}"
-        return [f"{ind}{c_type(s.var.dtype)} {c_name(s.var.name)}{init};"]
+        return [f"{ind}{self.ctype(s.var.dtype)} {self.ident(s.var.name)}{init};"]
 
     def _alloc(self, s: Alloc, ind: str) -> list[str]:
         buf = s.buffer
         if buf.scope != "local":
             raise NotImplementedError(f"{buf.scope}-scope buffer {buf.name} on the cpu target")
-        ctype, name = c_type(buf.dtype), c_name(buf.name)
+        ctype, name = self.ctype(buf.dtype), self.ident(buf.name)
         dims = [d if isinstance(d, Expr) else Const(int(d), "int64") for d in buf.shape]
         if all(isinstance(d, Const) for d in dims):
             numel = math.prod(int(d.value) for d in dims)
@@ -322,6 +341,31 @@ class CPrinter:
         self.malloced.add(buf)
         return [f"{ind}{ctype} *restrict {name} = ({ctype} *)malloc(sizeof({ctype}) * "
                 f"{size});"]
+
+    def _var(self, e: Var) -> tuple[str, int]:
+        return self.ident(e.name), _ATOM
+
+    def _const(self, e: Const) -> tuple[str, int]:
+        return self.const_str(e), _ATOM
+
+    def _seq(self, s: Seq, ind: str) -> list[str]:
+        return [f"{ind}{{"] + self.block(s, ind + "  ") + [f"{ind}}}"]
+
+    def _assign(self, s: Assign, ind: str) -> list[str]:
+        return [f"{ind}{self.ident(s.var.name)} = {self.expr(s.value)};"]
+
+    def _evaluate(self, s: Evaluate, ind: str) -> list[str]:
+        return [f"{ind}(void)({self.expr(s.expr)});"]
+
+    # dispatch tables: node type -> method name -------------------------------------------
+    EXPR_PRINTERS: dict[type, str] = {
+        Var: "_var", Const: "_const", BinOp: "_binop", UnOp: "_unop", Call: "_call",
+        Cast: "_cast", Select: "_select", Load: "_load",
+    }
+    STMT_PRINTERS: dict[type, str] = {
+        Store: "_store", Seq: "_seq", For: "_for", If: "_if", Declare: "_declare",
+        Assign: "_assign", Alloc: "_alloc", Evaluate: "_evaluate",
+    }
 
     # functions -------------------------------------------------------------------------
     def signature(self) -> str:
@@ -333,9 +377,9 @@ class CPrinter:
         for p in fn.params:
             if isinstance(p, Buffer):
                 const = "" if p in stored else "const "
-                params.append(f"{const}{c_type(p.dtype)} *restrict {c_name(p.name)}")
+                params.append(f"{const}{self.ctype(p.dtype)} *restrict {self.ident(p.name)}")
             else:
-                params.append(f"{c_type(p.dtype)} {c_name(p.name)}")
+                params.append(f"{self.ctype(p.dtype)} {self.ident(p.name)}")
         return f"void {fn.name}({', '.join(params) or 'void'})"
 
     def function(self) -> str:
@@ -348,29 +392,6 @@ class CPrinter:
         lines = ['__attribute__((visibility("default")))', self.signature() + " {"]
         lines += self.block(fn.body, "  ")
         return "\n".join(lines + ["}"]) + "\n"
-
-
-_EXPR_PRINTERS: dict[type, Callable[[CPrinter, Any], tuple[str, int]]] = {
-    Var: lambda self, e: (c_name(e.name), _ATOM),
-    Const: lambda self, e: (const_text(e), _ATOM),
-    BinOp: CPrinter._binop,
-    UnOp: CPrinter._unop,
-    Call: CPrinter._call,
-    Cast: CPrinter._cast,
-    Select: CPrinter._select,
-    Load: CPrinter._load,
-}
-
-_STMT_PRINTERS: dict[type, Callable[[CPrinter, Any, str], list[str]]] = {
-    Store: CPrinter._store,
-    Seq: lambda self, s, ind: [f"{ind}{{"] + self.block(s, ind + "  ") + [f"{ind}}}"],
-    For: CPrinter._for,
-    If: CPrinter._if,
-    Declare: CPrinter._declare,
-    Assign: lambda self, s, ind: [f"{ind}{c_name(s.var.name)} = {self.expr(s.value)};"],
-    Alloc: CPrinter._alloc,
-    Evaluate: lambda self, s, ind: [f"{ind}(void)({self.expr(s.expr)});"],
-}
 
 
 def print_c_function(fn: Function) -> str:

@@ -38,6 +38,19 @@ def check_inputs(specs: list[dict], inputs: Mapping[str, np.ndarray]) -> list[np
     return arrays
 
 
+def collect_outputs(manifest: dict, inputs: list[np.ndarray], outputs: list[np.ndarray],
+                    constants: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Fill the outputs no kernel writes (see `output_sources`) and name them all."""
+    for k, source in enumerate(manifest.get("output_sources", ())):
+        if source["kind"] == "input":
+            outputs[k][...] = inputs[source["index"]]
+        elif source["kind"] == "output":
+            outputs[k][...] = outputs[source["index"]]
+        elif source["kind"] == "constant":
+            outputs[k][...] = constants[source["name"]]
+    return {o["name"]: a for o, a in zip(manifest["outputs"], outputs)}
+
+
 def _pointers(arrays: list[np.ndarray]) -> ctypes.Array:
     ptrs = (ctypes.c_void_p * max(len(arrays), 1))()
     for i, a in enumerate(arrays):
@@ -72,11 +85,4 @@ class CpuExecutor:
         self._lib.hidetc_forward(in_ptrs, out_ptrs, self._arena.ctypes.data,
                                  self._blob.ctypes.data)
         self.last_latency_ms = (time.perf_counter() - start) * 1e3
-        for k, source in enumerate(self.manifest["output_sources"]):
-            if source["kind"] == "input":
-                outs[k][...] = arrays[source["index"]]
-            elif source["kind"] == "output":
-                outs[k][...] = outs[source["index"]]
-            elif source["kind"] == "constant":
-                outs[k][...] = self.constants[source["name"]]
-        return {o["name"]: a for o, a in zip(self.manifest["outputs"], outs)}
+        return collect_outputs(self.manifest, arrays, outs, self.constants)

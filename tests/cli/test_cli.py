@@ -11,10 +11,10 @@ import onnx
 import pytest
 import yaml
 from click.testing import CliRunner
+from helpers.onnx_util import one_node_model
 from onnx import TensorProto, helper
 
 from hidetc.cli import main
-from helpers.onnx_util import one_node_model
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((5, 3)).astype(np.float32)

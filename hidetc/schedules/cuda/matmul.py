@@ -21,8 +21,17 @@ from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import (Const, Function, block_idx, call, logical_and, minimum, select,
-                           syncthreads, thread_idx)
+from hidetc.tir.ir import (
+    Const,
+    Function,
+    block_idx,
+    call,
+    logical_and,
+    minimum,
+    select,
+    syncthreads,
+    thread_idx,
+)
 from hidetc.tir.mapping import repeat, spatial
 
 BM, BN, BK, TM, TN = 64, 64, 16, 4, 4

@@ -8,8 +8,7 @@ from hidetc.schedules.cpu.pool import _begin_pads
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import (Function, block_idx, cast, logical_and, maximum, minimum,
-                           thread_idx)
+from hidetc.tir.ir import Function, block_idx, cast, logical_and, maximum, minimum, thread_idx
 from hidetc.tir.mapping import spatial
 
 THREADS = 256

@@ -1,0 +1,69 @@
+"""Build the CUDA side of an execution plan: lower every kernel, print them as CUDA C in
+a few translation units, let nvcc build a .cubin per architecture (plus PTX for newer
+GPUs), and describe the forward pass as the manifest's `cuda` section (see
+`hidetc.runtime.cuda.manifest`).
+
+Kernels are grouped into translation units of at most `KERNELS_PER_UNIT`, by sorted
+name, so nvcc runs a few times in parallel and equal units hit the build cache.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from hidetc.build import resolve_weight_args
+from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.plan import ExecutionPlan
+from hidetc.tir.pipeline import lower
+from hidetc.toolchain.nvcc import compile_cubins
+
+KERNELS_PER_UNIT = 16
+
+
+def translation_units(plan: ExecutionPlan, dump_dir: str | None = None
+                      ) -> tuple[dict[str, str], dict[str, str]]:
+    """(unit name -> CUDA source, kernel name -> unit name)."""
+    names = sorted(plan.functions)
+    units, unit_of = {}, {}
+    for start in range(0, len(names), KERNELS_PER_UNIT):
+        unit = f"unit{start // KERNELS_PER_UNIT}"
+        chunk = names[start:start + KERNELS_PER_UNIT]
+        units[unit] = print_cuda_module([lower(plan.functions[n], dump_dir=dump_dir)
+                                         for n in chunk])
+        unit_of.update({n: unit for n in chunk})
+    return units, unit_of
+
+
+def cuda_section(plan: ExecutionPlan, entries: Mapping, unit_of: Mapping[str, str],
+                 modules: list[dict], archs: Sequence[str]) -> dict:
+    launches = []
+    for launch in resolve_weight_args(plan, entries):
+        fn = plan.functions[launch.kernel]
+        launches.append({"kernel": launch.kernel, "module": unit_of[launch.kernel],
+                         "grid": list(fn.attr("grid")), "block": list(fn.attr("block")),
+                         "shared_bytes": 0,
+                         "args": [[a.space, a.index] for a in launch.args]})
+    return {"archs": list(archs), "modules": modules, "launches": launches}
+
+
+def build_cuda_modules(plan: ExecutionPlan, entries: Mapping, out_dir: Path,
+                       archs: Sequence[str], dump_dir: str | None = None) -> dict:
+    """Write sources and cubins under `out_dir` (the artifact's kernels/ folder) and
+    return the manifest's `cuda` section with paths relative to out_dir's parent."""
+    units, unit_of = translation_units(plan, dump_dir)
+    src_dir = out_dir / "src"
+    src_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in units.items():
+        (src_dir / f"{name}.cu").write_text(text)
+    built = compile_cubins(units, archs, out_dir, include_dirs=(CUDA_INCLUDE_DIR,))
+    root = out_dir.parent
+    modules = []
+    for unit in units:
+        cubins = {arch: str(built[arch][unit].relative_to(root)) for arch in archs}
+        module: dict = {"name": unit, "cubins": cubins}
+        ptx = [(key, files[unit]) for key, files in built.items()
+               if key.startswith("compute_") and unit in files]
+        if ptx:
+            module["ptx"] = {"arch": ptx[0][0], "file": str(ptx[0][1].relative_to(root))}
+        modules.append(module)
+    return cuda_section(plan, entries, unit_of, modules, archs)

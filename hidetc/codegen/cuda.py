@@ -1,0 +1,365 @@
+"""CUDA C printer: lowered, flattened, verified Functions with target "cuda" -> one .cu.
+
+The translation unit is `#include "hidetc_cuda.h"` (the device header in
+`cuda_include/`, see CUDA_INCLUDE_DIR), the caller's prelude, every kernel, and, under
+`#ifdef HIDETC_EMULATE`, one uniform entry per kernel for the emulator. A kernel prints as
+
+    extern "C" __global__ void __launch_bounds__(THREADS)
+    NAME(const float *__restrict__ a, float *__restrict__ out, int32_t n) { ... }
+
+THREADS = prod(attr "block"). A Buffer parameter is a `__restrict__` pointer, `const`
+unless the kernel stores to it or an intrinsic writes through it; a scalar is passed
+by value. The emulator entry is `extern "C" void NAME_emu_entry(void **args)`: args[i]
+is the i-th parameter's pointer, or a pointer to the scalar's value.
+
+What the printer adds to the C printer (`hidetc.codegen.c.CPrinter`, subclassed):
+- built-ins: `Call("threadIdx.x")` etc. print as `(int32_t)threadIdx.x` (CUDA's are
+  unsigned); `__syncthreads` and the names in PASSTHROUGH and every `hidetc_*` header
+  helper print as calls; a void Call statement prints as `f(...);`.
+- warp intrinsics (WARP_INTRINSICS): the IR gives the CUDA operands WITHOUT the mask
+  and the printer passes the full mask `0xffffffffu`; with exactly one more operand,
+  the first is the mask (and a shuffle's optional width needs an explicit mask).
+- pointer operands (ADDRESS_ARGS): intrinsics that take addresses (atomics, vector
+  copies, cp.async, ldmatrix, mma) get `&buf[i]` for the Load written at that position;
+  `Call("address_of", (buf[i],))` is `&buf[i]` anywhere.
+- buffers: shared Allocs print as `__shared__ __align__(16) T name[N];` (constant N,
+  at most 48 KiB per kernel: static shared memory), local ones as `__align__(16) T
+  name[N];` (registers or local memory); loops of kind "unroll" get `#pragma unroll`;
+  kind "parallel" is a CPU notion and is rejected.
+- float16 is `half` (cuda_fp16.h). Arithmetic on two halves uses the correctly rounded
+  `__hadd_rn/__hsub_rn/__hmul_rn` and `hidetc_hdiv` (division in float, rounded once),
+  comparisons `__hlt`... (`!=` is the unordered `__hneu`, like C), negation `__hneg`;
+  math calls use the header's `hidetc_<fn>_float16`, which compute in float and round
+  once. A half mixed with another dtype is converted explicitly to the promoted dtype
+  (`__half2float`, `__float2half_rn`, `__double2half`); constants print as
+  `__float2half_rn(<exact float>)`. bfloat16 is not supported yet.
+
+Assumes `hidetc.tir.pipeline.lower` ran (flattened, verified). Guarantees: nvcc
+(sm_80+) and the emulator (g++ -DHIDETC_EMULATE) compile the same text.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from hidetc.codegen.c import (
+    C_TYPES,
+    MATH_FUNCTIONS,
+    PREC_ATOM,
+    PREC_UNARY,
+    CPrinter,
+    c_name,
+    const_text,
+)
+from hidetc.tir.functor import Rewriter, collect
+from hidetc.tir.ir import (
+    CMP_OPS,
+    CUDA_INDEX,
+    LOGIC_OPS,
+    Alloc,
+    Assign,
+    BinOp,
+    Buffer,
+    Call,
+    Cast,
+    Const,
+    Declare,
+    Evaluate,
+    Expr,
+    For,
+    Function,
+    Load,
+    Select,
+    UnOp,
+    promote,
+)
+
+CUDA_INCLUDE_DIR = Path(__file__).resolve().parent / "cuda_include"
+HEADER_NAME = "hidetc_cuda.h"
+FULL_MASK = "0xffffffffu"
+SHARED_MEMORY_LIMIT = 48 * 1024  # bytes of static shared memory per kernel
+CUDA_TYPES = {**C_TYPES, "float16": "half"}
+F16 = "float16"
+
+# name -> (operands after the mask, optional trailing operands)
+WARP_INTRINSICS: dict[str, tuple[int, int]] = {
+    "__shfl_sync": (2, 1), "__shfl_up_sync": (2, 1), "__shfl_down_sync": (2, 1),
+    "__shfl_xor_sync": (2, 1), "__ballot_sync": (1, 0), "__any_sync": (1, 0),
+    "__all_sync": (1, 0), "__syncwarp": (0, 0),
+}
+_LDMATRIX = {f"hidetc_ldmatrix_x{n}{t}": (0, 1) for n in (1, 2, 4) for t in ("", "_trans")}
+# name -> positions of the operands passed by address (operand 0: the destination)
+ADDRESS_ARGS: dict[str, tuple[int, ...]] = {
+    **{f"atomic{op}": (0,) for op in ("Add", "Sub", "Max", "Min", "Exch", "CAS")},
+    **{f"hidetc_copy{n}": (0, 1) for n in (4, 8, 16)},
+    **{f"hidetc_cp_async{n}": (0, 1) for n in (4, 8, 16)},
+    **_LDMATRIX,
+    "hidetc_ld_f4": (0, 1),
+    "hidetc_mma_m16n8k16_f16f32": (0, 1, 2, 3),
+    "address_of": (0,),
+}
+PASSTHROUGH = frozenset({"__syncthreads", "__threadfence", "__threadfence_block",
+                         "__activemask", "__trap", "__popc", "__clz", "__ffs"})
+F16_MATH = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt",
+                      "erf", "tanh", "sinh", "cosh", "asinh", "acosh", "atanh", "floor",
+                      "ceil", "trunc", "sin", "cos", "tan", "asin", "acos", "atan", "abs",
+                      "round", "sigmoid", "rsqrt", "pow", "atan2", "fmod", "fma", "isnan",
+                      "isinf"})
+_F16_BINOP = {"+": "__hadd_rn", "-": "__hsub_rn", "*": "__hmul_rn", "/": "hidetc_hdiv",
+              "%": "hidetc_fmod_float16", "<": "__hlt", "<=": "__hle", ">": "__hgt",
+              ">=": "__hge", "==": "__heq", "!=": "__hneu"}
+_CUDA_RESERVED = frozenset("""threadIdx blockIdx blockDim gridDim warpSize half half2 dim3
+uint3 float2 float4 int2 int4 uint2 uint4 new delete class template this namespace operator
+private public protected virtual friend typename using try catch throw explicit mutable
+export asm nullptr min max""".split())
+
+
+def cuda_type(dtype: str) -> str:
+    ctype = CUDA_TYPES.get(dtype)
+    if ctype is None:
+        raise NotImplementedError(f"dtype {dtype!r} is not supported by the CUDA printer")
+    return ctype
+
+
+def _to(e: Expr, dtype: str) -> Expr:
+    """`e` converted to `dtype` when a half is involved (C++ converts the rest itself)."""
+    if e.dtype == dtype or F16 not in (e.dtype, dtype):
+        return e
+    return Cast(e, dtype)
+
+
+class _WrittenThrough(Rewriter):
+    """Buffers an intrinsic writes through an address: operand 0 of every ADDRESS_ARGS
+    intrinsic is its destination (`address_of` counts as written: its use is unknown)."""
+
+    def __init__(self) -> None:
+        self.buffers: set[Buffer] = set()
+
+    def visit_Call(self, e: Call) -> Expr:
+        if e.func in ADDRESS_ARGS and e.args and isinstance(e.args[0], Load):
+            self.buffers.add(e.args[0].buffer)
+        return super().visit_Call(e)
+
+
+class CudaPrinter(CPrinter):
+    """Prints one lowered cuda Function (see the module docstring)."""
+
+    # per-target hooks -------------------------------------------------------------------
+    def ctype(self, dtype: str) -> str:
+        return cuda_type(dtype)
+
+    def ident(self, name: str) -> str:
+        name = c_name(name)
+        return name + "_" if name in _CUDA_RESERVED else name
+
+    def const_str(self, c: Const) -> str:
+        if c.dtype == F16:
+            return f"__float2half_rn({const_text(Const(float(np.float16(c.value)), 'float32'))})"
+        cuda_type(c.dtype)
+        return const_text(c)
+
+    def loop_pragma(self, s: For, ind: str) -> list[str]:
+        if s.kind == "parallel":
+            raise ValueError(f"{self.fn.name}: loop {s.var.name} is 'parallel', a cpu loop "
+                             "kind; CUDA kernels distribute work with thread/block indices")
+        return [f"{ind}#pragma unroll"] if s.kind == "unroll" else []
+
+    # expressions ------------------------------------------------------------------------
+    def _binop(self, e: BinOp) -> tuple[str, int]:
+        if e.op in LOGIC_OPS:
+            return super()._binop(e)
+        common = promote(e.a.dtype, e.b.dtype) if e.op in CMP_OPS else e.dtype
+        a, b = _to(e.a, common), _to(e.b, common)
+        if common != F16:
+            return super()._binop(e if (a, b) == (e.a, e.b) else BinOp(e.op, a, b))
+        if e.op in ("min", "max"):
+            return f"hidetc_{e.op}_float16({self.expr(a)}, {self.expr(b)})", PREC_ATOM
+        func = _F16_BINOP.get(e.op)
+        if func is None:
+            raise NotImplementedError(f"'{e.op}' on float16 is not defined in the IR")
+        return f"{func}({self.expr(a)}, {self.expr(b)})", PREC_ATOM
+
+    def _unop(self, e: UnOp) -> tuple[str, int]:
+        if e.op == "neg" and e.dtype == F16:
+            return f"__hneg({self.expr(e.a)})", PREC_ATOM
+        return super()._unop(e)
+
+    def _select(self, e: Select) -> tuple[str, int]:
+        a, b = _to(e.a, e.dtype), _to(e.b, e.dtype)
+        return super()._select(e if (a, b) == (e.a, e.b) else Select(e.cond, a, b))
+
+    def _cast(self, e: Cast) -> tuple[str, int]:
+        src, dst = e.value.dtype, e.dtype
+        if src == dst:
+            return self._expr(e.value)
+        value = self.expr(e.value)
+        if dst == F16:
+            if src == "float64":
+                return f"__double2half({value})", PREC_ATOM
+            inner = value if src == "float32" else f"(float)({value})"
+            return f"__float2half_rn({inner})", PREC_ATOM
+        if src == F16:
+            as_float = f"__half2float({value})"
+            return (as_float, PREC_ATOM) if dst == "float32" else (
+                f"({self.ctype(dst)}){as_float}", PREC_UNARY)
+        return super()._cast(e)
+
+    def _call(self, e: Call) -> tuple[str, int]:
+        head, _, dim = e.func.partition(".")
+        if head in CUDA_INDEX and dim in ("x", "y", "z"):
+            return f"({self.ctype(e.dtype)}){e.func}", PREC_UNARY
+        if e.func in WARP_INTRINSICS:
+            return self._warp_call(e), PREC_ATOM
+        if e.func in ADDRESS_ARGS:
+            return self._address_call(e), PREC_ATOM
+        if e.func in PASSTHROUGH or e.func.startswith("hidetc_"):
+            return f"{e.func}({', '.join(self.expr(a) for a in e.args)})", PREC_ATOM
+        return self._math_call(e)
+
+    def _warp_call(self, e: Call) -> str:
+        required, optional = WARP_INTRINSICS[e.func]
+        args = [self.expr(a) for a in e.args]
+        if len(args) == required:
+            args.insert(0, FULL_MASK)
+        elif not required + 1 <= len(args) <= required + 1 + optional:
+            raise ValueError(f"{e.func} takes {required} operands (full mask) or a mask and "
+                             f"{required}..{required + optional} operands, got {len(args)}")
+        return f"{e.func}({', '.join(args)})"
+
+    def _address_call(self, e: Call) -> str:
+        positions = ADDRESS_ARGS[e.func]
+        args = []
+        for i, a in enumerate(e.args):
+            if i not in positions:
+                args.append(self.expr(a))
+            elif isinstance(a, Load):
+                args.append(f"&{self.expr(a)}")
+            else:
+                raise ValueError(f"{self.fn.name}: operand {i} of {e.func} is passed by "
+                                 f"address and must be a buffer element (a Load), got "
+                                 f"{type(a).__name__}")
+        if e.func == "address_of":
+            return f"({args[0]})"
+        return f"{e.func}({', '.join(args)})"
+
+    def _math_call(self, e: Call) -> tuple[str, int]:
+        dtype = e.args[0].dtype if e.args else e.dtype
+        if dtype == F16 and e.func in F16_MATH:
+            args = ", ".join(self.expr(_to(a, F16)) for a in e.args)
+            return f"hidetc_{e.func}_float16({args})", PREC_ATOM
+        name = MATH_FUNCTIONS.get(dtype, {}).get(e.func)
+        if name is None:
+            raise NotImplementedError(f"no CUDA function for {e.func!r} on {dtype}")
+        return f"{name}({', '.join(self.expr(_to(a, dtype)) for a in e.args)})", PREC_ATOM
+
+    # statements ------------------------------------------------------------------------
+    def _evaluate(self, s: Evaluate, ind: str) -> list[str]:
+        if isinstance(s.expr, Call) and s.expr.dtype == "void":
+            return [f"{ind}{self.expr(s.expr)};"]
+        return super()._evaluate(s, ind)
+
+    def _declare(self, s: Declare, ind: str) -> list[str]:
+        if s.init is not None and _to(s.init, s.var.dtype) is not s.init:
+            s = Declare(s.var, _to(s.init, s.var.dtype))
+        return super()._declare(s, ind)
+
+    def _assign(self, s: Assign, ind: str) -> list[str]:
+        return super()._assign(Assign(s.var, _to(s.value, s.var.dtype)), ind)
+
+    def _alloc(self, s: Alloc, ind: str) -> list[str]:
+        buf = s.buffer
+        if not all(isinstance(d, int) or isinstance(d, Const) for d in buf.shape):
+            raise NotImplementedError(f"{self.fn.name}: {buf.scope} buffer {buf.name} has a "
+                                      "symbolic shape; CUDA arrays need constant sizes")
+        numel = max(1, math.prod(int(getattr(d, "value", d)) for d in buf.shape))
+        decl = f"__align__(16) {self.ctype(buf.dtype)} {self.ident(buf.name)}[{numel}];"
+        return [f"{ind}__shared__ {decl}" if buf.scope == "shared" else f"{ind}{decl}"]
+
+    # functions -------------------------------------------------------------------------
+    def threads(self) -> int:
+        block = self.fn.attr("block")
+        if not (isinstance(block, tuple) and len(block) == 3
+                and all(isinstance(b, int) and b > 0 for b in block)):
+            raise ValueError(f"{self.fn.name}: attr 'block' must be a tuple of 3 positive "
+                             f"ints, got {block!r}")
+        if math.prod(block) > 1024:
+            raise ValueError(f"{self.fn.name}: block {block} has more than 1024 threads")
+        return math.prod(block)
+
+    def written_buffers(self) -> set[Buffer]:
+        through = _WrittenThrough()
+        through(self.fn)
+        return through.buffers | set(collect(self.fn).stores)
+
+    def params(self) -> list[str]:
+        written = self.written_buffers()
+        out = []
+        for p in self.fn.params:
+            name, ctype = self.ident(p.name), self.ctype(p.dtype)
+            if isinstance(p, Buffer):
+                const = "" if p in written else "const "
+                out.append(f"{const}{ctype} *__restrict__ {name}")
+            else:
+                out.append(f"{ctype} {name}")
+        return out
+
+    def check(self) -> None:
+        fn = self.fn
+        if fn.attr("target") != "cuda":
+            raise ValueError(f"{fn.name}: the CUDA printer is for target cuda, got "
+                             f"{fn.attr('target')!r}")
+        if not fn.attr("flattened", False):
+            raise ValueError(f"{fn.name} is not lowered: run hidetc.tir.pipeline.lower")
+        if c_name(fn.name) != fn.name or self.ident(fn.name) != fn.name:
+            raise ValueError(f"function name {fn.name!r} is not a usable C identifier")
+        shared = [b for b in collect(fn).allocs if b.scope == "shared"]
+        size = sum(math.prod(int(getattr(d, "value", d)) for d in b.shape)
+                   * np.dtype(b.dtype).itemsize for b in shared if _constant_shape(b))
+        if size > SHARED_MEMORY_LIMIT:
+            raise ValueError(f"{fn.name}: {size} bytes of shared memory; static shared "
+                             f"memory is limited to {SHARED_MEMORY_LIMIT} bytes")
+
+    def function(self) -> str:
+        self.check()
+        head = (f'extern "C" __global__ void __launch_bounds__({self.threads()})\n'
+                f"{self.fn.name}({', '.join(self.params()) or 'void'}) {{")
+        return "\n".join([head] + self.block(self.fn.body, "  ") + ["}"]) + "\n"
+
+    def emu_entry(self) -> str:
+        """The emulator's uniform entry (printed inside `#ifdef HIDETC_EMULATE`)."""
+        written, args = self.written_buffers(), []
+        for i, p in enumerate(self.fn.params):
+            ctype = self.ctype(p.dtype)
+            if isinstance(p, Buffer):
+                const = "" if p in written else "const "
+                args.append(f"({const}{ctype} *)args[{i}]")
+            else:
+                args.append(f"*({ctype} *)args[{i}]")
+        return (f'extern "C" void {self.fn.name}_emu_entry(void **args) {{\n'
+                f"  {self.fn.name}({', '.join(args)});\n}}\n")
+
+
+def _constant_shape(b: Buffer) -> bool:
+    return all(isinstance(d, (int, Const)) for d in b.shape)
+
+
+def print_cuda_function(fn: Function) -> str:
+    """The CUDA C definition of one lowered cuda Function (see the module docstring)."""
+    return CudaPrinter(fn).function()
+
+
+def print_cuda_module(functions: Sequence[Function], prelude: str = "") -> str:
+    """One .cu translation unit: the device header, `prelude`, every kernel, and the
+    emulator entries under `#ifdef HIDETC_EMULATE`."""
+    printers = [CudaPrinter(fn) for fn in functions]
+    parts = [f'/* generated by hidetc (cuda target) */\n#include "{HEADER_NAME}"\n']
+    if prelude:
+        parts.append(prelude.rstrip("\n") + "\n")
+    parts.extend(p.function() for p in printers)
+    if printers:
+        parts.append("#ifdef HIDETC_EMULATE\n" + "".join(p.emu_entry() for p in printers)
+                     + "#endif\n")
+    return "\n".join(parts)

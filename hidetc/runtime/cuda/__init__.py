@@ -1,0 +1,16 @@
+"""The CUDA runtime: run a `target: cuda` artifact on GPU 0 through pycuda.
+
+- `manifest`: the artifact's `cuda` section (modules, launches), image selection per GPU
+  and kernel-argument packing; pure Python.
+- `driver`: the process-wide CUDA session (lazy pycuda import, primary context) and
+  CUDA graphs through ctypes.
+- `executor`: `CudaExecutor(path, manifest)` with `run(inputs) -> outputs` and
+  `last_latency_ms`, as the CPU executor.
+- `locate`: the child process that names the kernel behind a failed replay.
+
+Importing this package never imports pycuda: machines without it (or without a GPU)
+import hidetc fine and get a one-line error only when they build a `CudaExecutor`.
+"""
+from hidetc.runtime.cuda.executor import CudaExecutor
+
+__all__ = ["CudaExecutor"]

@@ -1,0 +1,39 @@
+"""Pick the executor for an artifact's target: the CPU executor (ctypes), the CUDA
+executor (pycuda; needs a GPU), or the emulator for a CUDA artifact on the CPU."""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+
+from hidetc.errors import ArtifactError
+from hidetc.runtime.cuda.executor import CudaExecutor
+from hidetc.runtime.emulated import EmulatedCudaExecutor
+from hidetc.runtime.executor import CpuExecutor
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_available() -> bool:
+    """A CUDA GPU is visible (nvidia-smi lists one) and pycuda can be imported."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                                timeout=20).stdout
+        return "GPU" in listed and importlib.util.find_spec("pycuda") is not None
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def make_executor(path: Path, manifest: dict, *, emulate: bool = False):
+    target = manifest["target"]
+    if target == "cpu":
+        if emulate:
+            raise ArtifactError(f"{path}: --emulate applies to cuda artifacts; this one "
+                                f"targets cpu")
+        return CpuExecutor(path, manifest)
+    if target == "cuda":
+        return EmulatedCudaExecutor(path, manifest) if emulate else CudaExecutor(path, manifest)
+    raise ArtifactError(f"{path}: unknown target {target!r} in the manifest")

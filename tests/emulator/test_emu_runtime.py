@@ -1,0 +1,198 @@
+"""The emulator's execution model and failure reports: barriers with exited threads,
+deadlock, divergent barriers and collectives, misaligned copies, bad launches and
+arguments, compile errors (ToolchainError with the reproduce command), the build cache,
+the ucontext fallback, big local arrays on fiber stacks, and the switch rate."""
+import time
+
+import numpy as np
+import pytest
+
+from hidetc.errors import ToolchainError
+from hidetc.runtime.emulator import EmulatedModule, EmulatorError, build_emulated
+from hidetc.toolchain.cache import BuildCache
+
+SOURCE = r"""
+#include "hidetc_cuda.h"
+
+extern "C" __global__ void early_exit(const float *in, float *out, int n) {
+  __shared__ float s[256];
+  int t = threadIdx.x;
+  if (t >= n) return;                      /* exited threads count as arrived */
+  s[t] = in[t] * 2.0f;
+  __syncthreads();
+  out[t] = s[(t + 1) % n];
+}
+
+extern "C" __global__ void deadlock(float *out) {
+  float v = 1.0f;
+  if (threadIdx.x < 16) __syncthreads();   /* the shuffle needs lanes 0..15 */
+  else v = __shfl_sync(0xffffffffu, v, 0);
+  out[threadIdx.x] = v;
+}
+
+extern "C" __global__ void divergent_barrier(float *out) {
+  if (threadIdx.x < 32) { __syncthreads(); out[threadIdx.x] = 1.0f; }
+  else { __syncthreads(); out[threadIdx.x] = 2.0f; }
+}
+
+extern "C" __global__ void divergent_collective(unsigned *out) {
+  unsigned v = threadIdx.x;
+  if (threadIdx.x < 16) v = __shfl_sync(0xffffffffu, v, 0);
+  else v = __ballot_sync(0xffffffffu, 1);
+  out[threadIdx.x] = v;
+}
+
+extern "C" __global__ void mask_without_me(unsigned *out) {
+  out[threadIdx.x] = __ballot_sync(0x1u, 1);
+}
+
+extern "C" __global__ void misaligned(const float *in, float *out) {
+  __shared__ __align__(16) float s[8];
+  hidetc_cp_async16(&s[0], in + 1, true);
+  hidetc_cp_async_wait_all();
+  out[0] = s[0];
+}
+
+extern "C" __global__ void ldmatrix_half_warp(unsigned *out) {
+  __shared__ __align__(16) unsigned short s[8][8];
+  unsigned r[1];
+  hidetc_ldmatrix_x1(r, &s[threadIdx.x % 8][0]);
+  out[threadIdx.x] = r[0];
+}
+
+extern "C" __global__ void trap(float *out) {
+  if (threadIdx.x == 5) __trap();
+  out[threadIdx.x] = 1.0f;
+}
+
+extern "C" __global__ void big_locals(const float *in, float *out) {
+  float local[20000];                      /* 80 KB on the fiber's stack */
+  for (int i = 0; i < 20000; i++) local[i] = in[i % 64] + (float)threadIdx.x;
+  float s = 0.0f;
+  for (int i = 0; i < 20000; i += 997) s += local[i];
+  out[threadIdx.x] = s;
+}
+
+extern "C" __global__ void barrier_loop(int *count, int iters) {
+  __shared__ int s[256];
+  for (int k = 0; k < iters; k++) {
+    s[threadIdx.x] = k;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) count[0] = s[255] + 1;
+}
+
+#ifdef HIDETC_EMULATE
+extern "C" void early_exit_emu_entry(void **a) {
+  early_exit((const float *)a[0], (float *)a[1], *(int *)a[2]);
+}
+extern "C" void deadlock_emu_entry(void **a) { deadlock((float *)a[0]); }
+extern "C" void divergent_barrier_emu_entry(void **a) { divergent_barrier((float *)a[0]); }
+extern "C" void divergent_collective_emu_entry(void **a) { divergent_collective((unsigned *)a[0]); }
+extern "C" void mask_without_me_emu_entry(void **a) { mask_without_me((unsigned *)a[0]); }
+extern "C" void misaligned_emu_entry(void **a) { misaligned((const float *)a[0], (float *)a[1]); }
+extern "C" void ldmatrix_half_warp_emu_entry(void **a) { ldmatrix_half_warp((unsigned *)a[0]); }
+extern "C" void trap_emu_entry(void **a) { trap((float *)a[0]); }
+extern "C" void big_locals_emu_entry(void **a) { big_locals((const float *)a[0], (float *)a[1]); }
+extern "C" void barrier_loop_emu_entry(void **a) { barrier_loop((int *)a[0], *(int *)a[1]); }
+#endif
+"""
+
+
+@pytest.fixture(scope="module")
+def module():
+    return EmulatedModule(build_emulated({"emu_runtime": SOURCE}))
+
+
+def test_exited_threads_count_as_arrived(module):
+    x = np.arange(256, dtype=np.float32)
+    out = np.full(256, -1.0, np.float32)
+    module.launch("early_exit", 1, 256, [x, out, np.int32(100)])
+    np.testing.assert_array_equal(out[:100], np.roll(x[:100] * 2, -1))
+    assert (out[100:] == -1).all()
+
+
+@pytest.mark.parametrize("kernel,block,words", [
+    ("deadlock", 64, ["deadlock", "threads 0..15 wait at __syncthreads",
+                      "threads 16..31 wait at __shfl_sync", "threads 32..63 exited"]),
+    ("divergent_barrier", 64, ["different __syncthreads", "threads 0..31", "threads 32..63"]),
+    ("divergent_collective", 32, ["divergent warp collectives", "__shfl_sync", "__ballot_sync"]),
+    ("mask_without_me", 32, ["does not include the calling lane"]),
+    ("ldmatrix_half_warp", 16, ["needs all 32 lanes"]),
+    ("trap", 32, ["__trap", "thread (5, 0, 0)"]),
+])
+def test_kernel_bugs_are_reported(module, kernel, block, words):
+    out = np.zeros(64, np.float32)
+    with pytest.raises(EmulatorError) as info:
+        module.launch(kernel, 1, block, [out])
+    for w in words:
+        assert w in str(info.value)
+    assert "block (0, 0, 0)" in str(info.value)
+
+
+def test_misaligned_async_copy_is_reported(module):
+    with pytest.raises(EmulatorError, match="cp.async source.*not 16-byte aligned"):
+        module.launch("misaligned", 1, 1, [np.zeros(16, np.float32), np.zeros(1, np.float32)])
+
+
+def test_module_recovers_after_an_error(module):
+    with pytest.raises(EmulatorError):
+        module.launch("deadlock", 1, 64, [np.zeros(64, np.float32)])
+    test_exited_threads_count_as_arrived(module)
+
+
+def test_bad_launches_and_arguments(module):
+    out = np.zeros(64, np.float32)
+    with pytest.raises(EmulatorError, match="1..1024 threads"):
+        module.launch("trap", 1, (64, 32), [out])
+    with pytest.raises(ValueError, match="grid"):
+        module.launch("trap", 0, 32, [out])
+    with pytest.raises(TypeError, match="np.int32"):
+        module.launch("early_exit", 1, 32, [out, out, 5])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        module.launch("trap", 1, 32, [np.zeros((8, 8), np.float32).T])
+    with pytest.raises(KeyError, match="nope"):
+        module.launch("nope", 1, 32, [out])
+
+
+def test_big_local_arrays_fit_the_fiber_stack(module):
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    module.launch("big_locals", 2, 64, [x, out])
+    idx = np.arange(0, 20000, 997)
+    np.testing.assert_allclose(out, [(x[idx % 64] + t).sum() for t in range(64)], rtol=1e-6)
+
+
+def test_switch_rate(module):
+    count = np.zeros(1, np.int32)
+    before, start = module.switch_count, time.perf_counter()
+    module.launch("barrier_loop", 4, 256, [count, np.int32(200)])
+    rate = (module.switch_count - before) / (time.perf_counter() - start)
+    assert count[0] == 200
+    assert module.switch_count - before >= 4 * 256 * 2 * 200
+    print(f"emulator: {rate / 1e6:.1f} M fiber switches/s")
+    assert rate > 1e6
+
+
+def test_ucontext_backend_agrees(tmp_path):
+    path = build_emulated({"emu_runtime": SOURCE}, tmp_path / "uc.so",
+                          extra_flags=["-DHIDETC_EMU_UCONTEXT"])
+    test_exited_threads_count_as_arrived(EmulatedModule(path))
+    with pytest.raises(EmulatorError, match="deadlock"):
+        EmulatedModule(path).launch("deadlock", 1, 64, [np.zeros(64, np.float32)])
+
+
+def test_compile_error_names_the_command(tmp_path):
+    with pytest.raises(ToolchainError) as info:
+        build_emulated({"broken": SOURCE + "\nint oops = ;\n"}, cache=BuildCache(tmp_path))
+    text = str(info.value)
+    assert "reproduce:" in text and "g++" in text and "-DHIDETC_EMULATE" in text
+
+
+def test_builds_are_cached(tmp_path):
+    cache = BuildCache(tmp_path)
+    first = build_emulated({"k": SOURCE}, cache=cache)
+    start = time.perf_counter()
+    assert build_emulated({"k": SOURCE}, cache=cache) == first
+    assert time.perf_counter() - start < 0.5
+    assert build_emulated({"k": SOURCE + "\n"}, cache=cache) != first
