@@ -1,0 +1,231 @@
+"""The f16 tensor-core MatMul template (hidetc/schedules/cuda/matmul_tc.py).
+
+Layout facts in Python (the XOR swizzle is a bank-conflict-free permutation, the C
+fragment mapping is the PTX one), then kernels: a seeded sample of configs on awkward
+shapes (M, N, K in {1, 8, 13, 16, 50, 64, 100, 129}, batched and broadcast, 1-D
+operands, K = 0 and M = 0, row lengths that force the 8-byte, 4-byte and scalar copy fallbacks) is
+built, lowered and printed into two translation units, compiled by nvcc for sm_80 and
+sm_90 (ptxas errors fail) and run in the emulator on float16 inputs against numpy in
+float32 from the same inputs: the documented f16 tolerance (norm-wise 1e-2) and,
+stricter, every element within the f16 output rounding, no element left unwritten and
+nothing written past the output. Every config runs under `-m slow`.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.errors import ToolchainError
+from hidetc.graph.ir import TensorType
+from hidetc.graph.ops.nn import matmul_shape
+from hidetc.runtime.emulator import EmulatedModule, build_emulated
+from hidetc.schedules.cuda.matmul_tc import (
+    C_FRAGMENT,
+    C_PAIRS,
+    DEFAULTS,
+    TEMPLATE,
+    CudaTarget,
+    SwizzledTile,
+    TcConfig,
+    chunk_mapping,
+    copy_width,
+    fits,
+    geometry,
+    xor_bits,
+)
+from hidetc.schedules.task import Task
+from hidetc.schedules.template import MAX_SPACE, Target
+from hidetc.tir.pipeline import lower
+from hidetc.toolchain.nvcc import compile_cubins, find_nvcc, ptxas_resources
+
+ARCHS = ("sm_80", "sm_90")
+TARGET = CudaTarget()
+SPACE = TEMPLATE.space(None, TARGET)
+SAMPLE = random.Random(0).sample(SPACE, 32)
+# (A shape, B shape): awkward M, N, K; K or N % 8 in {4: cp.async8, 2: cp.async4, odd: scalar}
+SHAPES = (
+    ((100, 64), (64, 129)), ((13, 13), (13, 8)), ((129, 100), (100, 16)),
+    ((2, 3, 16, 50), (3, 50, 64)), ((1, 129), (129, 100)), ((64, 8), (8, 50)),
+    ((8, 1), (1, 13)), ((129,), (129, 64)), ((2, 64, 16), (16,)), ((16, 24), (2, 24, 100)),
+    ((5, 0), (0, 7)), ((0, 8), (8, 16)),
+)
+
+try:
+    NVCC = find_nvcc()
+except ToolchainError:
+    NVCC = None
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+
+
+def matmul_task(a_shape, b_shape) -> Task:
+    out = matmul_shape("MatMul", a_shape, b_shape)
+    f16 = "float16"
+    return Task("MatMul", (TensorType(f16, a_shape), TensorType(f16, b_shape)),
+                (TensorType(f16, out),), (), (None, None))
+
+
+# ---------------------------------------------------------------- space and layouts
+
+def test_space_is_hardware_centric():
+    assert 30 < len(SPACE) <= MAX_SPACE and len(set(SPACE)) == len(SPACE)
+    for cfg in SPACE:
+        assert fits(cfg, TARGET)
+        assert cfg.threads <= 1024 and cfg.shared_bytes <= 48 * 1024
+        assert cfg.registers <= 255 and cfg.bm % (16 * cfg.wm) == 0 and cfg.nt % 2 == 0
+    assert TEMPLATE.space(matmul_task((1, 8), (8, 1)), Target()) == SPACE  # shape-free
+    assert {c.stages for c in SPACE} == {2, 3, 4} and {c.bk for c in SPACE} == {16, 32, 64}
+
+
+def test_default_config():
+    big, small = matmul_task((4096, 4096), (4096, 4096)), matmul_task((13, 64), (64, 8))
+    assert TEMPLATE.default(big, TARGET) == DEFAULTS[0] == TcConfig(128, 128, 32, 2, 2, 3)
+    assert TEMPLATE.default(small, TARGET) == DEFAULTS[-1]
+    assert all(d in SPACE for d in DEFAULTS)
+
+
+def test_xor_bits_is_xor():
+    for x, key, bits in itertools.product(range(40), range(8), (1, 2, 3)):
+        if key < 1 << bits:
+            assert xor_bits(x, key, bits) == x ^ key
+
+
+TILES = sorted({(c.bm, c.bk) for c in SPACE} | {(c.bk, c.bn) for c in SPACE})
+
+
+@pytest.mark.parametrize("rows,cols", TILES)
+def test_swizzle_is_a_conflict_free_permutation(rows, cols):
+    tile = SwizzledTile(rows, cols)
+    chunks = [[tile.offset(r, c) // 8 for c in range(tile.chunks)] for r in range(rows)]
+    for r, row in enumerate(chunks):  # a permutation of the row's own chunks
+        assert sorted(row) == list(range(r * tile.chunks, (r + 1) * tile.chunks))
+        assert row == [tile.offset(r, c, key_row=r % 8) // 8 for c in range(tile.chunks)]
+    # ldmatrix: 8 consecutive rows (from a multiple of 8) at one logical chunk -> the 8
+    # row addresses hit 8 distinct 16-byte bank groups (address in chunks mod 8)
+    for r0, c in itertools.product(range(0, rows, 8), range(tile.chunks)):
+        assert len({chunks[r0 + i][c] % 8 for i in range(8)}) == 8
+
+
+@pytest.mark.parametrize("cfg", sorted({(c.bm, c.bk, c.threads) for c in SPACE}
+                                       | {(c.bk, c.bn, c.threads) for c in SPACE}))
+def test_cp_async_stores_are_conflict_free(cfg):
+    """Each quarter warp (8 lanes x 16 bytes, one shared-memory wavefront) writes 8
+    distinct bank groups, and the mapping covers every chunk exactly once."""
+    rows, cols, threads = cfg
+    tile = SwizzledTile(rows, cols)
+    mapping = chunk_mapping(rows, tile.chunks, threads)
+    tasks = [mapping.tasks_of(t) for t in range(threads)]
+    for step in range(len(tasks[0])):
+        for q in range(0, threads, 8):
+            groups = [tile.offset(*tasks[t][step]) // 8 % 8 for t in range(q, q + 8)
+                      if len(tasks[t]) > step]
+            assert len(set(groups)) == len(groups)
+    seen = sorted(task for ts in tasks for task in ts)
+    assert seen == sorted(itertools.product(range(rows), range(tile.chunks)))
+
+
+def test_c_fragment_mapping_is_the_ptx_layout():
+    """mma.m16n8k16 C/D: lane l = 4 g + t holds c0..c3 = (g, 2t), (g, 2t+1), (g+8, 2t),
+    (g+8, 2t+1); the kernel reads register (row // 8) * 2 + col % 2 of each task."""
+    assert C_FRAGMENT.num_workers == 32 and C_FRAGMENT.task_shape == (16, 8)
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        ptx = [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]
+        tasks = C_FRAGMENT.tasks_of(lane)
+        assert sorted(tasks) == sorted(ptx)
+        assert all(ptx[r // 8 * 2 + c % 2] == (r, c) for r, c in tasks)
+        assert [(r, 2 * c) for r, c in C_PAIRS.tasks_of(lane)] == ptx[::2]
+
+
+# ---------------------------------------------------------------- kernels
+
+def build_cases(configs) -> list[tuple[str, Task, TcConfig, object]]:
+    """Each config on one shape (cycling), the default config on every shape."""
+    cases = [(SHAPES[i % len(SHAPES)], cfg) for i, cfg in enumerate(configs)]
+    cases += [(shape, DEFAULTS[0]) for shape in SHAPES]
+    out = []
+    for i, (shape, cfg) in enumerate(cases):
+        task = matmul_task(*shape)
+        out.append((f"tc{i}", task, cfg, lower(TEMPLATE.build(task, cfg, f"tc{i}"))))
+    return out
+
+
+def sources(cases, units: int = 2) -> dict[str, str]:
+    return {f"tc_unit{u}": print_cuda_module([fn for _, _, _, fn in cases[u::units]])
+            for u in range(units)}
+
+
+def run_case(module: EmulatedModule, task: Task, fn, rng) -> None:
+    a_type, b_type = task.inputs
+    a = rng.uniform(-1, 1, a_type.shape).astype(np.float16)
+    b = rng.uniform(-1, 1, b_type.shape).astype(np.float16)
+    ref = np.matmul(a.astype(np.float32), b.astype(np.float32))
+    size = ref.size
+    storage = np.full(size + 64, np.float16(7.0))
+    storage[:size] = np.nan                       # anything unwritten fails
+    out = storage[:size].reshape(ref.shape)
+    module.launch(fn.name, fn.attr("grid"), fn.attr("block"), [a, b, out])
+    got = out.astype(np.float32)
+    what = f"{fn.name}: {task.signature()}"
+    assert (storage[size:] == np.float16(7.0)).all(), f"{what}: wrote past the output"
+    error = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)
+    assert error <= 1e-2, f"{what}: norm-wise relative error {error}"
+    scale = float(np.sqrt(np.mean(ref * ref))) if ref.size else 0.0
+    bound = 1e-3 * np.abs(ref) + 1e-4 * scale     # f16 rounding is 4.9e-4 relative
+    assert (np.abs(got - ref) <= bound).all(), f"{what}: max error {np.abs(got - ref).max()}"
+
+
+def run_all(cases) -> None:
+    module = EmulatedModule(build_emulated(sources(cases)))
+    rng = np.random.default_rng(0)
+    for _, task, _, fn in cases:
+        run_case(module, task, fn, rng)
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return build_cases(SAMPLE)
+
+
+def test_sample_in_emulator(cases):
+    run_all(cases)
+
+
+def check_ptxas(cases, cubins) -> None:
+    """Every kernel compiled for every arch with its shared memory; no spills for the
+    default config and the 16-byte copy path (the scalar fallback of a big tile, e.g.
+    N = 1 with BN = 256, may spill a few bytes: 12 on sm_90 for one config)."""
+    for arch in ARCHS:
+        report = {}
+        for path in cubins[arch].values():
+            report.update(ptxas_resources(path))
+        assert set(report) == {name for name, _, _, _ in cases}
+        for name, task, cfg, _ in cases:
+            res, geo = report[name], geometry(task)
+            used = geo.k > 0 and task.outputs[0].size > 0     # else no tile is loaded
+            assert res["shared_bytes"] == (cfg.shared_bytes if used else 0), name
+            assert res["registers"] <= min(255, 65536 // cfg.threads), (arch, name, res)
+            fast = copy_width(geo.k) == copy_width(geo.n) == 8
+            limit = 0 if fast or cfg == DEFAULTS[0] else 64
+            assert res["stack_bytes"] <= limit and res["spills"] <= limit, (arch, name, res)
+
+
+@needs_nvcc
+def test_nvcc_compiles_without_spills(cases, tmp_path):
+    """sm_80 and sm_90 (ptxas errors fail); the default config included on every shape."""
+    cubins = compile_cubins(sources(cases), ARCHS, tmp_path, include_dirs=[CUDA_INCLUDE_DIR],
+                            ptx=False, keep_logs=True)
+    check_ptxas(cases, cubins)
+
+
+@pytest.mark.slow
+def test_every_config_in_emulator_and_nvcc(tmp_path):
+    cases = build_cases(SPACE)
+    run_all(cases)
+    if NVCC is not None:
+        cubins = compile_cubins(sources(cases, units=4), ARCHS, tmp_path, ptx=False,
+                                include_dirs=[CUDA_INCLUDE_DIR], keep_logs=True)
+        check_ptxas(cases, cubins)
