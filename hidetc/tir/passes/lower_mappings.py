@@ -1,16 +1,25 @@
 """Pass: replace every `MapFor` by the loops and index arithmetic of its task mapping.
 
-`for i, j in m.on(w): body` becomes the serial `For` loops of `m.emit(w, prefix)`
-(outermost first) around `body` with `i` and `j` replaced by the emitted index
-expressions. Loop variables get fresh names, unique in the function, made of the first
-MapFor variable and the mapping's own loop name (e.g. `t0_ro0`, then `t0_ro0_1`).
+`for i, j in m.on(w): body` becomes the `For` loops of `m.emit(w, prefix)` (outermost
+first) around `body` with `i` and `j` replaced by the emitted index expressions. Loop
+variables get fresh names, unique in the function, made of the first MapFor variable
+and the mapping's own loop name (e.g. `t0_ro0`, then `t0_ro0_1`).
 
 Decision: the MapFor variables are *substituted*, never bound with a Declare. The index
 expressions are a few integer operations on the worker and the loop variables; keeping
 them inline lets `simplify` prove bounds through them (dropping `% extent` when a loop
 range makes it redundant) and lets `flatten_buffers` see affine indices; gcc's CSE
-removes the repetition. A worker expression is substituted as is, so it must be pure
-(any IR expression is).
+removes the repetition. A worker expression is substituted as is, so it must be pure:
+one holding an impure call (`simplify.effects`, e.g. a shuffle) is a ValueError.
+
+Decision: in a cuda function, a loop (every loop comes from a `repeat` dimension) with
+extent <= UNROLL_MAX_EXTENT (16) gets kind "unroll", so nvcc unrolls it fully and a
+register fragment indexed by its variable (`acc[u, v]` in `repeat(4, 4)`) gets constant
+indices: nvcc keeps such arrays in registers, and spills them to local memory when an
+index stays dynamic. 16 bounds the code size of one loop (nested repeats multiply:
+`repeat(8, 8)` is 64 copies of the body, the usual thread tile); longer repeats stay
+"serial" (nvcc may still unroll them partially). Other targets keep "serial" loops
+(gcc decides for itself).
 
 Decision: the loops are guarded by `if worker < num_workers`, because `tasks_of` gives a
 worker outside the mapping no task while `emit` alone would compute out-of-grid
@@ -25,6 +34,9 @@ from __future__ import annotations
 
 from hidetc.tir.functor import Rewriter, all_names, substitute
 from hidetc.tir.ir import Const, For, Function, If, MapFor, Stmt, Var
+from hidetc.tir.passes.simplify import effects
+
+UNROLL_MAX_EXTENT = 16
 
 
 class _NameSupply:
@@ -41,10 +53,14 @@ class _NameSupply:
 
 
 class _LowerMappings(Rewriter):
-    def __init__(self, names: _NameSupply):
+    def __init__(self, names: _NameSupply, unroll: bool):
         self.names = names
+        self.unroll = unroll
 
     def visit_MapFor(self, s: MapFor) -> Stmt:
+        if effects(s.worker):
+            raise ValueError("the worker of a task mapping must be pure; bind the impure "
+                             "call to a variable first")
         body = self.stmt(s.body)
         hint = s.vars[0].name if s.vars else "m"
         loops, indices = s.mapping.emit(s.worker, "r")
@@ -56,10 +72,12 @@ class _LowerMappings(Rewriter):
         out = substitute(body, dict(zip(s.vars, indices)))
         for lp in reversed(loops):
             var = renames[lp.var]
-            out = For(var, Const(lp.extent, var.dtype), out, "serial")
+            kind = "unroll" if self.unroll and lp.extent <= UNROLL_MAX_EXTENT else "serial"
+            out = For(var, Const(lp.extent, var.dtype), out, kind)
         return If(s.worker < Const(s.mapping.num_workers, s.worker.dtype), out)
 
 
 def lower_mappings(fn: Function) -> Function:
     """Replace each MapFor of `fn` by loops and index expressions (see module docstring)."""
-    return _LowerMappings(_NameSupply(all_names(fn))).function(fn)
+    unroll = fn.attr("target") == "cuda"
+    return _LowerMappings(_NameSupply(all_names(fn)), unroll).function(fn)

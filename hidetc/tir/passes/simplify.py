@@ -20,19 +20,26 @@ this terminates). Rules:
 - `&&`/`||`/`not` with a constant operand, `not not x`, Select with a constant
   condition, `cast` to the same dtype.
 
+CUDA built-ins (target "cuda"; the launch attrs ARE the launch shape): `threadIdx.d` in
+[0, block[d]), `blockIdx.d` in [0, grid[d]), `blockDim.d`/`gridDim.d` = block[d]/grid[d].
+
+Side effects: Calls named with IMPURE_PREFIXES (warp collectives, barriers, fences,
+atomics, `hidetc_` helpers writing through pointers) are impure; a rule fires only if
+the result keeps exactly the input's impure calls (`shfl(x) * 0` stays); an empty If
+with an impure condition becomes `Evaluate(cond)`; a loop with an impure extent stays.
+
 Statement rules: If with a constant condition becomes its branch; an If with nothing to
 do disappears (an empty then with an else negates the condition); loops with extent <= 0
 or an empty body disappear; extent-1 loops become their body with the variable = 0;
 nested Seqs are flattened and empty ones removed -- except a Seq holding a Declare or
 Alloc at its top level, which stays a block (its names stay scoped).
 
-Assumes: a verified Function; expressions are pure (every IR expression is). Guarantees:
-the same result as the input on every input; idempotent; a Function that needs no change
-is returned as the same object. Every replacement keeps the node's dtype (a cast is
-added when the surviving operand has another dtype).
+Assumes a verified Function. Guarantees: the same result on every input; idempotent; an
+unchanged Function is returned as is; replacements keep the node's dtype (via a cast).
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable, Optional
 
 import numpy as np
@@ -41,12 +48,15 @@ from hidetc.tir.evaluate import c_div, c_mod
 from hidetc.tir.functor import Rewriter, substitute
 from hidetc.tir.ir import (
     FLOATS,
+    INDEX_DTYPE,
     INTS,
     Alloc,
     BinOp,
+    Call,
     Cast,
     Const,
     Declare,
+    Evaluate,
     Expr,
     For,
     Function,
@@ -63,19 +73,51 @@ from hidetc.tir.ir import (
 Range = tuple[Optional[int], Optional[int]]
 _UNKNOWN: Range = (None, None)
 _DIV = ("/", "//")
+IMPURE_PREFIXES = ("__shfl", "__ballot", "__any", "__all", "__activemask", "__syncthreads",
+                   "__syncwarp", "__threadfence", "__trap", "atomic", "hidetc_copy",
+                   "hidetc_cp_async", "hidetc_ld_", "hidetc_ldmatrix", "hidetc_mma")
+_BUILTINS = (("threadIdx", "block", 0), ("blockIdx", "grid", 0), ("blockDim", "block", 1),
+             ("gridDim", "grid", 1))  # (name, launch attr, exact: the range is [n, n])
+
+
+class _Effects(Rewriter):
+    def __init__(self) -> None:
+        self.calls: Counter[Call] = Counter()
+
+    def visit_Call(self, e: Call) -> Expr:
+        if e.func.startswith(IMPURE_PREFIXES):
+            self.calls[e] += 1
+        return super().visit_Call(e)
+
+
+def effects(e: Expr) -> Counter[Call]:
+    """The impure calls in `e`, with their multiplicity."""
+    (found := _Effects()).expr(e)
+    return found.calls
+
+
+def builtin_ranges(fn: Function) -> dict[Call, Range]:
+    """Ranges of the CUDA index built-ins from a cuda function's launch attrs."""
+    out: dict[Call, Range] = {}
+    for name, attr, exact in _BUILTINS if fn.attr("target") == "cuda" else ():
+        dims = fn.attr(attr)
+        if isinstance(dims, tuple) and all(isinstance(d, int) and d > 0 for d in dims):
+            for axis, n in zip("xyz", dims):
+                out[Call(f"{name}.{axis}", (), INDEX_DTYPE)] = (n, n) if exact else (0, n - 1)
+    return out
 
 
 # value ranges ------------------------------------------------------------------------
 class _Ctx:
-    """Known ranges of integer variables in the current scope."""
+    """Known ranges of integer variables (and built-in Calls) in the current scope."""
 
     def __init__(self) -> None:
-        self.ranges: dict[Var, Range] = {}
+        self.ranges: dict[Expr, Range] = {}
 
     def range_of(self, e: Expr) -> Range:
         if isinstance(e, Const) and e.dtype in INTS:
             return (int(e.value), int(e.value))
-        if isinstance(e, Var):
+        if isinstance(e, Var) or (isinstance(e, Call) and not e.args):
             return self.ranges.get(e, _UNKNOWN)
         if isinstance(e, BinOp) and e.dtype in INTS and e.op in _RANGE_RULES:
             return _RANGE_RULES[e.op](self.range_of(e.a), self.range_of(e.b), e.b)
@@ -139,13 +181,10 @@ def _nonneg(ctx: _Ctx, e: Expr) -> bool:
 
 
 # constant folding --------------------------------------------------------------------
-def _fits(value: int, dtype: str) -> bool:
-    info = np.iinfo(dtype)
-    return info.min <= value <= info.max
-
-
 def _int_const(value: int, dtype: str) -> Optional[Const]:
-    return Const(int(value), dtype) if _fits(value, dtype) else None
+    """`value` as a Const of `dtype`, or None when it does not fit."""
+    info = np.iinfo(dtype)
+    return Const(int(value), dtype) if info.min <= value <= info.max else None
 
 
 _INT_FOLD: dict[str, Callable[[int, int], int]] = {
@@ -363,7 +402,7 @@ class _Simplify(Rewriter):
         e = super().visit_BinOp(e)
         for rule in _RULES.get(e.op, ()):
             out = rule(e, self.ctx)
-            if out is not None:
+            if out is not None and effects(e) == effects(out):
                 return self.expr(out)
         return e
 
@@ -406,34 +445,25 @@ class _Simplify(Rewriter):
             body = substitute(s.body, {s.var: Const(0, s.var.dtype)})
             return _as_block(self.stmt(body))
         hi = self.ctx.range_of(extent)[1]
-        body = self._with_range(s.var, (0, None if hi is None else hi - 1), s.body)
-        if _is_empty(body):
+        body = self._with_ranges({s.var: (0, None if hi is None else hi - 1)}, s.body)
+        if _is_empty(body) and not effects(extent):
             return _EMPTY
         if extent is s.extent and body is s.body:
             return s
         return For(s.var, extent, body, s.kind)
 
-    def _with_range(self, var: Var, rng: Range, body: Stmt) -> Stmt:
-        saved = self.ctx.ranges.get(var)
-        self.ctx.ranges[var] = rng
+    def _with_ranges(self, ranges: dict[Var, Range], body: Stmt) -> Stmt:
+        saved = dict(self.ctx.ranges)
+        self.ctx.ranges.update(ranges)
         try:
             return self.stmt(body)
         finally:
-            if saved is None:
-                self.ctx.ranges.pop(var, None)
-            else:
-                self.ctx.ranges[var] = saved
+            self.ctx.ranges = saved
 
     def visit_MapFor(self, s: MapFor) -> Stmt:
         worker = self.expr(s.worker)
-        body = s.body
-        for v, extent in zip(s.vars, s.mapping.task_shape):
-            self.ctx.ranges[v] = (0, extent - 1)
-        try:
-            body = self.stmt(s.body)
-        finally:
-            for v in s.vars:
-                self.ctx.ranges.pop(v, None)
+        body = self._with_ranges({v: (0, extent - 1) for v, extent in
+                                  zip(s.vars, s.mapping.task_shape)}, s.body)
         if worker is s.worker and body is s.body:
             return s
         return MapFor(s.vars, s.mapping, worker, body)
@@ -446,8 +476,10 @@ class _Simplify(Rewriter):
         then = self.stmt(s.then)
         else_ = None if s.else_ is None else self.stmt(s.else_)
         else_ = None if _is_empty(else_) else else_
+        if _is_empty(then) and else_ is None:
+            return Evaluate(cond) if effects(cond) else _EMPTY
         if _is_empty(then):
-            return _EMPTY if else_ is None else self.stmt(If(UnOp("not", cond), else_))
+            return self.stmt(If(UnOp("not", cond), else_))
         if cond is s.cond and then is s.then and else_ is s.else_:
             return s
         return If(cond, then, else_)
@@ -455,7 +487,9 @@ class _Simplify(Rewriter):
 
 def simplify(fn: Function) -> Function:
     """Simplify `fn` (see the module docstring); returns `fn` itself when nothing changes."""
-    return _Simplify().function(fn)
+    rw = _Simplify()
+    rw.ctx.ranges.update(builtin_ranges(fn))
+    return rw.function(fn)
 
 
 def simplify_expr(e: Expr, ranges: Optional[dict[Var, Range]] = None) -> Expr:
