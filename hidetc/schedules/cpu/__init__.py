@@ -1,8 +1,12 @@
-"""CPU kernels: one rule (or, later, template) per op family.
+"""CPU kernels: one rule or template per op family.
 
 `build_kernel(task, name)` returns the Function for a task; `supports(op)` says whether
 an op has a CPU kernel. Ops that never reach code generation (Shape, Constant*, Range,
 Identity, Dropout, ...) are folded or removed by the graph passes before this.
+
+`TEMPLATES` maps the ops that have a schedule template (space / default / build, see
+`hidetc.schedules.template`) to it, for the tuner; their `RULES` entry builds the
+template's default config.
 """
 from __future__ import annotations
 
@@ -12,9 +16,15 @@ from hidetc.compute.injective import COMPUTE
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cpu import conv, injective, matmul, pool, reduce
 from hidetc.schedules.task import Task
+from hidetc.schedules.template import Template
 from hidetc.tir.ir import Function
 
 Builder = Callable[[Task, str], Function]
+
+TEMPLATES: dict[str, Template] = {
+    "MatMul": matmul.TEMPLATE,
+    "Conv": conv.TEMPLATE,
+}
 
 RULES: dict[str, Builder] = {
     **{op: injective.build for op in COMPUTE},

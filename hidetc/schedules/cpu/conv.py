@@ -1,73 +1,193 @@
-"""CPU rule for 2-D convolution (NCHW, OIHW weights, groups, strides, pads, dilations).
+"""CPU template for 2-D convolution (NCHW input, OIHW weights, groups, strides, pads
+incl. auto_pad, dilations, optional bias).
 
-Schedule: (image, output channel) pairs run in parallel; the output plane starts at the
-bias, then for each input channel of the group and each kernel tap (taps unrolled at
-build time) the valid output rectangle, computed at build time so no load needs a
-predicate, accumulates weight * input with the innermost loop over output columns.
-Depthwise convolution is the groups == channels case. The template issue replaces this
-with implicit GEMM.
+Two schedules, chosen by the task's group structure (never by its sizes):
+
+- **Implicit GEMM** (every conv with more than one input channel per group): per image
+  and group, out[OC/G, OH*OW] = W[OC/G, C/G*KH*KW] x im2col(X)[C/G*KH*KW, OH*OW], run
+  by the blocked GEMM of `microkernel.py` over `spatial(N, G, m_tiles, n_tiles)`
+  parallel tiles. A column tile is a whole number of output rows and a K block a whole
+  number of input channels, so the im2col gather happens while packing B: for each
+  channel, tap (kh, kw) and output row of the tile, the valid columns (known at build
+  time per kw) are one strided copy of an input row and the padding columns are zero
+  stores; an input row outside the image (known per tile row) is all zeros. A 1x1,
+  stride-1, unpadded conv is a plain GEMM on the [C, H*W] view (no gather). With
+  pack_a the weights are packed into MR-row panels once per call (a parallel loop
+  before the tiles). The bias is added in the final store. Config: `GemmConfig` (the
+  MatMul knobs); default `default_gemm` (5 x 16, A packed when OH*OW >= 256).
+- **Direct depthwise** (one input channel per group, more than one group): see
+  `depthwise.py`. Config: `DepthwiseConfig(rows, fused)`.
+
+Guarantees: correct for every config of the task's space on every shape; no load or
+store out of bounds (padding taps are skipped or zero-filled, never clamped reads).
 """
 from __future__ import annotations
 
-from hidetc.errors import UnsupportedOpError
-from hidetc.schedules.cpu.pool import _begin_pads
+from typing import Sequence, Union
+
+from hidetc.schedules.cpu.conv_geometry import ConvGeometry, conv_geometry, valid_range
+from hidetc.schedules.cpu.depthwise import DEPTHWISE_SPACE, DepthwiseConfig, build_depthwise
+from hidetc.schedules.cpu.microkernel import (
+    Blocking,
+    GemmConfig,
+    PackB,
+    blocking,
+    ceil_div,
+    default_gemm,
+    direct_a,
+    emit_gemm_tile,
+    gemm_space,
+    pack_b_rows,
+    packed_a,
+    tile_extent,
+)
 from hidetc.schedules.task import Task
+from hidetc.schedules.template import Target
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Const, Function
+from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, Function, logical_and
 from hidetc.tir.mapping import spatial
 
+ConvConfig = Union[GemmConfig, DepthwiseConfig]
 
-def _valid_range(out: int, size: int, stride: int, pad: int, offset: int) -> tuple[int, int]:
-    """Output positions o in [lo, hi) with 0 <= o * stride - pad + offset < size."""
-    lo = 0
-    while lo < out and lo * stride - pad + offset < 0:
-        lo += 1
-    hi = lo
-    while hi < out and hi * stride - pad + offset < size:
-        hi += 1
-    return lo, hi
+
+class ConvTemplate:
+    name = "cpu.conv"
+
+    def space(self, task: Task, target: Target) -> Sequence[ConvConfig]:
+        if conv_geometry(task).depthwise:
+            return DEPTHWISE_SPACE
+        return gemm_space()
+
+    def default(self, task: Task, target: Target) -> ConvConfig:
+        geo = conv_geometry(task)
+        return DepthwiseConfig() if geo.depthwise else default_gemm(geo.ocg, geo.oh * geo.ow)
+
+    def build(self, task: Task, config: ConvConfig, name: str,
+              cores: int = Target().cores) -> Function:
+        geo = conv_geometry(task)
+        if geo.depthwise:
+            if not isinstance(config, DepthwiseConfig):
+                raise ValueError(f"depthwise conv needs a DepthwiseConfig, got {config}")
+            return build_depthwise(geo, config, task.outputs[0].dtype, name)
+        if not isinstance(config, GemmConfig):
+            raise ValueError(f"conv as implicit GEMM needs a GemmConfig, got {config}")
+        return _build_gemm(geo, config, task.outputs[0].dtype, name, cores)
+
+
+TEMPLATE = ConvTemplate()
 
 
 def build_conv(task: Task, name: str) -> Function:
-    x_type, w_type, out_type = task.inputs[0], task.inputs[1], task.outputs[0]
-    if len(x_type.shape) != 4:
-        raise UnsupportedOpError(f"Conv: only 2-D convolution is supported, "
-                                 f"got input rank {len(x_type.shape)}")
-    n, c, h, w = x_type.shape
-    oc, icg, kh_n, kw_n = w_type.shape
-    _, _, oh, ow = out_type.shape
-    groups = task.attr("group", 1)
-    ocg = oc // groups
-    strides = task.attr("strides") or (1, 1)
-    dil = task.attr("dilations") or (1, 1)
-    pb = _begin_pads(task, (h, w), (oh, ow), (kh_n, kw_n), strides, dil)
-    has_bias = 2 in task.buffer_inputs
-    dt = out_type.dtype
+    """The rule entry: the template's default config."""
+    return TEMPLATE.build(task, TEMPLATE.default(task, Target()), name)
+
+
+# implicit GEMM ---------------------------------------------------------------------------
+def _build_gemm(geo: ConvGeometry, cfg: GemmConfig, dt: str, name: str,
+                cores: int) -> Function:
+    m, n, k = geo.ocg, geo.oh * geo.ow, geo.icg * geo.taps
+    unit = None if geo.pointwise else geo.ow
+    bl = blocking(cfg, m, n, k, geo.n * geo.groups, cores, n_unit=unit, k_unit=geo.taps,
+                  gather=not geo.pointwise)
     kb = KernelBuilder(name, "cpu")
-    x = kb.buffer("x", dt, (n, c, h, w))
-    wt = kb.buffer("w", dt, (oc, icg, kh_n, kw_n))
-    bias = kb.buffer("bias", dt, (oc,)) if has_bias else None
-    out = kb.buffer("out", dt, (n, oc, oh, ow))
-    with kb.for_range(n * oc, kind="parallel", name="p") as p:
-        with kb.for_mapping(spatial(n, oc), p, names=["b", "o"]) as (b, o):
-            init = bias[o] if bias is not None else Const(0.0, dt)
-            with kb.for_range(oh, name="y") as y, kb.for_range(ow, name="x") as xo:
-                kb.store(out, (b, o, y, xo), init)
-            with kb.for_range(icg, name="ic") as ic:
-                ch = (o // ocg) * icg + ic if groups > 1 else ic
-                for kh in range(kh_n):
-                    ylo, yhi = _valid_range(oh, h, strides[0], pb[0], kh * dil[0])
-                    for kw in range(kw_n):
-                        xlo, xhi = _valid_range(ow, w, strides[1], pb[1], kw * dil[1])
-                        if yhi <= ylo or xhi <= xlo:
-                            continue
-                        wv = kb.declare("wv", dt, wt[o, ic, kh, kw])
-                        with kb.for_range(yhi - ylo, name="y") as ty:
-                            y = ty + ylo if ylo else ty
-                            iy = y * strides[0] + (kh * dil[0] - pb[0])
-                            with kb.for_range(xhi - xlo, name="x") as tx:
-                                xo = tx + xlo if xlo else tx
-                                ix = xo * strides[1] + (kw * dil[1] - pb[1])
-                                kb.store(out, (b, o, y, xo),
-                                         out[b, o, y, xo] + wv * x[b, ch, iy, ix])
+    x_shape = (geo.n, geo.c, geo.h * geo.w) if geo.pointwise else (geo.n, geo.c, geo.h, geo.w)
+    x = kb.buffer("x", dt, x_shape)
+    wt = kb.buffer("w", dt, (geo.oc, k))
+    bias = kb.buffer("bias", dt, (geo.oc,)) if geo.has_bias else None
+    out = kb.buffer("out", dt, (geo.n, geo.oc, n))
+    if geo.n * geo.oc * n == 0:
+        return kb.finish()
+    if cfg.pack_a:
+        a_of = packed_a(kb, bl, dt, geo.groups,
+                        lambda g, row, kk: wt[_chan(geo, g, row, geo.ocg), kk])
+    tiles = (geo.n, geo.groups, bl.m_tiles, bl.n_tiles)
+    with kb.for_range(tiles[0] * tiles[1] * tiles[2] * tiles[3], kind="parallel",
+                      name="p") as p:
+        with kb.for_mapping(spatial(*tiles), p, names=["b", "g", "ib", "jb"]) as (b, g, ib, jb):
+            i0, j0 = ib * bl.mt, jb * bl.nc
+            o0 = g * geo.ocg + i0 if geo.groups > 1 else i0
+            cols = tile_extent(n, j0, bl.nc)
+            a_panel = a_of(g) if cfg.pack_a else direct_a(
+                bl, lambda row, kk, g=g: wt[_chan(geo, g, row, geo.ocg), kk])
+
+            def store(r, j, v, b=b, o0=o0, j0=j0):
+                value = v + bias[o0 + r] if bias is not None else v
+                kb.store(out, (b, o0 + r, j0 + j), value)
+            b_direct = None if not geo.pointwise else (
+                lambda kk, c, b=b, g=g, j0=j0: x[b, _chan(geo, g, kk), j0 + c])
+            emit_gemm_tile(kb, bl, dt, i0, (tile_extent(m, i0, bl.mt), cols), a_panel,
+                           _b_packer(geo, bl, x, b, g, jb, cols), store, b_direct)
     return kb.finish()
+
+
+def _b_packer(geo: ConvGeometry, bl: Blocking, x: Buffer, b: Expr, g: Expr, jb: Expr,
+              cols: ExprLike) -> PackB:
+    """pack_b of column tile `jb`: a row copy of X[b, channels, H*W] for pointwise
+    convs, else the im2col gather of the tile's output rows."""
+    if geo.pointwise:
+        return pack_b_rows(lambda kk, col: x[b, _chan(geo, g, kk), col], jb * bl.nc, cols)
+    rows_per_tile = bl.nc // geo.ow
+    oy0 = jb * rows_per_tile
+    return _im2col_pack(x, geo, b, g, oy0, tile_extent(geo.oh, oy0, rows_per_tile))
+
+
+def _chan(geo: ConvGeometry, g: Expr, i: ExprLike, per_group: int | None = None) -> ExprLike:
+    """Channel `i` of group `g` (input channels by default, else `per_group` wide)."""
+    width = geo.icg if per_group is None else per_group
+    return g * width + i if geo.groups > 1 else i
+
+
+def _im2col_pack(x: Buffer, geo: ConvGeometry, b: Expr, g: Expr, oy0: Expr,
+                 trows: ExprLike) -> PackB:
+    """pack_b for im2col: bpack[ci*KH*KW + kh*KW + kw][t*OW + ox] =
+    X[b, channel(c0 + ci), (oy0+t)*sh - ph + kh*dh, ox*sw - pw + kw*dw] or 0 outside."""
+    sh, sw = geo.strides
+    dh, dw = geo.dilations
+    ph, pw = geo.pads
+
+    def pack(kb: KernelBuilder, bpack: Buffer, k0: Expr, kcur: ExprLike,
+             c_from: ExprLike) -> None:  # c_from is 0: the gather always packs it all
+        c0 = k0 // geo.taps
+        with kb.for_range(ceil_div(kcur, geo.taps), name="ci") as ci:
+            ch = _chan(geo, g, c0 + ci)
+            for kh in range(geo.kh):
+                ylo, yhi = valid_range(geo.oh, geo.h, sh, ph, kh * dh)
+                with kb.for_range(trows, name="t") as t:
+                    oy = oy0 + t
+                    iy = oy * sh + (kh * dh - ph)
+                    base = ci * geo.taps + kh * geo.kw
+                    if (ylo, yhi) == (0, geo.oh):
+                        _gather_row(kb, bpack, x, geo, b, ch, iy, base, t)
+                        continue
+                    with kb.if_then(logical_and(oy >= ylo, oy < yhi)):
+                        _gather_row(kb, bpack, x, geo, b, ch, iy, base, t)
+                    with kb.otherwise():
+                        for kw in range(geo.kw):
+                            _fill(kb, bpack, base + kw, t * geo.ow, geo.ow)
+    return pack
+
+
+def _gather_row(kb: KernelBuilder, bpack: Buffer, x: Buffer, geo: ConvGeometry, b: Expr,
+                ch: ExprLike, iy: Expr, base: Expr, t: Expr) -> None:
+    """The KW packed rows of one output row `t` for input row `iy` (inside the image)."""
+    sw, dw, pw = geo.strides[1], geo.dilations[1], geo.pads[1]
+    col0 = t * geo.ow
+    for kw in range(geo.kw):
+        lo, hi = valid_range(geo.ow, geo.w, sw, pw, kw * dw)
+        krow = base + kw
+        if hi <= lo:
+            _fill(kb, bpack, krow, col0, geo.ow)
+            continue
+        _fill(kb, bpack, krow, col0, lo)
+        with kb.for_range(hi - lo, name="ox") as ox:
+            ix = (ox + lo) * sw + (kw * dw - pw)
+            kb.store(bpack, (krow, col0 + lo + ox), x[b, ch, iy, ix])
+        _fill(kb, bpack, krow, col0 + hi, geo.ow - hi)
+
+
+def _fill(kb: KernelBuilder, bpack: Buffer, krow: ExprLike, start: ExprLike,
+          count: int) -> None:
+    if count <= 0:
+        return
+    with kb.for_range(count, name="z") as z:
+        kb.store(bpack, (krow, start + z), Const(0.0, bpack.dtype))

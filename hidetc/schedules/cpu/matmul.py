@@ -1,60 +1,112 @@
-"""CPU rule for MatMul (numpy semantics: batched, broadcast, 1-D operands).
+"""CPU template for MatMul (numpy semantics: batched, broadcast batch dims, 1-D operands).
 
-Schedule: output tiles of MR rows x NC columns run in parallel; a tile accumulates in a
-local MR x NC buffer over k (rows unrolled, the column loop contiguous so gcc
-vectorizes it), then is stored. Rows past M are clamped on load (their results are
-discarded), columns past N are skipped by the loop bound, so any M, N, K works.
-The CPU template issue replaces this with packed panels and a register micro-kernel.
+Schedule: the output is cut into (batch, MT-row, NC-column) tasks, `spatial(batch,
+m_tiles, n_tiles)` over one OpenMP-parallel loop; `microkernel.blocking` picks MT and
+NC (within the config's bounds) so the tasks balance over the cores while B and A are
+repacked least -- e.g. BERT's 128 x 768 x 3072 becomes 1 x 8 tasks of all 128 rows by
+384 columns, so both cores are busy although M is small, and each B element is packed
+once. With pack_a, every A matrix is first packed into MR-row panels once, in a
+parallel loop of its own. Each task runs the blocked GEMM of `microkernel.py`: B's
+KC x NC block copied into a contiguous local buffer (zero-padded past N), an MR x NR
+register-tile micro-kernel with explicit fma, a local accumulator tile buffer stored
+once, at the end. Default config: `default_gemm` (5 x 16; A packed when N >= 256).
+
+Assumes: f32 (any float dtype prints, but the blocking is tuned for 8 f32 lanes).
+Guarantees: correct for every config of `space` on every shape (M, N, K >= 0, ragged
+tiles), no out-of-bounds access. A 1-D A is a 1 x K matrix, a 1-D B a K x 1 one; the
+output keeps the broadcast batch shape (the graph's MatMul shape rule drops the
+inserted dims, which does not change the memory layout).
 """
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
-from hidetc.compute.injective import broadcast_index
+from hidetc.compute.injective import broadcast_index, linearize, unravel
+from hidetc.schedules.cpu.microkernel import (
+    GemmConfig,
+    blocking,
+    default_gemm,
+    direct_a,
+    emit_gemm_tile,
+    gemm_space,
+    pack_b_rows,
+    packed_a,
+    tile_extent,
+)
 from hidetc.schedules.task import Task
+from hidetc.schedules.template import Target
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Const, Function, minimum
+from hidetc.tir.ir import Function
 from hidetc.tir.mapping import spatial
 
-NC = 256
-MR = 4
+
+class MatMulTemplate:
+    name = "cpu.matmul"
+
+    def space(self, task: Task, target: Target) -> Sequence[GemmConfig]:
+        return gemm_space()
+
+    def default(self, task: Task, target: Target) -> GemmConfig:
+        _, _, _, m, n, _ = matmul_shapes(task)
+        return default_gemm(m, n)
+
+    def build(self, task: Task, config: GemmConfig, name: str,
+              cores: int = Target().cores) -> Function:
+        return build_matmul_config(task, config, name, cores)
+
+
+TEMPLATE = MatMulTemplate()
 
 
 def build_matmul(task: Task, name: str) -> Function:
+    """The rule entry: the template's default config."""
+    return TEMPLATE.build(task, TEMPLATE.default(task, Target()), name)
+
+
+def matmul_shapes(task: Task):
+    """(a_shape, b_shape, batch, m, n, k) with 1-D operands made 2-D."""
     a_type, b_type = task.inputs[0], task.inputs[1]
-    out_type = task.outputs[0]
     a_shape = a_type.shape if len(a_type.shape) > 1 else (1,) + a_type.shape
     b_shape = b_type.shape if len(b_type.shape) > 1 else b_type.shape + (1,)
-    m, k_dim = a_shape[-2:]
+    m, k = a_shape[-2:]
     n = b_shape[-1]
-    batch = _batch_shape(a_shape, b_shape)
-    mr, nc = min(MR, m), min(NC, n)
-    tiles = (math.prod(batch), -(-m // mr), -(-n // nc))
-    dt = out_type.dtype
+    return a_shape, b_shape, _batch_shape(a_shape, b_shape), m, n, k
+
+
+def build_matmul_config(task: Task, cfg: GemmConfig, name: str, cores: int) -> Function:
+    a_shape, b_shape, batch, m, n, k = matmul_shapes(task)
+    dt = task.outputs[0].dtype
+    nbatch = math.prod(batch)
+    bl = blocking(cfg, m, n, k, nbatch, cores)
     kb = KernelBuilder(name, "cpu")
     a = kb.buffer("a", dt, a_shape)
     b = kb.buffer("b", dt, b_shape)
     out = kb.buffer("out", dt, batch + (m, n))
+    if nbatch * m * n == 0:
+        return kb.finish()
+    a_batch = a_shape[:-2]
+    if cfg.pack_a:
+        a_of = packed_a(kb, bl, dt, math.prod(a_batch), lambda mat, r, kk: a[
+            tuple(unravel(mat, a_batch)) + (r, kk)])
+    tiles = (nbatch, bl.m_tiles, bl.n_tiles)
     with kb.for_range(math.prod(tiles), kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(*tiles), p, names=["bt", "ib", "jb"]) as (bt, ib, jb):
-            bidx = _unravel_batch(kb, bt, batch)
-            i0, j0 = ib * mr, jb * nc
-            cols = kb.declare("cols", "int32", minimum(n - j0, nc))
-            acc = kb.alloc("acc", dt, (mr, nc))
-            with kb.for_range(mr, kind="unroll", name="r") as r:
-                with kb.for_range(cols, name="j") as j:
-                    kb.store(acc, (r, j), Const(0.0, dt))
-            with kb.for_range(k_dim, name="k") as k:
-                for r in range(mr):
-                    row = minimum(i0 + r, m - 1)
-                    a_idx = tuple(broadcast_index(bidx, a_shape[:-2])) + (row, k)
-                    av = kb.declare("av", dt, a[a_idx])
-                    with kb.for_range(cols, name="j") as j:
-                        bv = b[tuple(broadcast_index(bidx, b_shape[:-2])) + (k, j0 + j)]
-                        kb.store(acc, (r, j), acc[r, j] + av * bv)
-            with kb.for_range(minimum(m - i0, mr), name="r") as r:
-                with kb.for_range(cols, name="j") as j:
-                    kb.store(out, tuple(bidx) + (i0 + r, j0 + j), acc[r, j])
+            bidx = unravel(bt, batch)
+            a_idx = broadcast_index(bidx, a_batch)
+            b_pre = tuple(broadcast_index(bidx, b_shape[:-2]))
+            i0, j0 = ib * bl.mt, jb * bl.nc
+            cols = tile_extent(n, j0, bl.nc)
+            a_panel = a_of(linearize(a_idx, a_batch)) if cfg.pack_a else direct_a(
+                bl, lambda r, kk, a_idx=a_idx: a[tuple(a_idx) + (r, kk)])
+            def b_value(kk, c, b_pre=b_pre):
+                return b[b_pre + (kk, c)]
+            emit_gemm_tile(
+                kb, bl, dt, i0, (tile_extent(m, i0, bl.mt), cols), a_panel,
+                pack_b_rows(b_value, j0, cols),
+                lambda r, j, v, bidx=bidx, i0=i0, j0=j0: kb.store(
+                    out, tuple(bidx) + (i0 + r, j0 + j), v),
+                b_direct=lambda kk, c, j0=j0, b_value=b_value: b_value(kk, j0 + c))
     return kb.finish()
 
 
@@ -64,14 +116,3 @@ def _batch_shape(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[in
     a_b = (1,) * (rank - len(a_b)) + a_b
     b_b = (1,) * (rank - len(b_b)) + b_b
     return tuple(max(x, y) for x, y in zip(a_b, b_b))
-
-
-def _unravel_batch(kb: KernelBuilder, flat, batch: tuple[int, ...]):
-    if not batch:
-        return []
-    idx = []
-    for d in range(len(batch)):
-        inner = math.prod(batch[d + 1:])
-        q = flat if inner == 1 else flat // inner
-        idx.append(Const(0, "int32") if batch[d] == 1 else (q if d == 0 else q % batch[d]))
-    return idx

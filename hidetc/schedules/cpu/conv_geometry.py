@@ -1,0 +1,77 @@
+"""Geometry of a 2-D convolution task (NCHW, OIHW weights): sizes, groups, strides,
+dilations and the begin pads (auto_pad resolved), plus the valid-range helper both
+CPU conv schedules use to keep every load inside the image without predicates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hidetc.errors import UnsupportedOpError
+from hidetc.schedules.cpu.pool import _begin_pads
+from hidetc.schedules.task import Task
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    n: int
+    c: int
+    h: int
+    w: int
+    oc: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    groups: int
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int]   # top, left
+    has_bias: bool
+
+    @property
+    def icg(self) -> int:
+        return self.c // self.groups
+
+    @property
+    def ocg(self) -> int:
+        return self.oc // self.groups
+
+    @property
+    def taps(self) -> int:
+        return self.kh * self.kw
+
+    @property
+    def depthwise(self) -> bool:
+        return self.icg == 1 and self.groups > 1
+
+    @property
+    def pointwise(self) -> bool:
+        return ((self.kh, self.kw, self.strides, self.pads) == (1, 1, (1, 1), (0, 0))
+                and (self.oh, self.ow) == (self.h, self.w))
+
+
+def conv_geometry(task: Task) -> ConvGeometry:
+    x_type, w_type, out_type = task.inputs[0], task.inputs[1], task.outputs[0]
+    if len(x_type.shape) != 4:
+        raise UnsupportedOpError(f"Conv: only 2-D convolution is supported, "
+                                 f"got input rank {len(x_type.shape)}")
+    n, c, h, w = x_type.shape
+    oc, _, kh, kw = w_type.shape
+    oh, ow = out_type.shape[2:]
+    strides = tuple(task.attr("strides") or (1, 1))
+    dil = tuple(task.attr("dilations") or (1, 1))
+    pads = tuple(_begin_pads(task, (h, w), (oh, ow), (kh, kw), strides, dil))
+    return ConvGeometry(n, c, h, w, oc, kh, kw, oh, ow, task.attr("group", 1), strides,
+                        dil, pads, 2 in task.buffer_inputs)
+
+
+
+def valid_range(out: int, size: int, stride: int, pad: int, offset: int) -> tuple[int, int]:
+    """Output positions o in [lo, hi) with 0 <= o * stride - pad + offset < size."""
+    lo = 0
+    while lo < out and lo * stride - pad + offset < 0:
+        lo += 1
+    hi = lo
+    while hi < out and hi * stride - pad + offset < size:
+        hi += 1
+    return lo, hi

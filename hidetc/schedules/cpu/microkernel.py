@@ -1,0 +1,370 @@
+"""The blocked GEMM shared by the CPU MatMul and Conv templates (f32, AVX2/FMA).
+
+One *task* computes the block C[i0 : i0+rows, j0 : j0+cols] of an M x N x K product
+C = A x B (the callers run tasks in parallel, one OpenMP iteration each; rows <= MT,
+cols <= NC). The schedule of a task, in words (BLIS's loop order):
+
+    cbuf[MT][NCW]                     local: the task's accumulators across K blocks
+    for each K block k0 (KC deep):
+        pack B:  bpack[k][j] = B[k0+k][j0+j] for j < cols (the caller's `pack_b`: a
+                 row copy for MatMul, the im2col gather for Conv); columns up to the
+                 next multiple of NR are zero. Row stride NCP = an odd number of cache
+                 lines, so one NR-wide panel (KC lines) spreads over all L1 sets.
+        for each MC-row block of the task (A's L2 block; B's block is packed once):
+            for jp over the NR-wide column panels, ip over the MR-high row panels:
+                micro-kernel: acc[MR][NR] = 0 (local; gcc keeps it in MR*NR/8 ymm
+                    registers); for k < kcur: for r (unrolled): av = A(r, k)
+                    broadcast; for v (unrolled) x lane (vectorized):
+                        acc[r][v*8+lane] = fma(av, bpack[k][jp*NR+v*8+lane], acc[r][v*8+lane])
+                    cbuf tile = acc on the first K block, cbuf tile += acc after
+    store:  for r < rows, j < cols: the caller's `store(r, j, cbuf[r][j])`
+
+A is read through `a_panel`: with pack_a, `packed_a` has copied every A matrix once per
+call, before the tasks (a parallel loop of its own), into MR-row panels
+apack[mat][panel][k][r] = A[min(panel*MR + r, M-1)][k] -- so tasks never repack A;
+with pack_a=False the micro-kernel broadcasts straight from A (rows clamped).
+
+Rows past M are clamped on load (their results are computed and dropped), columns
+past N are zero in bpack, the last K block is `min(KC, K - k0)` deep: any M, N, K >= 0
+works and nothing is read or written out of bounds. Every output element is stored
+exactly once, after its whole K sum (so epilogues can be grafted on the store).
+
+Why this shape of C: gcc 12 keeps `acc` in registers only when every access to it is
+the same loop shape -- r and v unrolled around a plain 8-lane loop -- and acc starts
+at zero and leaves through a cbuf store; variations we tried (a loaded start value,
+storing the tile straight to the output with a clipped variable-index path, plain
+unrolled j loops) made it scalar-replace all or part of acc into 16-80 scalar FMAs
+with spills, or spill a vector accumulator (tests/schedules/test_cpu_templates.py
+checks the FMA loop's assembly). 6 x 16 and 4 x 24 need 15-16 of the 16 ymm registers
+and gcc still spills one now and then; 5 x 16 never did. Tile sizes are config knobs
+(`GemmConfig`); `blocking` clamps them to the problem and picks the task shape (MT
+rows x NC columns) that balances the tasks over the cores while repacking the least.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from hidetc.tir.builder import KernelBuilder
+from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, eq, minimum
+from hidetc.tir.mapping import spatial
+
+LANES = 8  # f32 lanes of a ymm register
+LINE = 16  # f32 per 64-byte cache line
+CBUF_BYTES = 256 * 1024  # most task accumulator rows kept per task (half an L2)
+MICRO_SHAPES = ((4, 16), (5, 16), (4, 24), (3, 32), (8, 8), (6, 16))
+MC_CHOICES = (32, 64, 128)
+NC_CHOICES = (96, 192, 384)
+KC_CHOICES = (128, 256, 512)
+
+AValue = Callable[[Expr, Expr], Expr]             # (row < M, k < K) -> A[row, k]
+APanel = Callable[[Expr, Expr, Expr], Expr]       # (row panel, r < MR, k) -> A value
+BValue = Callable[[Expr, Expr], Expr]             # (k, column in the task) -> B value
+PackB = Callable[[KernelBuilder, Buffer, Expr, ExprLike, ExprLike], None]
+# (kb, bpack, k0, kcur, c_from): fill bpack[0:kcur][c_from:cols]
+Store = Callable[[Expr, Expr, Expr], None]       # (r, j, value) within the task
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Knobs of the blocked GEMM: micro-kernel MR x NR, cache blocks MC, NC, KC, whether
+    A is packed into MR-row panels, and whether B is packed (pack_b=False: full NR-wide
+    panels are read in place where B's rows are contiguous -- MatMul, 1x1 convs --
+    only the ragged last panel is packed; the im2col gather always packs)."""
+    mr: int = 5
+    nr: int = 16
+    mc: int = 64
+    nc: int = 384
+    kc: int = 256
+    pack_a: bool = True
+    pack_b: bool = True
+
+
+def gemm_space() -> list[GemmConfig]:
+    """Every micro-kernel shape x cache block with A and B packed (6 * 27 = 162), and
+    every shape x NC with A read in place (18) or B read in place (18): 198 configs,
+    the same for every shape."""
+    out = [GemmConfig(mr, nr, mc, nc, kc)
+           for (mr, nr), mc, nc, kc in itertools.product(MICRO_SHAPES, MC_CHOICES,
+                                                           NC_CHOICES, KC_CHOICES)]
+    for (mr, nr), nc in itertools.product(MICRO_SHAPES, NC_CHOICES):
+        out.append(GemmConfig(mr, nr, 64, nc, 256, pack_a=False))
+        out.append(GemmConfig(mr, nr, 64, nc, 256, pack_b=False))
+    return out
+
+
+def default_gemm(m: int, n: int) -> GemmConfig:
+    """The untuned choice for an M x N output: a 5 x 16 micro-kernel (10 accumulators:
+    more than 4 x 16's 8 to hide the FMA latency, and -- unlike 6 x 16 or 4 x 24,
+    which need 15-16 of the 16 ymm registers -- never spilled by gcc 12 in our kernels;
+    a spilled accumulator halves the speed); NC up to 384 so `blocking` may choose
+    whole-N tiles. A is packed once per call only when each row panel feeds enough
+    columns (N >= 256); for narrow N (the 7x7 layers, N = 49) it is read in place,
+    since packing it would cost about as much as the FMAs it feeds. For M <= 4 (GEMV-
+    like): 3 x 32 with B read in place (packing would copy all of B to use each
+    element once; the wider panel reads two cache lines per B row instead of one)."""
+    if m <= 4:
+        return GemmConfig(3, 32, 64, 384, 256, pack_b=False)
+    return GemmConfig(5, 16, 64, 384, 256, pack_a=n >= 256)
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """A GemmConfig clamped to one problem. A task is MT rows (a multiple of MC) by NC
+    columns (a multiple of the caller's column unit: NR for MatMul, an output row for
+    the im2col gather); ncw = NC rounded up to NR panels (cbuf's width), ncp = bpack's
+    row stride (ncw rounded up to an odd number of cache lines)."""
+    m: int
+    n: int
+    k: int
+    mr: int
+    nr: int
+    mc: int
+    nc: int
+    kc: int
+    mt: int
+    pack_a: bool
+    pack_b: bool
+
+    @property
+    def m_tiles(self) -> int:
+        return -(-self.m // self.mt)
+
+    @property
+    def n_tiles(self) -> int:
+        return -(-self.n // self.nc)
+
+    @property
+    def k_blocks(self) -> int:
+        return -(-self.k // self.kc)
+
+    @property
+    def ncw(self) -> int:
+        return _round_up(self.nc, self.nr)
+
+    @property
+    def ncp(self) -> int:
+        lines = -(-self.ncw // LINE)
+        return (lines + 1 - lines % 2) * LINE
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def blocking(cfg: GemmConfig, m: int, n: int, k: int, batch: int, cores: int,
+             n_unit: int | None = None, k_unit: int = 1, gather: bool = False) -> Blocking:
+    """Clamp `cfg` to `batch` independent M x N x K problems: MC a multiple of MR, NC of
+    `n_unit` (default NR), KC of `k_unit`; then choose the task shape (`_Shape`;
+    `gather`: packing B is an im2col gather, dearer than a row copy)."""
+    mr, nr = cfg.mr, cfg.nr
+    unit = n_unit or nr
+    mc = max(mr, min(_round_up(cfg.mc, mr), _round_up(max(m, 1), mr)))
+    nc = max(unit, min(cfg.nc // unit * unit, _round_up(max(n, 1), unit)))
+    kc = max(k_unit, min(cfg.kc // k_unit * k_unit, k))
+    shape = _Shape(m, n, max(k, 1), batch, cores, mr, nr, mc, unit, gather)
+    mt, nc = shape.best(nc)
+    return Blocking(m, n, k, mr, nr, mc, nc, kc, mt, cfg.pack_a, cfg.pack_b)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The task-shape choice: MT rows (a multiple of MC) x NC columns per task, with NC
+    equalized over the column tiles (N=196 in 2 tiles is 98 + 98, not 182 + 14). Each
+    candidate is costed in rough cycles -- FMAs over the padded MR x NR tiles (16 a
+    cycle), B packed once per task, A streamed once per task -- and the static OpenMP
+    schedule gives the busiest core ceil(tasks / cores) tasks; the cheapest busiest core
+    wins. Candidates: up to 4x more column tiles than NC allows, any row split, cbuf
+    within CBUF_BYTES."""
+    m: int
+    n: int
+    k: int
+    batch: int
+    cores: int
+    mr: int
+    nr: int
+    mc: int
+    unit: int
+    gather: bool
+
+    def candidates(self, nc: int) -> list[tuple[int, int]]:
+        m_blocks = -(-max(self.m, 1) // self.mc)
+        tn0 = -(-max(self.n, 1) // nc)
+        widths = {_round_up(-(-max(self.n, 1) // tn), self.unit) for tn in range(tn0, 4 * tn0 + 1)}
+        out = []
+        for b in widths:
+            cap = max(1, CBUF_BYTES // (_round_up(b, self.nr) * 4 * self.mc))
+            out += [(self.mc * -(-m_blocks // t), b) for t in range(1, m_blocks + 1)
+                    if -(-m_blocks // t) <= cap]
+        return out
+
+    def busiest_core(self, mt: int, nc: int) -> float:
+        rows, cols = min(mt, max(self.m, 1)), min(nc, max(self.n, 1))
+        tasks = self.batch * -(-self.m // mt) * -(-self.n // nc)
+        fma = _round_up(rows, self.mr) * _round_up(cols, self.nr) * self.k / 16
+        pack = cols * self.k * (1.0 if self.gather else 0.25)
+        pack += rows * self.k * 0.25
+        return -(-tasks // self.cores) * (fma + pack + 2000)
+
+    def best(self, nc: int) -> tuple[int, int]:
+        return min(self.candidates(nc), key=lambda c: (self.busiest_core(*c), -c[1]))
+
+
+def tile_extent(total: int, start: Expr, block: int) -> ExprLike:
+    """Rows/columns of the block starting at `start`: a constant when blocks divide."""
+    return block if total % block == 0 else minimum(total - start, block)
+
+
+def ceil_div(x: ExprLike, d: int) -> ExprLike:
+    return -(-x // d) if isinstance(x, int) else (x + (d - 1)) // d
+
+
+def packed_a(kb: KernelBuilder, bl: Blocking, dt: str, count: int,
+             a_value: Callable[[Expr, Expr, Expr], Expr]) -> Callable[[ExprLike], APanel]:
+    """Pack `count` A matrices once per call, before the tasks, in parallel over
+    (matrix, MR-row panel): apack[mat][panel][k][r] = A_mat[min(panel*MR + r, M-1)][k]
+    with `a_value(mat, row, k)`. Returns `mat -> APanel` for `emit_gemm_tile`."""
+    panels = -(-max(bl.m, 1) // bl.mr)
+    apack = kb.alloc("apack", dt, (count, panels, max(bl.k, 1), bl.mr))
+    with kb.for_range(count * panels, kind="parallel", name="pa") as pa:
+        with kb.for_mapping(spatial(count, panels), pa, names=["mat", "ip"]) as (mat, ip):
+            with kb.for_range(bl.k, name="k") as k, \
+                    kb.for_range(bl.mr, kind="unroll", name="r") as r:
+                row = minimum(ip * bl.mr + r, bl.m - 1)
+                kb.store(apack, (mat, ip, k, r), a_value(mat, row, k))
+    return lambda mat: (lambda panel, r, k: apack[mat, panel, k, r])
+
+
+def direct_a(bl: Blocking, a_value: AValue) -> APanel:
+    """An APanel that reads A in place: A[min(panel*MR + r, M-1)][k] (pack_a=False)."""
+    return lambda panel, r, k: a_value(minimum(panel * bl.mr + r, bl.m - 1), k)
+
+
+def emit_gemm_tile(kb: KernelBuilder, bl: Blocking, dt: str, i0: Expr, extent: tuple,
+                   a_panel: APanel, pack_b: PackB, store: Store,
+                   b_direct: Optional[BValue] = None) -> None:
+    """Compute and store one task: `extent` = (rows, cols) outputs from row i0 (a
+    multiple of MR; see the module docstring). `pack_b(kb, bpack, k0, kcur, c_from)`
+    fills bpack[0:kcur][c_from:cols]; `a_panel(panel, r, k)` reads A's row
+    panel*MR + r (clamped) at column k; `b_direct(k, col)`, when given and the config
+    has pack_b=False, reads B in place for the full NR-wide panels."""
+    rows, cols = extent
+    if bl.k == 0:
+        with kb.for_range(rows, name="r") as r, kb.for_range(cols, name="j") as j:
+            store(r, j, Const(0.0, dt))
+        return
+    direct = b_direct if not bl.pack_b else None
+    full = cols // bl.nr if direct is not None else 0
+    cbuf = kb.alloc("cbuf", dt, (bl.mt, bl.ncw))
+    bpack = kb.alloc("bpack", dt, (bl.kc, bl.ncp))
+    _zero_tail(kb, bl, bpack, cols)
+    with kb.for_range(bl.k_blocks, name="kb") as kblk:
+        k0 = kblk * bl.kc
+        kcur = bl.kc if bl.k % bl.kc == 0 else minimum(bl.k - k0, bl.kc)
+        pack_b(kb, bpack, k0, kcur, full * bl.nr)
+        step = _Step(kblk, k0, kcur, cbuf, bpack, direct, full)
+        with kb.for_range(ceil_div(rows, bl.mc), name="ib") as ib:
+            i1 = ib * bl.mc
+            brows = rows if bl.mt == bl.mc else minimum(rows - i1, bl.mc)
+            with kb.for_range(ceil_div(cols, bl.nr), name="jp") as jp, \
+                    kb.for_range(ceil_div(brows, bl.mr), name="ip") as ip:
+                panel = (i0 + i1) // bl.mr + ip
+                _panel(kb, bl, dt, step, lambda r, k, panel=panel: a_panel(panel, r, k0 + k),
+                       (i1 + ip * bl.mr, jp))
+    with kb.for_range(rows, name="r") as r, kb.for_range(cols, name="j") as j:
+        store(r, j, cbuf[r, j])
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One K block of a task: its index, start, depth, and where B comes from."""
+    kblk: Expr
+    k0: Expr
+    kcur: ExprLike
+    cbuf: Buffer
+    bpack: Buffer
+    direct: Optional[BValue]
+    full: ExprLike
+
+
+def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
+           av: Callable[[Expr, Expr], Expr], at: tuple) -> None:
+    """One micro-kernel call into cbuf at (row r0, column panel jp); with B read in
+    place, full panels take it from B and the ragged last one from bpack."""
+    r0, jp = at
+    c0 = jp * bl.nr
+
+    def run(bv: Callable[[Expr, Expr], Expr]) -> None:
+        acc = _micro_kernel(kb, bl, dt, step.kcur, av, bv)
+        _accumulate_tile(kb, bl, acc, (r0, c0), step.kblk, step.cbuf)
+
+    def packed(k: Expr, j: Expr) -> Expr:
+        return step.bpack[k, c0 + j]
+    if step.direct is None:
+        run(packed)
+        return
+    with kb.if_then(jp < step.full):
+        run(lambda k, j: step.direct(step.k0 + k, c0 + j))
+    with kb.otherwise():
+        run(packed)
+
+
+def _zero_tail(kb: KernelBuilder, bl: Blocking, bpack: Buffer, cols: ExprLike) -> None:
+    """bpack[:, cols : round_up(cols, NR)] = 0 once per task (packing never writes
+    there; the micro-kernel reads it, and stale floats could be denormals)."""
+    if isinstance(cols, int) and cols % bl.nr == 0:
+        return
+    padded = ceil_div(cols, bl.nr) * bl.nr
+    with kb.for_range(bl.kc, name="k") as k, kb.for_range(padded - cols, name="j") as j:
+        kb.store(bpack, (k, cols + j), Const(0.0, bpack.dtype))
+
+
+def register_tile(kb: KernelBuilder, mr: int, nr: int,
+                  body: Callable[[Expr, Expr], None]) -> None:
+    """`body(r, j)` over an MR x NR register tile: r and the NR/8 vectors unrolled
+    around a plain 8-lane loop (the loop shape gcc vectorizes into ymm registers)."""
+    with kb.for_range(mr, kind="unroll", name="r") as r, \
+            kb.for_range(nr // LANES, kind="unroll", name="v") as v, \
+            kb.for_range(LANES, name="l") as lane:
+        body(r, v * LANES + lane)
+
+
+def _micro_kernel(kb: KernelBuilder, bl: Blocking, dt: str, kcur: ExprLike,
+                  av: Callable[[Expr, Expr], Expr],
+                  bv: Callable[[Expr, Expr], Expr]) -> Buffer:
+    """acc[MR][NR] = A panel x B panel over kcur (`bv(k, j)`: the panel's B values);
+    returns acc. acc starts at zero and is consumed after the loop: merging a loaded
+    start value into the loop made gcc spill one of the 12 accumulators of 6 x 16."""
+    mr, nr = bl.mr, bl.nr
+    acc = kb.alloc("acc", dt, (mr, nr))
+    register_tile(kb, mr, nr, lambda r, j: kb.store(acc, (r, j), Const(0.0, dt)))
+    with kb.for_range(kcur, name="k") as k:
+        with kb.for_range(mr, kind="unroll", name="r") as r:
+            a = kb.declare("av", dt, av(r, k))
+            with kb.for_range(nr // LANES, kind="unroll", name="v") as v, \
+                    kb.for_range(LANES, name="l") as lane:
+                j = v * LANES + lane
+                kb.store(acc, (r, j), call("fma", a, bv(k, j), acc[r, j]))
+    return acc
+
+
+def _accumulate_tile(kb: KernelBuilder, bl: Blocking, acc: Buffer, tile: tuple, kblk: Expr,
+                     cbuf: Buffer) -> None:
+    """cbuf[r0:, c0:] = acc on the first K block, += acc on the others."""
+    r0, c0 = tile
+    with kb.if_then(eq(kblk, 0)):
+        register_tile(kb, bl.mr, bl.nr,
+                      lambda r, j: kb.store(cbuf, (r0 + r, c0 + j), acc[r, j]))
+    with kb.otherwise():
+        register_tile(kb, bl.mr, bl.nr, lambda r, j: kb.store(
+            cbuf, (r0 + r, c0 + j), cbuf[r0 + r, c0 + j] + acc[r, j]))
+
+
+def pack_b_rows(b_value: Callable[[Expr, Expr], Expr], j0: Expr, cols: ExprLike) -> PackB:
+    """A `pack_b` for a B whose rows are contiguous: `b_value(k, col)` = B[k][col]."""
+    def pack(kb: KernelBuilder, bpack: Buffer, k0: Expr, kcur: ExprLike,
+             c_from: ExprLike) -> None:
+        with kb.for_range(kcur, name="k") as k, kb.for_range(cols - c_from, name="j") as j:
+            kb.store(bpack, (k, c_from + j), b_value(k0 + k, j0 + c_from + j))
+    return pack

@@ -1,0 +1,231 @@
+"""The CPU MatMul and Conv templates on awkward shapes, for every config (or a
+deterministic sample): build -> lower -> print C -> gcc -> run with ctypes -> compare
+with numpy (rtol/atol 1e-4 elementwise after scaling by the output norm).
+
+gcc builds are cached by content hash, so reruns are fast; the first run compiles a few
+hundred small kernels in parallel batches (one shared library per batch)."""
+from __future__ import annotations
+
+import ctypes
+import itertools
+import random
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from hidetc.codegen.c import print_c_module
+from hidetc.graph.ir import TensorType, freeze_attr
+from hidetc.graph.ops.registry import get_op
+from hidetc.schedules.cpu import TEMPLATES, build_kernel
+from hidetc.schedules.cpu.conv_geometry import conv_geometry
+from hidetc.schedules.cpu.depthwise import DepthwiseConfig
+from hidetc.schedules.cpu.microkernel import GemmConfig, blocking
+from hidetc.schedules.task import Task
+from hidetc.schedules.template import MAX_SPACE, Target
+from hidetc.tir.pipeline import lower
+from hidetc.toolchain.gcc import DEFAULT_FLAGS, build_shared_library, find_compiler
+
+RNG = np.random.default_rng(0)
+
+
+def matmul_task(a_shape, b_shape) -> Task:
+    out = np.matmul(np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)).shape
+    return Task("MatMul", (TensorType("float32", a_shape), TensorType("float32", b_shape)),
+                (TensorType("float32", out),), (), (None, None))
+
+
+def conv_task(x_shape, w_shape, bias: bool, **attrs) -> Task:
+    types = [TensorType("float32", x_shape), TensorType("float32", w_shape)]
+    if bias:
+        types.append(TensorType("float32", (w_shape[0],)))
+    out = get_op("Conv").infer(types, attrs, [None] * len(types))[0]
+    frozen = tuple(sorted((k, freeze_attr(v)) for k, v in attrs.items()))
+    return Task("Conv", tuple(types), (out,), frozen, (None,) * len(types))
+
+
+def reference(task: Task, inputs: list[np.ndarray]) -> np.ndarray:
+    if task.op == "MatMul":
+        return np.matmul(*[x.astype(np.float64) for x in inputs])
+    return get_op("Conv").reference([x.astype(np.float64) for x in inputs],
+                                    dict(task.attrs))[0]
+
+
+def run_all(tmp_path, cases: list[tuple[Task, object]]) -> None:
+    """Build every (task, config) into one library per chunk, run each, compare."""
+    fns = [(task, TEMPLATES[task.op].build(task, cfg, f"k{i}"), cfg)
+           for i, (task, cfg) in enumerate(cases)]
+    chunks = [fns[i:i + 16] for i in range(0, len(fns), 16)]
+
+    def build(idx_chunk):
+        idx, chunk = idx_chunk
+        sources = {fn.name: print_c_module([lower(fn)]) for _, fn, _ in chunk}
+        return ctypes.CDLL(str(build_shared_library(sources, tmp_path / f"lib{idx}.so")))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        libs = list(pool.map(build, enumerate(chunks)))
+    for lib, chunk in zip(libs, chunks):
+        for task, fn, cfg in chunk:
+            _check(task, getattr(lib, fn.name), cfg)
+
+
+GUARD = 64  # NaN floats around every input, sentinels around the output
+
+
+def _check(task: Task, kernel, cfg) -> None:
+    """Inputs sit between NaN guards (a read out of bounds that reaches an output shows
+    up as NaN), the output between sentinels (a write out of bounds changes them)."""
+    inputs = [RNG.standard_normal(t.shape).astype(np.float32) for t in task.inputs]
+    guarded = [np.pad(x.ravel(), GUARD, constant_values=np.nan) for x in inputs]
+    size = task.outputs[0].size
+    out = np.full(size + 2 * GUARD, 7.0, np.float32)
+    out[GUARD:GUARD + size] = np.nan
+    kernel(*[g[GUARD:].ctypes.data_as(ctypes.c_void_p) for g in guarded],
+           out[GUARD:].ctypes.data_as(ctypes.c_void_p))
+    what = f"{task.signature()} {dict(task.attrs)} {cfg}"
+    assert (out[:GUARD] == 7.0).all() and (out[GUARD + size:] == 7.0).all(), what
+    ref = reference(task, inputs).reshape(-1)
+    scale = max(float(np.abs(ref).max()) if ref.size else 0.0, 1.0)
+    np.testing.assert_allclose(out[GUARD:GUARD + size], ref, rtol=1e-4, atol=1e-4 * scale,
+                               err_msg=what)
+
+
+def sample(space, count: int, seed: int) -> list:
+    """A deterministic sample of a config space (all of it when small)."""
+    space = list(space)
+    return space if len(space) <= count else random.Random(seed).sample(space, count)
+
+
+TARGET = Target()
+MM_SHAPES = [((7,), (7, 13)), ((13, 7), (7,)), ((7,), (7,)), ((1, 100), (100, 1)),
+             ((13, 64), (64, 100)), ((100, 7), (7, 13)), ((2, 3, 7, 13), (3, 13, 64)),
+             ((5, 1, 13, 7), (1, 4, 7, 13)), ((64, 300), (300, 100)), ((1, 1), (1, 1))]
+CONV_SHAPES = [  # x, w, bias, attrs
+    ((1, 3, 11, 13), (5, 3, 3, 3), True, {"pads": [1, 1, 1, 1]}),
+    ((2, 4, 17, 10), (6, 4, 3, 2), False,
+     {"strides": [2, 3], "dilations": [2, 1], "pads": [2, 0, 1, 2]}),
+    ((1, 6, 9, 9), (9, 2, 3, 3), True, {"group": 3, "pads": [1, 1, 1, 1]}),
+    ((1, 16, 7, 9), (13, 16, 1, 1), True, {}),
+    ((1, 16, 9, 9), (8, 16, 1, 1), False, {"strides": [2, 2]}),
+    ((1, 3, 23, 19), (8, 3, 7, 7), True, {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    ((1, 5, 9, 11), (6, 5, 1, 7), True, {"pads": [0, 3, 0, 3]}),
+    ((1, 4, 13, 13), (4, 4, 3, 3), False, {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    ((1, 3, 10, 9), (4, 3, 3, 3), True, {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ((1, 64, 5, 6), (7, 64, 3, 3), True, {"pads": [1, 1, 1, 1]}),
+    ((1, 2, 30, 41), (3, 2, 3, 3), False, {"pads": [1, 1, 1, 1]}),
+    ((1, 1, 3, 401), (2, 1, 1, 3), True, {}),
+]
+DEPTHWISE_SHAPES = [
+    ((1, 8, 7, 7), (8, 1, 3, 3), True, {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((2, 4, 9, 8), (8, 1, 3, 3), False, {"group": 4, "pads": [0, 1, 2, 0]}),
+    ((1, 6, 13, 12), (6, 1, 5, 5), True, {"group": 6, "dilations": [2, 2],
+                                          "pads": [4, 4, 4, 4]}),
+    ((1, 3, 1, 17), (3, 1, 1, 3), False, {"group": 3, "auto_pad": "SAME_LOWER"}),
+]
+
+
+def _conv(x, w, bias, attrs) -> Task:
+    return conv_task(x, w, bias, **attrs)
+
+
+def test_spaces_are_small_frozen_and_contain_the_default():
+    tasks = [matmul_task(*MM_SHAPES[4]), _conv(*CONV_SHAPES[0]), _conv(*DEPTHWISE_SHAPES[0])]
+    for task in tasks:
+        template = TEMPLATES[task.op]
+        space = template.space(task, TARGET)
+        assert 1 <= len(space) <= MAX_SPACE
+        assert len(set(space)) == len(space)
+        assert template.default(task, TARGET) in space
+        hash(space[0])
+
+
+def test_blocking_balances_tasks_over_the_cores():
+    bl = blocking(GemmConfig(), 128, 768, 768, 1, 2)
+    assert (bl.m_tiles * bl.n_tiles) % 2 == 0 and bl.mt % bl.mc == 0
+    bl = blocking(GemmConfig(), 1, 1000, 2048, 1, 2)
+    assert bl.m_tiles * bl.n_tiles >= 2
+    bl = blocking(GemmConfig(), 512, 49, 4608, 1, 2, n_unit=7, k_unit=9)
+    assert bl.nc == 49 and bl.kc % 9 == 0 and bl.m_tiles == 2
+
+
+def test_every_matmul_config_on_an_awkward_shape(tmp_path):
+    task = matmul_task((2, 3, 7, 13), (3, 13, 64))
+    space = TEMPLATES["MatMul"].space(task, TARGET)
+    big = matmul_task((37, 300), (300, 53))
+    run_all(tmp_path, [(task, cfg) for cfg in space] + [(big, cfg) for cfg in space[::12]])
+
+
+@pytest.mark.parametrize("shapes", [MM_SHAPES])
+def test_matmul_configs_on_awkward_shapes(tmp_path, shapes):
+    tasks = [matmul_task(a, b) for a, b in shapes]
+    configs = sample(TEMPLATES["MatMul"].space(tasks[0], TARGET), 6, 1)
+    configs.append(TEMPLATES["MatMul"].default(tasks[0], TARGET))
+    run_all(tmp_path, list(itertools.product(tasks, configs)))
+
+
+def test_conv_configs_on_awkward_shapes(tmp_path):
+    tasks = [_conv(*c) for c in CONV_SHAPES]
+    space = TEMPLATES["Conv"].space(tasks[0], TARGET)
+    default = TEMPLATES["Conv"].default(tasks[0], TARGET)
+    cases = [(t, default) for t in tasks]
+    cases += [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 30, 2))]
+    run_all(tmp_path, cases)
+
+
+def test_depthwise_conv_every_config(tmp_path):
+    tasks = [_conv(*c) for c in DEPTHWISE_SHAPES]
+    assert all(conv_geometry(t).depthwise for t in tasks)
+    space = TEMPLATES["Conv"].space(tasks[0], TARGET)
+    assert all(isinstance(c, DepthwiseConfig) for c in space)
+    run_all(tmp_path, list(itertools.product(tasks, space)))
+
+
+def test_rules_build_the_default_configs():
+    for task in (matmul_task((3, 5), (5, 7)), _conv(*CONV_SHAPES[0])):
+        fn = build_kernel(task, "k")
+        assert fn == TEMPLATES[task.op].build(task, TEMPLATES[task.op].default(task, TARGET),
+                                              "k")
+
+
+def fma_loops(asm: str) -> list[list[str]]:
+    """The bodies of the assembly loops (label ... backward jump to it) that contain
+    packed FMAs."""
+    lines = asm.splitlines()
+    loops = []
+    for i, line in enumerate(lines):
+        label = re.match(r"(\.L\d+):", line)
+        if not label:
+            continue
+        for j in range(i + 1, len(lines)):
+            if re.match(rf"\s+j\w+\s+{re.escape(label.group(1))}$", lines[j]):
+                body = lines[i + 1:j]
+                if any("vfmadd" in b and "ps" in b for b in body):
+                    loops.append(body)
+                break
+            if re.match(r"\.L\d+:", lines[j]):
+                break
+    return loops
+
+
+@pytest.mark.parametrize("task", [
+    matmul_task((1, 128, 768), (768, 768)), matmul_task((12, 128, 64), (12, 64, 128)),
+    conv_task((1, 64, 56, 56), (64, 64, 3, 3), True, pads=[1, 1, 1, 1]),
+    conv_task((1, 3, 224, 224), (64, 3, 7, 7), True, strides=[2, 2], pads=[3, 3, 3, 3]),
+    conv_task((1, 512, 7, 7), (512, 512, 3, 3), True, pads=[1, 1, 1, 1]),
+    conv_task((1, 256, 56, 56), (64, 256, 1, 1), True)], ids=lambda t: t.signature())
+def test_default_micro_kernel_keeps_its_accumulators_in_registers(tmp_path, task):
+    """gcc must turn the default micro-kernel into MR*NR/8 packed FMAs per k with no
+    stack traffic in the loop (a spilled or scalar-replaced accumulator halves the
+    speed; see the microkernel module docstring)."""
+    cfg = TEMPLATES[task.op].default(task, TARGET)
+    src = tmp_path / "k.c"
+    src.write_text(print_c_module([lower(TEMPLATES[task.op].build(task, cfg, "k"))]))
+    subprocess.run([find_compiler(), *DEFAULT_FLAGS, "-S", str(src), "-o", str(tmp_path / "k.s")],
+                   check=True)
+    loops = fma_loops((tmp_path / "k.s").read_text())
+    inner = [body for body in loops if sum("vfmadd" in b for b in body) >= 2]
+    assert inner, "no vectorized FMA loop"
+    hot = max(inner, key=lambda body: sum("vfmadd" in b for b in body))
+    assert sum("vfmadd" in b and "ps\t" in b for b in hot) == cfg.mr * cfg.nr // 8, hot
+    assert not [b for b in hot if re.search(r"\(%r[sb]p\)|vfmadd\d+ss", b)], hot
