@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hidetc.errors import UnsupportedOpError
-from hidetc.schedules.cpu.pool import _begin_pads
 from hidetc.schedules.task import Task
+from hidetc.schedules.window import begin_pads
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def conv_geometry(task: Task) -> ConvGeometry:
     oh, ow = out_type.shape[2:]
     strides = tuple(task.attr("strides") or (1, 1))
     dil = tuple(task.attr("dilations") or (1, 1))
-    pads = tuple(_begin_pads(task, (h, w), (oh, ow), (kh, kw), strides, dil))
+    pads = tuple(begin_pads(task, (h, w), (oh, ow), (kh, kw), strides, dil))
     return ConvGeometry(n, c, h, w, oc, kh, kw, oh, ow, task.attr("group", 1), strides,
                         dil, pads, 2 in task.buffer_inputs)
 

@@ -4,38 +4,17 @@ so any kernel, stride, padding, dilation and ceil_mode work.
 """
 from __future__ import annotations
 
-from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.task import Task
+from hidetc.schedules.window import pool_geometry
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function, as_expr, cast, logical_and, maximum, minimum
 
 
-def _begin_pads(task: Task, in_hw, out_hw, kernel, strides, dilations) -> list[int]:
-    auto_pad = task.attr("auto_pad", "NOTSET")
-    if auto_pad in ("NOTSET", ""):
-        pads = task.attr("pads") or (0,) * 4
-        return [pads[0], pads[1]]
-    if auto_pad == "VALID":
-        return [0, 0]
-    begin = []
-    for n, o, k, s, d in zip(in_hw, out_hw, kernel, strides, dilations):
-        total = max(0, (o - 1) * s + (k - 1) * d + 1 - n)
-        begin.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
-    return begin
-
-
 def build_pool(task: Task, name: str) -> Function:
-    x_type, out_type = task.inputs[0], task.outputs[0]
-    if len(x_type.shape) != 4:
-        raise UnsupportedOpError(f"{task.op}: only 2-D pooling (NCHW) is supported, "
-                                 f"got input rank {len(x_type.shape)}")
-    n, c, h, w = x_type.shape
-    oh, ow = out_type.shape[2:]
-    kernel = task.attr("kernel_shape")
-    strides = task.attr("strides") or (1, 1)
-    dilations = task.attr("dilations") or (1, 1)
-    pb = _begin_pads(task, (h, w), (oh, ow), kernel, strides, dilations)
-    pads = task.attr("pads") or (0,) * 4
+    g = pool_geometry(task)
+    n, c, h, w, oh, ow = g.n, g.c, g.h, g.w, g.oh, g.ow
+    kernel, strides, dilations, pb, pads = g.kernel, g.strides, g.dilations, g.begin, g.pads
+    out_type = task.outputs[0]
     is_max = task.op == "MaxPool"
     dt = out_type.dtype
     kb = KernelBuilder(name, "cpu")

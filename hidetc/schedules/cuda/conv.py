@@ -5,9 +5,9 @@ replaces it with implicit GEMM on tensor cores."""
 from __future__ import annotations
 
 from hidetc.errors import UnsupportedOpError
-from hidetc.schedules.cpu.pool import _begin_pads
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.task import Task
+from hidetc.schedules.window import begin_pads
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Const, Function, block_idx, call, logical_and, thread_idx
 from hidetc.tir.mapping import spatial
@@ -26,7 +26,7 @@ def build_conv(task: Task, name: str) -> Function:
     ocg = oc // task.attr("group", 1)
     strides = task.attr("strides") or (1, 1)
     dil = task.attr("dilations") or (1, 1)
-    pb = _begin_pads(task, (h, w), (oh, ow), (kh_n, kw_n), strides, dil)
+    pb = begin_pads(task, (h, w), (oh, ow), (kh_n, kw_n), strides, dil)
     dt = out_type.dtype
     kb = KernelBuilder(name, "cuda")
     x = kb.buffer("x", dt, (n, c, h, w))

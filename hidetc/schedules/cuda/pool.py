@@ -3,10 +3,9 @@ element (`spatial(N*C, OH, OW)` over the global thread index, tail predicated by
 mapping guard), each window predicated against the padding."""
 from __future__ import annotations
 
-from hidetc.errors import UnsupportedOpError
-from hidetc.schedules.cpu.pool import _begin_pads
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.task import Task
+from hidetc.schedules.window import pool_geometry
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function, block_idx, cast, logical_and, maximum, minimum, thread_idx
 from hidetc.tir.mapping import spatial
@@ -15,17 +14,10 @@ THREADS = 256
 
 
 def build_pool(task: Task, name: str) -> Function:
-    x_type, out_type = task.inputs[0], task.outputs[0]
-    if len(x_type.shape) != 4:
-        raise UnsupportedOpError(f"{task.op}: only 2-D pooling (NCHW) is supported, "
-                                 f"got input rank {len(x_type.shape)}")
-    n, c, h, w = x_type.shape
-    oh, ow = out_type.shape[2:]
-    kernel = task.attr("kernel_shape")
-    strides = task.attr("strides") or (1, 1)
-    dil = task.attr("dilations") or (1, 1)
-    pb = _begin_pads(task, (h, w), (oh, ow), kernel, strides, dil)
-    pads = task.attr("pads") or (0,) * 4
+    g = pool_geometry(task)
+    n, c, h, w, oh, ow = g.n, g.c, g.h, g.w, g.oh, g.ow
+    kernel, strides, dil, pb, pads = g.kernel, g.strides, g.dilations, g.begin, g.pads
+    out_type = task.outputs[0]
     is_max = task.op == "MaxPool"
     dt = out_type.dtype
     kb = KernelBuilder(name, "cuda")
