@@ -1,11 +1,14 @@
 """Sliding-window geometry shared by the pooling and convolution kernels of every
-target: the effective leading pads (auto_pad resolved) and a 2-D pooling's sizes."""
+target: the effective leading pads (auto_pad resolved), a 2-D pooling's sizes, and the
+body computing one pooled output (the window predicated against the padding)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.task import Task
+from hidetc.tir.builder import KernelBuilder
+from hidetc.tir.ir import Buffer, Expr, cast, logical_and, maximum, minimum
 
 
 def begin_pads(task: Task, in_hw, out_hw, kernel, strides, dilations) -> list[int]:
@@ -51,3 +54,30 @@ def pool_geometry(task: Task) -> PoolGeometry:
     begin = tuple(begin_pads(task, (h, w), (oh, ow), kernel, strides, dilations))
     pads = tuple(task.attr("pads") or (0,) * 4)
     return PoolGeometry(n, c, h, w, oh, ow, kernel, strides, dilations, begin, pads)
+
+
+def emit_pool_output(kb: KernelBuilder, task: Task, g: PoolGeometry, x: Buffer, out: Buffer,
+                     p: Expr, y: Expr, xo: Expr) -> None:
+    """Store out[p, y, xo]: max or average over the window; x and out are viewed as
+    (N*C, H, W) and (N*C, OH, OW). count_include_pad divides by the window clipped to
+    the padded input, otherwise by the number of in-image taps."""
+    is_max = task.op == "MaxPool"
+    dt = out.dtype
+    acc = kb.declare("acc", dt, float("-inf") if is_max else 0.0)
+    cnt = kb.declare("cnt", "int32", 0)
+    with kb.for_range(g.kernel[0], name="kh") as kh, kb.for_range(g.kernel[1], name="kw") as kw:
+        ih = y * g.strides[0] - g.begin[0] + kh * g.dilations[0]
+        iw = xo * g.strides[1] - g.begin[1] + kw * g.dilations[1]
+        with kb.if_then(logical_and(ih >= 0, ih < g.h, iw >= 0, iw < g.w)):
+            v = x[p, ih, iw]
+            kb.assign(acc, maximum(acc, v) if is_max else acc + v)
+            kb.assign(cnt, cnt + 1)
+    if is_max:
+        kb.store(out, (p, y, xo), acc)
+    elif task.attr("count_include_pad", 0):
+        hs, ws = y * g.strides[0] - g.begin[0], xo * g.strides[1] - g.begin[1]
+        rows = minimum(hs + g.kernel[0], g.h + g.pads[2]) - hs
+        cols = minimum(ws + g.kernel[1], g.w + g.pads[3]) - ws
+        kb.store(out, (p, y, xo), acc / cast(rows * cols, dt))
+    else:
+        kb.store(out, (p, y, xo), acc / cast(maximum(cnt, 1), dt))

@@ -5,42 +5,22 @@ so any kernel, stride, padding, dilation and ceil_mode work.
 from __future__ import annotations
 
 from hidetc.schedules.task import Task
-from hidetc.schedules.window import pool_geometry
+from hidetc.schedules.window import emit_pool_output, pool_geometry
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Function, as_expr, cast, logical_and, maximum, minimum
+from hidetc.tir.ir import Function, as_expr, maximum
 
 
 def build_pool(task: Task, name: str) -> Function:
     g = pool_geometry(task)
     n, c, h, w, oh, ow = g.n, g.c, g.h, g.w, g.oh, g.ow
-    kernel, strides, dilations, pb, pads = g.kernel, g.strides, g.dilations, g.begin, g.pads
     out_type = task.outputs[0]
-    is_max = task.op == "MaxPool"
     dt = out_type.dtype
     kb = KernelBuilder(name, "cpu")
     x = kb.buffer("x", dt, (n * c, h, w))
     out = kb.buffer("out", dt, (n * c, oh, ow))
     with kb.for_range(n * c, kind="parallel", name="p") as p:
         with kb.for_range(oh, name="oh") as y, kb.for_range(ow, name="ow") as xo:
-            acc = kb.declare("acc", dt, float("-inf") if is_max else 0.0)
-            cnt = kb.declare("cnt", "int32", 0)
-            with kb.for_range(kernel[0], name="kh") as kh, \
-                    kb.for_range(kernel[1], name="kw") as kw:
-                ih = y * strides[0] - pb[0] + kh * dilations[0]
-                iw = xo * strides[1] - pb[1] + kw * dilations[1]
-                with kb.if_then(logical_and(ih >= 0, ih < h, iw >= 0, iw < w)):
-                    v = x[p, ih, iw]
-                    kb.assign(acc, maximum(acc, v) if is_max else acc + v)
-                    kb.assign(cnt, cnt + 1)
-            if is_max:
-                kb.store(out, (p, y, xo), acc)
-            elif task.attr("count_include_pad", 0):
-                hs, ws = y * strides[0] - pb[0], xo * strides[1] - pb[1]
-                rows = minimum(hs + kernel[0], h + pads[2]) - hs
-                cols = minimum(ws + kernel[1], w + pads[3]) - ws
-                kb.store(out, (p, y, xo), acc / cast(rows * cols, dt))
-            else:
-                kb.store(out, (p, y, xo), acc / cast(maximum(cnt, 1), dt))
+            emit_pool_output(kb, task, g, x, out, p, y, xo)
     return kb.finish()
 
 
