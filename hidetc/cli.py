@@ -16,7 +16,7 @@ import numpy as np
 from hidetc import __version__, api
 from hidetc.errors import HidetcError, InputError
 from hidetc.inspect import describe, summary_json
-from hidetc.verify import compare, load_sample, run_onnxruntime, time_call
+from hidetc.verify import compare, load_sample, run_onnxruntime, time_call, time_onnxruntime
 
 
 def _handle_errors(fn):
@@ -153,16 +153,10 @@ def _compare_with_ort(model_path: Path, inputs, outputs, stats, repeat) -> None:
         fields = (f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                   for k, v in entry.items())
         click.echo(f"vs onnxruntime {name}: " + ", ".join(fields))
-    session_stats = _time_ort(model_path, inputs, repeat)
+    session_stats = time_onnxruntime(model_path, inputs, repeat)
     ratio = stats["median_ms"] / session_stats["median_ms"]
     click.echo(f"latency (onnxruntime, cpu): median {session_stats['median_ms']:.3f} ms "
                f"-> hidetc/onnxruntime = {ratio:.2f}x")
-
-
-def _time_ort(model_path: Path, inputs, repeat) -> dict:
-    import onnxruntime as ort
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    return time_call(lambda: session.run(None, dict(inputs)), repeat=repeat)
 
 
 def _save_npz(path: Path, outputs) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from hidetc.errors import UnsupportedOpError
 from hidetc.graph.ir import Graph, Node, TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
 from hidetc.tir.ir import Function
@@ -65,7 +66,9 @@ def task_of(node: Node, graph: Graph) -> Task:
         if value and i in opdef.value_inputs:
             array = graph.constants.get(value)
             if array is None:
-                raise ValueError(f"node {node.name!r} ({node.op}): input {i} must be a constant")
+                raise UnsupportedOpError(f"node {node.name!r} ({node.op}): input {i} must be "
+                                         f"a constant known at compile time (dynamic shapes "
+                                         f"are not supported)")
             params.append(freeze_attr(np.asarray(array)))
         else:
             params.append(None)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Const, Expr, Function, as_expr, call, cast, maximum, minimum
+from hidetc.tir.ir import FLOATS, Const, Expr, Function, as_expr, call, cast, maximum, minimum
 from hidetc.tir.mapping import repeat, spatial
 
 INF = float("inf")
@@ -27,6 +29,16 @@ REDUCERS = {
     "ReduceL2": (0.0, lambda a, x: a + x * x, lambda a, n: call("sqrt", a)),
     "ReduceLogSumExp": (0.0, lambda a, x: a + call("exp", x), lambda a, n: call("log", a)),
 }
+
+
+def identity_const(value: float, dtype: str) -> Const:
+    """A reduction's identity in `dtype`: +-inf become the integer limits for ints."""
+    if dtype in FLOATS:
+        return Const(float(value), dtype)
+    if dtype == "bool":
+        return Const(bool(value), dtype)
+    info = np.iinfo(dtype)
+    return Const(int(min(max(value, info.min), info.max)), dtype)
 
 
 def _reduced_axes(task: Task) -> list[int]:
@@ -51,7 +63,7 @@ def build_reduce(task: Task, name: str) -> Function:
     out = kb.buffer("out", out_type.dtype, (math.prod(kept),))
     with kb.for_range(math.prod(kept), kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(*kept), p) as oidx:
-            acc = kb.declare("acc", out_type.dtype, as_expr(init, Const(0.0, out_type.dtype)))
+            acc = kb.declare("acc", out_type.dtype, identity_const(init, out_type.dtype))
             with kb.for_mapping(repeat(*reduced), 0) as ridx:
                 idx = list(oidx)
                 for d, r in zip(axes, ridx):
@@ -91,17 +103,24 @@ def build_softmax(task: Task, name: str) -> Function:
     return kb.finish()
 
 
-def build_layernorm(task: Task, name: str) -> Function:
+def layernorm_buffers(kb: KernelBuilder, task: Task):
+    """LayerNormalization viewed as rows x n (n = the normalized trailing dims):
+    (rows, n, epsilon, (x, scale, bias or None, out)) with the kernel's buffers declared."""
     x_type = task.inputs[0]
     axis = task.attr("axis", -1) % len(x_type.shape)
     rows, n = math.prod(x_type.shape[:axis]), math.prod(x_type.shape[axis:])
-    eps = float(task.attr("epsilon", 1e-5))
     dt = x_type.dtype
-    kb = KernelBuilder(name, "cpu")
     x = kb.buffer("x", dt, (rows, n))
     scale = kb.buffer("scale", dt, (n,))
     bias = kb.buffer("bias", dt, (n,)) if 2 in task.buffer_inputs else None
     out = kb.buffer("out", dt, (rows, n))
+    return rows, n, float(task.attr("epsilon", 1e-5)), (x, scale, bias, out)
+
+
+def build_layernorm(task: Task, name: str) -> Function:
+    kb = KernelBuilder(name, "cpu")
+    rows, n, eps, (x, scale, bias, out) = layernorm_buffers(kb, task)
+    dt = x.dtype
     with kb.for_range(rows, kind="parallel", name="r") as r:
         mean = _row_sum(kb, n, lambda k: x[r, k], dt, "mean")
         kb.assign(mean, mean / float(n))

@@ -33,7 +33,7 @@ def warp_reduce(kb: KernelBuilder, acc: Var, combine: Combine) -> None:
         delta //= 2
 
 
-def block_reduce(kb: KernelBuilder, value: Var, combine: Combine, identity: float,
+def block_reduce(kb: KernelBuilder, value: Var, combine: Combine, identity: float | Expr,
                  threads: int, name: str = "red") -> Var:
     """Combine `value` over the block's `threads` threads; returns a Var holding the
     total in every thread. `threads` is a multiple of 32."""

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import math
 
-from hidetc.schedules.cpu.reduce import INF, REDUCERS, _axis_view, _reduced_axes
+from hidetc.schedules.cpu.reduce import (
+    INF,
+    REDUCERS,
+    _axis_view,
+    _reduced_axes,
+    identity_const,
+    layernorm_buffers,
+)
 from hidetc.schedules.cuda.common import block_reduce, ceil_div
 from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
@@ -52,14 +59,14 @@ def build_reduce(task: Task, name: str) -> Function:
     out = kb.buffer("out", dt, (math.prod(kept),))
     row = block_idx()
     with kb.for_mapping(spatial(*kept), row) as oidx:
-        acc = kb.declare("acc", dt, init)
+        acc = kb.declare("acc", dt, identity_const(init, dt))
         with _row_loop(kb, total) as (f,):
             with kb.for_mapping(spatial(*reduced), f) as ridx:
                 idx = list(oidx)
                 for d, r in zip(axes, ridx):
                     idx[d] = r
                 kb.assign(acc, combine(acc, cast(x[tuple(idx)], dt)))
-        result = block_reduce(kb, acc, combine, init, THREADS, "acc")
+        result = block_reduce(kb, acc, combine, identity_const(init, dt), THREADS, "acc")
         with kb.if_then(thread_idx() < 1):
             kb.store(out, (row,), finalize(result, total))
     return _finish(kb, math.prod(kept))
@@ -86,16 +93,9 @@ def build_softmax(task: Task, name: str) -> Function:
 
 
 def build_layernorm(task: Task, name: str) -> Function:
-    x_type = task.inputs[0]
-    axis = task.attr("axis", -1) % len(x_type.shape)
-    rows, n = math.prod(x_type.shape[:axis]), math.prod(x_type.shape[axis:])
-    eps = float(task.attr("epsilon", 1e-5))
-    dt = x_type.dtype
     kb = KernelBuilder(name, "cuda")
-    x = kb.buffer("x", dt, (rows, n))
-    scale = kb.buffer("scale", dt, (n,))
-    bias = kb.buffer("bias", dt, (n,)) if 2 in task.buffer_inputs else None
-    out = kb.buffer("out", dt, (rows, n))
+    rows, n, eps, (x, scale, bias, out) = layernorm_buffers(kb, task)
+    dt = x.dtype
     r = block_idx()
     add = lambda a, b: a + b  # noqa: E731
     mean = _fold(kb, n, lambda k: x[r, k], add, 0.0, dt, "mean")
