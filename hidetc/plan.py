@@ -1,6 +1,14 @@
-"""From an optimized graph to an execution plan: one kernel launch per node (equal tasks
-share one kernel), where every value lives (graph input, graph output, weights or an
-arena offset from the static memory plan), and the kernels' functions.
+"""From an optimized graph to an execution plan: one kernel launch per fusion group
+(`hidetc.fusion.partition`; equal groups share one kernel), where every value lives
+(graph input, graph output, weights or an arena offset from the static memory plan),
+and the kernels' functions.
+
+A group's kernel is its anchor's kernel, built from the anchor's task alone by the
+target's template or rule (so one schedule serves every fused variant), with the
+prologues and epilogues grafted on (`hidetc.fusion.graft`). A group whose kernel
+refuses grafting (GraftError: e.g. it reads its output back) runs unfused, one
+launch per node, and `fusion_fallbacks` records why. Values inside a group are never
+materialized: they get no memory.
 
 Assumes the graph passes ran: no Shape/Constant*/Identity/Dropout nodes remain and every
 parameter input (Reshape's shape, ...) is a constant. Guarantees: launches are in
@@ -15,7 +23,9 @@ from dataclasses import dataclass, field
 
 from hidetc.codegen.launcher import Arg, Launch
 from hidetc.errors import UnsupportedOpError
-from hidetc.graph.ir import Graph
+from hidetc.fusion.graft import FusedKernel, GraftError, graft
+from hidetc.fusion.partition import FusionGroup, partition
+from hidetc.graph.ir import Graph, Node
 from hidetc.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
 from hidetc.schedules import cpu, cuda
 from hidetc.schedules.task import Task, task_of
@@ -34,14 +44,18 @@ class ExecutionPlan:
     weights: dict[str, object]                     # constant name -> array, in file order
     memory: MemoryPlan
     output_sources: list[dict] = field(default_factory=list)
+    groups: list[FusionGroup] = field(default_factory=list)   # per launch
+    fusion_fallbacks: list[dict] = field(default_factory=list)
 
 
 SCHEDULES = {"cpu": cpu, "cuda": cuda}
 
 
-def kernel_name(task: Task) -> str:
-    digest = hashlib.sha256(repr(task).encode()).hexdigest()[:12]
-    return f"{task.op.lower()}_{digest}"
+def kernel_name(key) -> str:
+    """`op_<hash>` of a task, or of a group key (see `group_key`): the anchor's op."""
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:12]
+    op = key.op if isinstance(key, Task) else key[[r for r, _, _ in key].index("a")][1].op
+    return f"{op.lower()}_{digest}"
 
 
 def _check_supported(graph: Graph, target: str) -> None:
@@ -54,13 +68,15 @@ def _check_supported(graph: Graph, target: str) -> None:
         raise UnsupportedOpError(f"no {target} kernel for: {listed}")
 
 
-def _lifetimes(graph: Graph) -> list[PlanValue]:
+def _lifetimes(graph: Graph, steps: list[tuple[tuple[str, ...], tuple[str, ...]]]
+               ) -> list[PlanValue]:
+    """steps: per launch, (values read, values written)."""
     outputs, first, last = set(graph.outputs), {}, {}
-    for step, node in enumerate(graph.nodes):
-        for value in node.inputs:
+    for step, (reads, writes) in enumerate(steps):
+        for value in reads:
             if value in first:
                 last[value] = step
-        for value in node.outputs:
+        for value in writes:
             if value and value not in outputs:
                 first[value] = last[value] = step
     return [PlanValue(v, graph.types[v].nbytes, first[v], last[v]) for v in first]
@@ -83,30 +99,89 @@ def _output_sources(graph: Graph, produced: set[str]) -> tuple[dict[str, int], l
     return slot_of, sources
 
 
-def plan_graph(graph: Graph, target: str = "cpu") -> ExecutionPlan:
+def group_key(group: FusionGroup, nodes: dict[str, Node], graph: Graph) -> tuple:
+    """What makes two groups' kernels equal: the members' tasks and how they connect
+    (values produced in the group by member number, others by order of first use)."""
+    local: dict[str, str] = {}
+    parts = []
+    for k, name in enumerate(group.members):
+        node = nodes[name]
+        refs = []
+        for v in node.inputs:
+            if v and v not in local:
+                local[v] = f"x{len(local)}"
+            refs.append(local.get(v, "-"))
+        for o in node.outputs:
+            if o:
+                local[o] = f"m{k}"
+        role = "a" if name == group.anchor else ("p" if name in group.prologues else "e")
+        parts.append((role, task_of(node, graph), tuple(refs)))
+    return tuple(parts)
+
+
+def _group_kernel(group: FusionGroup, nodes: dict[str, Node], graph: Graph, fn: Function
+                  ) -> FusedKernel:
+    """The group's kernel from its anchor's kernel `fn`, and its launch arguments."""
+    anchor = nodes[group.anchor]
+    if not group.fused:
+        task = task_of(anchor, graph)
+        values = [anchor.inputs[i] for i in task.buffer_inputs] + [o for o in anchor.outputs if o]
+        return FusedKernel(fn, tuple(values))
+    return graft(fn, anchor, group, graph)
+
+
+def _kernels(graph: Graph, schedules, fuse: bool):
+    """[(group, kernel name, FusedKernel)] in launch order, the anchors' tasks, and the
+    groups that fell back to unfused launches."""
+    nodes = {n.name: n for n in graph.nodes}
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    anchors: dict[str, Function] = {}
+    tasks: dict[str, Task] = {}
+    kernels: list[tuple[FusionGroup, str, FusedKernel]] = []
+    fallbacks: list[dict] = []
+    pending = list(partition(graph, fuse))
+    while pending:
+        group = pending.pop(0)
+        name = kernel_name(group_key(group, nodes, graph))
+        task = task_of(nodes[group.anchor], graph)
+        if name not in anchors:
+            anchors[name] = schedules.build_kernel(task, name)
+            tasks[name] = task
+        try:
+            fused = _group_kernel(group, nodes, graph, anchors[name])
+        except GraftError as error:
+            fallbacks.append({"anchor": group.anchor, "op": task.op, "reason": str(error)})
+            singles = sorted(group.members, key=position.__getitem__)
+            pending[:0] = [FusionGroup(m, kind="single") for m in singles]
+            del anchors[name], tasks[name]
+            continue
+        kernels.append((group, name, fused))
+    return kernels, tasks, fallbacks
+
+
+def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True) -> ExecutionPlan:
     _check_supported(graph, target)
-    schedules = SCHEDULES[target]
-    memory = plan_memory(_lifetimes(graph))
+    nodes = {n.name: n for n in graph.nodes}
+    kernels, tasks, fallbacks = _kernels(graph, SCHEDULES[target], fuse)
+    steps = [(fused.args, tuple(o for o in nodes[g.output_node].outputs if o))
+             for g, _, fused in kernels]
+    memory = plan_memory(_lifetimes(graph, steps))
     produced = {o for node in graph.nodes for o in node.outputs if o}
     slot_of, sources = _output_sources(graph, produced)
     used_constants = {s["name"] for s in sources if s["kind"] == "constant"}
-    functions, tasks, launches, nodes, values = {}, {}, [], [], []
-    for node in graph.nodes:
-        task = task_of(node, graph)
-        name = kernel_name(task)
-        if name not in functions:
-            functions[name] = schedules.build_kernel(task, name)
-            tasks[name] = task
-        arg_values = [node.inputs[i] for i in task.buffer_inputs]
-        arg_values += [o for o in node.outputs if o]
-        used_constants.update(v for v in arg_values if v in graph.constants)
+    functions: dict[str, Function] = {}
+    launches, plan_nodes, values = [], [], []
+    for group, name, fused in kernels:
+        functions.setdefault(name, fused.function)
+        used_constants.update(v for v in fused.args if v in graph.constants)
         launches.append(Launch(name, tuple(_arg(v, graph, memory, slot_of)
-                                           for v in arg_values)))
-        nodes.append((name, node.name, node.op))
-        values.append(tuple(arg_values))
+                                           for v in fused.args)))
+        anchor = nodes[group.anchor]
+        plan_nodes.append((name, anchor.name, anchor.op))
+        values.append(tuple(fused.args))
     weights = {name: graph.constants[name] for name in graph.constants if name in used_constants}
-    return ExecutionPlan(graph, target, functions, tasks, launches, nodes, values, weights,
-                         memory, sources)
+    return ExecutionPlan(graph, target, functions, tasks, launches, plan_nodes, values,
+                         weights, memory, sources, [g for g, _, _ in kernels], fallbacks)
 
 
 def _arg(value: str, graph: Graph, memory: MemoryPlan, slot_of: dict[str, int]) -> Arg:

@@ -1,0 +1,254 @@
+"""Graft a fusion group's prologues and epilogues onto its anchor's kernel.
+
+The anchor's kernel was built from the anchor's task alone (any template, any config);
+its buffer parameters are the task's buffer inputs in order, then its outputs. Grafting
+rewrites that Function (before lowering):
+
+- **prologue**: every read of an input produced inside the group, `Load(B, i)`, becomes
+  the producer's compute expression at that index (`hidetc.compute.injective.COMPUTE`),
+  recursively through prologue chains, reading the producers' own inputs from new
+  buffer parameters. Copies that take the buffer's address (`hidetc_copy{4,8,16}`,
+  `hidetc_ld_f4`, `hidetc_cp_async{4,8,16}` of the tensor-core pipeline) are expanded
+  into element-wise loads and stores: the prologue is computed on the cheap path and
+  written to the same shared/local destination (cp.async's zero fill becomes an explicit
+  predicated store of zeros), so the pipeline's waits and barriers still order it.
+- **epilogue**: every store to the anchor's output, `Store(O, i, v)`, becomes: declare v,
+  evaluate the epilogue members in order at the element's index (elementwise members
+  keep the index; Reshape and Transpose map it), reading their other inputs from new
+  buffer parameters, and store the final value to the group's output at the final
+  index. Vector stores (`hidetc_copy*` from registers to O) are expanded per element.
+
+A kernel view of a tensor may differ from its logical shape (a 1-D MatMul operand
+viewed as 1 x K, Softmax's (outer, n, inner) view): indices go through the row-major
+linear offset whenever the shapes differ.
+
+Refuses (GraftError, and the planner keeps the group unfused) when the kernel reads its
+own output back, or passes a grafted buffer to any other call. Guarantees: every
+element the anchor stored is stored exactly once to the group's output, with the value
+the unfused kernels would have produced (same expressions, same order of operations).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from hidetc.compute.injective import COMPUTE, linearize, unravel
+from hidetc.fusion.partition import FusionGroup
+from hidetc.graph.ir import Graph, Node
+from hidetc.schedules.task import task_of
+from hidetc.tir.functor import Rewriter, all_names
+from hidetc.tir.ir import (
+    Buffer,
+    Call,
+    Const,
+    Declare,
+    Evaluate,
+    Expr,
+    Function,
+    If,
+    Load,
+    Stmt,
+    Store,
+    Var,
+    as_expr,
+    cast,
+    seq,
+)
+
+COPIES = {"hidetc_copy4": 4, "hidetc_copy8": 8, "hidetc_copy16": 16, "hidetc_ld_f4": 16}
+ASYNC_COPIES = {"hidetc_cp_async4": 4, "hidetc_cp_async8": 8, "hidetc_cp_async16": 16}
+
+
+class GraftError(ValueError):
+    """This kernel cannot take this group's prologues/epilogues."""
+
+
+@dataclass(frozen=True)
+class FusedKernel:
+    function: Function
+    args: tuple[str, ...]     # the graph value bound to each buffer parameter, in order
+
+
+def _shape(graph: Graph, value: str) -> tuple[int, ...]:
+    return tuple(graph.types[value].shape)
+
+
+def to_logical(idx: Sequence[Expr], view: Sequence[int], shape: Sequence[int]) -> list[Expr]:
+    """The index into `shape` of element `idx` of the row-major view `view`."""
+    if tuple(view) == tuple(shape):
+        return list(idx)
+    if not shape:
+        return []
+    return unravel(linearize(list(idx), list(view)), list(shape))
+
+
+def offset(idx: Sequence[Expr], shape: Sequence, e: int, width: int) -> list[Expr]:
+    """Element `e` after `idx` in a row-major buffer, for a copy of `width` elements
+    that starts aligned to `width` (so it stays in one row when rows are multiples)."""
+    if e == 0:
+        return list(idx)
+    last = shape[-1] if shape else 1
+    if isinstance(last, int) and last % width == 0:
+        return list(idx[:-1]) + [idx[-1] + e]
+    return unravel(linearize(list(idx), list(shape)) + e, list(shape))
+
+
+def forward_index(node: Node, graph: Graph, idx: list[Expr]) -> list[Expr]:
+    """Index of the output element of an index-map node that reads input element `idx`."""
+    if node.op == "Transpose":
+        rank = len(idx)
+        perm = node.attr("perm") or tuple(range(rank))[::-1]
+        return [idx[p] for p in perm]
+    return to_logical(idx, _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0]))
+
+
+class _Graft(Rewriter):
+    def __init__(self, fn: Function, anchor: Node, group: FusionGroup, graph: Graph):
+        self.graph = graph
+        self.names = all_names(fn)
+        self.members = {n.name: n for n in graph.nodes if n.name in group.members}
+        self.producer = {o: n for n in self.members.values() for o in n.outputs if o}
+        task = task_of(anchor, graph)
+        n_in = len(task.buffer_inputs)
+        buffers = [p for p in fn.params if isinstance(p, Buffer)]
+        values = [anchor.inputs[i] for i in task.buffer_inputs] + \
+            [o for o in anchor.outputs if o]
+        if len(buffers) != len(values) or len(buffers) != len(fn.params):
+            raise GraftError(f"{fn.name}: parameters do not match the task's buffers")
+        self.value_of = dict(zip(buffers, values))
+        self.prologue_nodes = set(group.prologues)
+        self.inputs = list(zip(buffers[:n_in], values[:n_in]))
+        self.outputs = list(zip(buffers[n_in:], values[n_in:]))
+        self.prologue = {b: v for b, v in self.inputs
+                         if v in self.producer and self.producer[v].name in self.prologue_nodes}
+        self.epilogue = list(group.epilogues)
+        self.out_buffer = buffers[n_in] if self.epilogue else None
+        self.external: dict[str, Buffer] = {}
+        self.final: Buffer | None = None
+        if self.epilogue:
+            out_value = self.members[group.output_node].outputs[0]
+            t = graph.types[out_value]
+            self.final = Buffer(self._fresh("out"), t.dtype, tuple(t.shape))
+            self.final_value = out_value
+        self.tasks = {name: task_of(node, graph) for name, node in self.members.items()}
+
+    def _fresh(self, hint: str) -> str:
+        name, k = hint, 0
+        while name in self.names:
+            k += 1
+            name = f"{hint}_{k}"
+        self.names.add(name)
+        return name
+
+    def _input(self, value: str) -> Buffer:
+        buf = self.external.get(value)
+        if buf is None:
+            t = self.graph.types[value]
+            buf = Buffer(self._fresh("in"), t.dtype, tuple(t.shape))
+            self.external[value] = buf
+        return buf
+
+    # prologues ------------------------------------------------------------------------
+    def value_at(self, value: str, idx: list[Expr]) -> Expr:
+        """The element `idx` of `value`: computed when a prologue produces it."""
+        node = self.producer.get(value)
+        if node is None or node.name not in self.prologue_nodes:
+            return Load(self._input(value), tuple(as_expr(i) for i in idx))
+        task = self.tasks[node.name]
+        load: Callable = lambda i, index: self.value_at(node.inputs[i], list(index))  # noqa: E731
+        return COMPUTE[node.op](task, list(idx), load)
+
+    def visit_Load(self, e: Load) -> Expr:
+        if e.buffer is self.out_buffer:
+            raise GraftError("the kernel reads its output back: epilogues cannot be grafted")
+        idx = self.exprs(e.indices)
+        value = self.prologue.get(e.buffer)
+        if value is None:
+            return e if idx is e.indices else Load(e.buffer, idx)
+        shape = _shape(self.graph, value)
+        return self.value_at(value, to_logical(idx, e.buffer.shape, shape))
+
+    def visit_Call(self, e: Call) -> Expr:
+        for arg in e.args:
+            if isinstance(arg, Load) and (arg.buffer in self.prologue or
+                                          arg.buffer is self.out_buffer):
+                raise GraftError(f"{e.func} takes the address of a fused buffer")
+        return super().visit_Call(e)
+
+    # epilogues ------------------------------------------------------------------------
+    def epilogue_store(self, idx: Sequence[Expr], value: Expr) -> Stmt:
+        out_value = self.value_of[self.out_buffer]
+        stmts: list[Stmt] = []
+        first = Var(self._fresh("v"), value.dtype)
+        stmts.append(Declare(first, value))
+        env: dict[str, tuple[Expr, list[Expr]]] = {
+            out_value: (first, to_logical(idx, self.out_buffer.shape,
+                                          _shape(self.graph, out_value)))}
+        for name in self.epilogue:
+            node = self.members[name]
+            fused = next(v for v in node.inputs if v in env)
+            expr, at = env[fused]
+            if node.op in ("Reshape", "Transpose"):
+                env[node.outputs[0]] = (expr, forward_index(node, self.graph, at))
+                continue
+            load = lambda i, index, node=node: (  # noqa: E731
+                env[node.inputs[i]][0] if node.inputs[i] in env
+                else Load(self._input(node.inputs[i]), tuple(as_expr(j) for j in index)))
+            result = COMPUTE[node.op](self.tasks[name], list(at), load)
+            var = Var(self._fresh("v"), result.dtype)
+            stmts.append(Declare(var, result))
+            env[node.outputs[0]] = (var, at)
+        expr, at = env[self.final_value]
+        stmts.append(Store(self.final, tuple(as_expr(i) for i in at),
+                           cast(expr, self.final.dtype)))
+        return seq(*stmts)
+
+    def visit_Store(self, s: Store) -> Stmt:
+        if s.buffer is not self.out_buffer:
+            return super().visit_Store(s)
+        return self.epilogue_store(self.exprs(s.indices), self.expr(s.value))
+
+    def visit_Evaluate(self, s: Evaluate) -> Stmt:
+        call = s.expr
+        if not isinstance(call, Call) or len(call.args) < 2 or \
+                not all(isinstance(a, Load) for a in call.args[:2]):
+            return super().visit_Evaluate(s)
+        dst, src = call.args[0], call.args[1]
+        grafted_src = src.buffer in self.prologue
+        grafted_dst = dst.buffer is self.out_buffer
+        if not (grafted_src or grafted_dst):
+            return super().visit_Evaluate(s)
+        nbytes = COPIES.get(call.func) or ASYNC_COPIES.get(call.func)
+        if nbytes is None:
+            raise GraftError(f"{call.func} takes the address of a fused buffer")
+        width = nbytes // np.dtype(src.buffer.dtype).itemsize
+        dst_idx, src_idx = self.exprs(dst.indices), self.exprs(src.indices)
+        stores, zeros = [], []
+        for e in range(width):
+            d = offset(dst_idx, dst.buffer.shape, e, width)
+            if grafted_src:
+                element = self.visit_Load(Load(src.buffer, tuple(
+                    offset(src_idx, src.buffer.shape, e, width))))
+            else:
+                element = Load(src.buffer, tuple(offset(src_idx, src.buffer.shape, e, width)))
+            if grafted_dst:
+                stores.append(self.epilogue_store(d, element))
+            else:
+                stores.append(Store(dst.buffer, tuple(d), element))
+                zeros.append(Store(dst.buffer, tuple(d), Const(0, dst.buffer.dtype)))
+        if call.func in ASYNC_COPIES:
+            return If(self.expr(call.args[2]), seq(*stores), seq(*zeros))
+        return seq(*stores)
+
+
+def graft(fn: Function, anchor: Node, group: FusionGroup, graph: Graph) -> FusedKernel:
+    """`fn` (the anchor's kernel) with `group`'s prologues and epilogues grafted on."""
+    g = _Graft(fn, anchor, group, graph)
+    body = g.stmt(fn.body)
+    ordered = [(b, v) for b, v in g.inputs if b not in g.prologue]
+    ordered += [(b, v) for v, b in g.external.items()]
+    ordered += [(g.final, g.final_value)] if g.final is not None else g.outputs
+    function = Function(fn.name, tuple(b for b, _ in ordered), body, fn.attrs)
+    return FusedKernel(function, tuple(v for _, v in ordered))

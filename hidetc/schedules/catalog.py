@@ -1,0 +1,128 @@
+"""The schedule templates of every target and the sizes of their spaces
+(`hidetc inspect --space`).
+
+A template's space is hardware-centric: it depends on the target (and the precision),
+never on the input shape, so one representative task per (template, precision,
+variant) measures it. A variant is a family of tasks one template schedules with a
+different space (the CPU Conv template: implicit GEMM vs direct depthwise). Which
+precisions a template serves is its `precisions` attribute (default: f32 only).
+
+`template_spaces(targets, arch)` -> [SpaceInfo]; `format_spaces` renders the table.
+The test suite checks every entry against `MAX_SPACE` and that the configs are
+distinct, so a template that grows past the budget fails there, not in the tuner.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from hidetc.graph.ir import TensorType
+from hidetc.schedules.task import Task
+from hidetc.schedules.template import MAX_SPACE, Target
+
+DTYPES = {"f32": "float32", "f16": "float16"}
+
+
+@dataclass(frozen=True)
+class SpaceInfo:
+    target: str
+    template: str
+    ops: tuple[str, ...]
+    precision: str
+    variant: str
+    configs: int
+
+
+def _t(dtype: str, *shape: int) -> TensorType:
+    return TensorType(dtype, tuple(shape))
+
+
+def _task(op: str, inputs, output, attrs=(), params=None) -> Task:
+    params = tuple(params) if params is not None else (None,) * len(inputs)
+    return Task(op, tuple(inputs), (output,), tuple(attrs), params)
+
+
+def _matmul(dt: str, big: bool) -> dict[str, Task]:
+    m, k, n = (1000, 997, 7) if big else (64, 48, 32)
+    return {"": _task("MatMul", [_t(dt, m, k), _t(dt, k, n)], _t(dt, m, n))}
+
+
+def _conv(dt: str, big: bool) -> dict[str, Task]:
+    c, hw = (512, 7) if big else (16, 14)
+    pads = (("pads", (1, 1, 1, 1)),)
+    gemm = _task("Conv", [_t(dt, 1, c, hw, hw), _t(dt, 2 * c, c, 3, 3), None],
+                 _t(dt, 1, 2 * c, hw, hw), pads)
+    depthwise = _task("Conv", [_t(dt, 1, c, hw, hw), _t(dt, c, 1, 3, 3), None],
+                      _t(dt, 1, c, hw, hw), (("group", c),) + pads)
+    return {"gemm": gemm, "depthwise": depthwise}
+
+
+def _row_op(op: str, dt: str, big: bool) -> dict[str, Task]:
+    rows, n = (3, 4099) if big else (8, 128)
+    x = _t(dt, rows, n)
+    if op.startswith("Reduce"):
+        return {"": _task(op, [x, _t("int64", 1)], _t(dt, rows, 1), params=(None, (1,)))}
+    if op == "LayerNormalization":
+        return {"": _task(op, [x, _t(dt, n), _t(dt, n)], x, (("axis", -1),))}
+    if op.startswith("Global"):
+        return {"": _task(op, [_t(dt, 1, rows, 7, 7)], _t(dt, 1, rows, 1, 1))}
+    return {"": _task(op, [x], x, (("axis", -1),))}
+
+
+def representative_tasks(op: str, dtype: str, big: bool = False) -> dict[str, Task]:
+    """variant -> a task of `op` in `dtype` (the variant is '' for most ops); `big`
+    gives other (larger, awkward) shapes, to check that a space ignores shapes."""
+    if op == "MatMul":
+        return _matmul(dtype, big)
+    if op == "Conv":
+        return _conv(dtype, big)
+    return _row_op(op, dtype, big)
+
+
+def _target(kind: str, arch: str | None) -> Target:
+    if kind == "cpu":
+        return Target()
+    from hidetc.schedules.cuda.matmul_tc import CudaTarget
+    return CudaTarget(arch=arch) if arch else CudaTarget()
+
+
+def _templates(kind: str) -> dict[int, tuple[Any, list[str]]]:
+    """id(template) -> (template, the ops it serves), in registry order."""
+    if kind == "cpu":
+        from hidetc.schedules.cpu import TEMPLATES
+    else:
+        from hidetc.schedules.cuda import TEMPLATES
+        from hidetc.schedules.cuda import matmul_tc
+        TEMPLATES = {**TEMPLATES, "MatMul/f16": matmul_tc.TEMPLATE}  # noqa: N806
+    grouped: dict[int, tuple[Any, list[str]]] = {}
+    for op, template in TEMPLATES.items():
+        grouped.setdefault(id(template), (template, []))[1].append(op.split("/")[0])
+    return grouped
+
+
+def template_spaces(targets: Iterable[str] = ("cpu", "cuda"), arch: str | None = None
+                    ) -> list[SpaceInfo]:
+    rows = []
+    for kind in targets:
+        target = _target(kind, arch)
+        for template, ops in _templates(kind).values():
+            ops = list(dict.fromkeys(ops))
+            for precision in getattr(template, "precisions", ("f32",)):
+                tasks = representative_tasks(ops[0], DTYPES[precision])
+                for variant, task in tasks.items():
+                    rows.append(SpaceInfo(kind, template.name, tuple(ops), precision,
+                                          variant, len(template.space(task, target))))
+    return rows
+
+
+def format_spaces(rows: list[SpaceInfo]) -> str:
+    lines = [f"{'target':<7}{'template':<22}{'precision':<10}{'variant':<11}{'configs':>7}"
+             f"  ops"]
+    for r in rows:
+        ops = ", ".join(r.ops) if len(r.ops) <= 4 else f"{', '.join(r.ops[:3])}, ... " \
+                                                        f"({len(r.ops)} ops)"
+        lines.append(f"{r.target:<7}{r.template:<22}{r.precision:<10}{r.variant or '-':<11}"
+                     f"{r.configs:>7}  {ops}")
+    lines.append(f"(at most {MAX_SPACE} configs per template, precision and variant; "
+                 f"spaces depend on the target, not on shapes)")
+    return "\n".join(lines)

@@ -1,0 +1,41 @@
+"""The template catalogue behind `hidetc inspect --space`: every registered template
+appears, every space fits the budget, has distinct configs and ignores the shapes."""
+from __future__ import annotations
+
+from hidetc.schedules import cpu, cuda
+from hidetc.schedules.catalog import (
+    DTYPES,
+    _target,
+    _templates,
+    format_spaces,
+    representative_tasks,
+    template_spaces,
+)
+from hidetc.schedules.template import MAX_SPACE
+
+
+def test_every_template_is_listed_within_budget():
+    rows = template_spaces()
+    names = {(r.target, r.template) for r in rows}
+    for kind, registry in (("cpu", cpu.TEMPLATES), ("cuda", cuda.TEMPLATES)):
+        for template in registry.values():
+            assert (kind, template.name) in names
+    assert ("cuda", "cuda.matmul_tc") in names
+    for r in rows:
+        assert 1 <= r.configs <= MAX_SPACE, r
+    text = format_spaces(rows)
+    assert "cpu.matmul" in text and f"at most {MAX_SPACE}" in text
+
+
+def test_spaces_are_distinct_and_shape_independent():
+    for kind in ("cpu", "cuda"):
+        target = _target(kind, None)
+        for template, ops in _templates(kind).values():
+            for precision in getattr(template, "precisions", ("f32",)):
+                small = representative_tasks(ops[0], DTYPES[precision])
+                big = representative_tasks(ops[0], DTYPES[precision], big=True)
+                for variant, task in small.items():
+                    space = list(template.space(task, target))
+                    assert len(set(space)) == len(space), (template.name, variant)
+                    assert space == list(template.space(big[variant], target)), \
+                        (template.name, variant)
