@@ -19,7 +19,8 @@ listed twice) are filled by the runtime from `output_sources`.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from hidetc.codegen.launcher import Arg, Launch
 from hidetc.errors import UnsupportedOpError
@@ -30,6 +31,7 @@ from hidetc.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
 from hidetc.schedules import cpu, cuda
 from hidetc.schedules.task import Task, task_of
 from hidetc.tir.ir import Function
+from hidetc.tir.printer import format_function
 
 
 @dataclass
@@ -130,12 +132,14 @@ def _group_kernel(group: FusionGroup, nodes: dict[str, Node], graph: Graph, fn: 
     return graft(fn, anchor, group, graph)
 
 
-def _kernels(graph: Graph, schedules, fuse: bool):
+def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None):
     """[(group, kernel name, FusedKernel)] in launch order, the anchors' tasks, and the
-    groups that fell back to unfused launches."""
+    groups that fell back to smaller ones. Each distinct anchor task is scheduled once
+    (its config chosen without the fused neighbours) and that kernel is reused by every
+    group with that anchor: tune once, fuse many."""
     nodes = {n.name: n for n in graph.nodes}
     position = {n.name: i for i, n in enumerate(graph.nodes)}
-    anchors: dict[str, Function] = {}
+    anchors: dict[Task, Function] = {}
     tasks: dict[str, Task] = {}
     kernels: list[tuple[FusionGroup, str, FusedKernel]] = []
     fallbacks: list[dict] = []
@@ -144,25 +148,46 @@ def _kernels(graph: Graph, schedules, fuse: bool):
         group = pending.pop(0)
         name = kernel_name(group_key(group, nodes, graph))
         task = task_of(nodes[group.anchor], graph)
-        if name not in anchors:
-            anchors[name] = schedules.build_kernel(task, name)
-            tasks[name] = task
+        if task not in anchors:
+            anchors[task] = schedules.build_kernel(task, kernel_name(task))
         try:
-            fused = _group_kernel(group, nodes, graph, anchors[name])
+            fused = _group_kernel(group, nodes, graph, replace(anchors[task], name=name))
         except GraftError as error:
             fallbacks.append({"anchor": group.anchor, "op": task.op, "reason": str(error)})
-            singles = sorted(group.members, key=position.__getitem__)
-            pending[:0] = [FusionGroup(m, kind="single") for m in singles]
-            del anchors[name], tasks[name]
+            pending[:0] = _smaller(group, position)
             continue
+        if dump_dir and group.fused and name not in tasks:
+            _dump_graft(dump_dir, name, anchors[task], fused.function)
+        tasks[name] = task
         kernels.append((group, name, fused))
     return kernels, tasks, fallbacks
 
 
-def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True) -> ExecutionPlan:
+def _dump_graft(dump_dir: str, name: str, before: Function, after: Function) -> None:
+    """HIDETC_DUMP: the anchor's kernel before and after grafting (unlowered IR)."""
+    folder = Path(dump_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.0_anchor.txt").write_text(format_function(before))
+    (folder / f"{name}.1_grafted.txt").write_text(format_function(after))
+
+
+def _smaller(group: FusionGroup, position: dict[str, int]) -> list[FusionGroup]:
+    """What to try after `group` failed to graft: without its epilogues (their nodes
+    run alone), else every member alone."""
+    if group.epilogues and group.prologues:
+        return [FusionGroup(group.anchor, group.prologues)] + \
+            [FusionGroup(m, kind="single") for m in group.epilogues]
+    singles = sorted(group.members, key=position.__getitem__)
+    return [FusionGroup(m, kind="single") for m in singles]
+
+
+def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
+               dump_dir: str | None = None) -> ExecutionPlan:
+    """The plan of `graph` for `target`; `fuse=False` gives one launch per node;
+    `dump_dir` receives each fused kernel's IR before and after grafting."""
     _check_supported(graph, target)
     nodes = {n.name: n for n in graph.nodes}
-    kernels, tasks, fallbacks = _kernels(graph, SCHEDULES[target], fuse)
+    kernels, tasks, fallbacks = _kernels(graph, SCHEDULES[target], fuse, dump_dir)
     steps = [(fused.args, tuple(o for o in nodes[g.output_node].outputs if o))
              for g, _, fused in kernels]
     memory = plan_memory(_lifetimes(graph, steps))

@@ -12,6 +12,8 @@ rewrites that Function (before lowering):
   into element-wise loads and stores: the prologue is computed on the cheap path and
   written to the same shared/local destination (cp.async's zero fill becomes an explicit
   predicated store of zeros), so the pipeline's waits and barriers still order it.
+  AVX2 loads from memory (`_mm256_broadcast_ss`, `_mm256_loadu_ps`) become the same
+  vector built from the computed values (`_mm256_set1_ps`, `_mm256_setr_ps`).
 - **epilogue**: every store to the anchor's output, `Store(O, i, v)`, becomes: declare v,
   evaluate the epilogue members in order at the element's index (elementwise members
   keep the index; Reshape and Transpose map it), reading their other inputs from new
@@ -58,6 +60,9 @@ from hidetc.tir.ir import (
 )
 
 COPIES = {"hidetc_copy4": 4, "hidetc_copy8": 8, "hidetc_copy16": 16, "hidetc_ld_f4": 16}
+# vector loads from memory -> the same vector built from values (memory order)
+VALUE_FORMS = {"_mm256_broadcast_ss": ("_mm256_set1_ps", 1),
+               "_mm256_loadu_ps": ("_mm256_setr_ps", 8)}
 ASYNC_COPIES = {"hidetc_cp_async4": 4, "hidetc_cp_async8": 8, "hidetc_cp_async16": 16}
 
 
@@ -171,6 +176,15 @@ class _Graft(Rewriter):
         return self.value_at(value, to_logical(idx, e.buffer.shape, shape))
 
     def visit_Call(self, e: Call) -> Expr:
+        value_form = VALUE_FORMS.get(e.func)
+        if value_form and isinstance(e.args[0], Load) and e.args[0].buffer in self.prologue:
+            func, width = value_form
+            src = e.args[0]
+            idx = self.exprs(src.indices)
+            lanes = [self.visit_Load(Load(src.buffer, tuple(offset(idx, src.buffer.shape, k,
+                                                                   width))))
+                     for k in range(width)]
+            return Call(func, tuple(lanes), e.dtype)
         for arg in e.args:
             if isinstance(arg, Load) and (arg.buffer in self.prologue or
                                           arg.buffer is self.out_buffer):

@@ -97,3 +97,57 @@ def attention(seq: int = 6, hidden: int = 8, heads: int = 2) -> onnx.ModelProto:
         ("Mul", ["g3", "half"], ["y"], {}),
     ]
     return model(nodes, {"x": [1, seq, hidden]}, ["y"], consts)
+
+
+def prologue_patterns() -> onnx.ModelProto:
+    """Injective producers read by anchors: a transposed MatMul operand, a Pad before a
+    Conv, a scale before a Softmax, an Add + Relu before a ReduceMean, a Slice + Concat
+    chain (an injective group)."""
+    nodes = [
+        ("Transpose", ["x", ], ["xt"], {"perm": [1, 0]}),            # [13, 7] -> [7, 13]
+        ("MatMul", ["xt", "w"], ["m"], {}),                           # [7, 13] x [13, 12]
+        ("Reshape", ["m", "img"], ["m4"], {}),                        # [1, 3, 7, 4]
+        ("Pad", ["m4", "pads"], ["p"], {"mode": "constant"}),         # [1, 3, 9, 6]
+        ("Conv", ["p", "cw"], ["c"], {}),                             # [1, 5, 7, 4]
+        ("Mul", ["c", "scale"], ["cs"], {}),
+        ("Softmax", ["cs"], ["sm"], {"axis": 1}),
+        ("Add", ["sm", "c"], ["a"], {}),
+        ("Relu", ["a"], ["r"], {}),
+        ("ReduceMean", ["r", "axes"], ["rm"], {"keepdims": 0}),      # [1, 5, 4]
+        ("Slice", ["rm", "s0", "s1", "s2"], ["sl"], {}),              # [1, 5, 3]
+        ("Concat", ["sl", "rm"], ["cat"], {"axis": 2}),               # [1, 5, 7]
+        ("Sigmoid", ["cat"], ["y"], {}),
+    ]
+    consts = {"w": const((13, 12)), "img": np.array([1, 3, 7, 4], np.int64),
+              "pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64),
+              "cw": const((5, 3, 3, 3)), "scale": np.array(0.7, np.float32),
+              "axes": np.array([2], np.int64), "s0": np.array([1], np.int64),
+              "s1": np.array([4], np.int64), "s2": np.array([2], np.int64)}
+    return model(nodes, {"x": [13, 7]}, ["y"], consts)
+
+
+def vector_paths(m: int = 13, k: int = 16, n: int = 20) -> onnx.ModelProto:
+    """Row lengths that are multiples of 4, so the CUDA SIMT MatMul uses float4 loads of
+    A (through an elementwise prologue) and float4 stores (through a bias + residual +
+    Tanh epilogue)."""
+    nodes = [("Mul", ["x", "s"], ["xs"], {}),
+             ("MatMul", ["xs", "w"], ["m"], {}),
+             ("Add", ["m", "b"], ["mb"], {}),
+             ("Add", ["mb", "r"], ["mr"], {}),
+             ("Tanh", ["mr"], ["y"], {})]
+    consts = {"s": const((1, k)), "w": const((k, n)), "b": const((n,))}
+    return model(nodes, {"x": [m, k], "r": [m, n]}, ["y"], consts)
+
+
+def illegal_fusions() -> onnx.ModelProto:
+    """A value with two consumers that never rejoin, a broadcasting consumer, and a
+    reduction between two elementwise ops: all stay apart and stay correct."""
+    nodes = [("MatMul", ["x", "w"], ["m"], {}),              # [7, 1]
+             ("Add", ["m", "b"], ["mb"], {}),                 # broadcasts m to [7, 6]
+             ("Relu", ["mb"], ["r"], {}),
+             ("ReduceSum", ["r", "axes"], ["rs"], {"keepdims": 1}),
+             ("Exp", ["rs"], ["y1"], {}),
+             ("MatMul", ["mb", "w2"], ["y2"], {})]
+    consts = {"w": const((5, 1)), "b": const((7, 6)), "axes": np.array([1], np.int64),
+              "w2": const((6, 3))}
+    return model(nodes, {"x": [7, 5]}, ["y1", "y2"], consts)

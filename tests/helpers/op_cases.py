@@ -91,6 +91,7 @@ CASES = {
                        {"ax": i64([0])}),
     "softmax": ("Softmax", {"x": f(2, 3, 17) * 5}, {"axis": -1}, {}),
     "softmax_axis1": ("Softmax", {"x": f(2, 7, 3)}, {"axis": 1}, {}),
+    "softmax_long_row": ("Softmax", {"x": f(2, 4099) * 3}, {"axis": -1}, {}),
     "layernorm": ("LayerNormalization", {"x": f(2, 3, 19)}, {"axis": -1, "epsilon": 1e-5},
                   {"s": f(19), "b": f(19)}),
     "batchnorm": ("BatchNormalization", {"x": f(1, 3, 4, 5)}, {"epsilon": 1e-5},

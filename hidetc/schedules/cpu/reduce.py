@@ -78,26 +78,38 @@ def _axis_view(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
     return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
 
+SOFTMAX_SCRATCH = 4096   # row elements kept in a per-thread stack buffer (16 KiB of f32)
+
+
 def build_softmax(task: Task, name: str) -> Function:
+    """Per row: the maximum, then exp(x - max) summed (and, for rows of at most
+    SOFTMAX_SCRATCH elements, kept in a local buffer), then each output stored once:
+    e / total (recomputing e for longer rows), or x - max - log(total) for LogSoftmax.
+    The output is written once per element and never read back, so epilogues can be
+    grafted onto its store."""
     x_type = task.inputs[0]
     outer, n, inner = _axis_view(x_type.shape, task.attr("axis", -1))
+    dt = x_type.dtype
     kb = KernelBuilder(name, "cpu")
-    x = kb.buffer("x", x_type.dtype, (outer, n, inner))
-    out = kb.buffer("out", x_type.dtype, (outer, n, inner))
+    x = kb.buffer("x", dt, (outer, n, inner))
+    out = kb.buffer("out", dt, (outer, n, inner))
+    keep = task.op == "Softmax" and n <= SOFTMAX_SCRATCH
     with kb.for_range(outer * inner, kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(outer, inner), p, names=["o", "i"]) as (o, i):
-            top = kb.declare("top", x_type.dtype, -INF)
+            scratch = kb.alloc("e", dt, (n,)) if keep else None
+            top = kb.declare("top", dt, -INF)
             with kb.for_range(n, name="k") as k:
                 kb.assign(top, maximum(top, x[o, k, i]))
-            total = kb.declare("total", x_type.dtype, 0.0)
+            total = kb.declare("total", dt, 0.0)
             with kb.for_range(n, name="k") as k:
                 e = call("exp", x[o, k, i] - top)
-                if task.op == "Softmax":
-                    kb.store(out, (o, k, i), e)
+                if scratch is not None:
+                    kb.store(scratch, (k,), e)
                 kb.assign(total, total + e)
             with kb.for_range(n, name="k") as k:
                 if task.op == "Softmax":
-                    kb.store(out, (o, k, i), out[o, k, i] / total)
+                    e = scratch[k] if scratch is not None else call("exp", x[o, k, i] - top)
+                    kb.store(out, (o, k, i), e / total)
                 else:
                     kb.store(out, (o, k, i), x[o, k, i] - top - call("log", total))
     return kb.finish()
