@@ -1,9 +1,10 @@
 """The Python API: `compile_model(model, out_dir, ...)` and `load(out_dir)`.
 
-compile_model runs the whole pipeline: import -> graph passes -> plan (kernels, memory)
--> lower + C codegen -> gcc -> artifact (written to a temporary directory) ->
-verification against ONNX Runtime -> rename into place. Nothing is left at `out_dir`
-unless every step succeeded.
+compile_model runs the whole pipeline: import -> graph passes -> precision lowering
+(f16: float16 storage, `hidetc.graph.pipeline.lower_precision`) -> plan (kernels,
+memory) -> lower + C codegen -> gcc -> artifact (written to a temporary directory) ->
+verification against ONNX Runtime (at the precision's tolerance) -> rename into place.
+Nothing is left at `out_dir` unless every step succeeded.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from hidetc.build_cuda import build_cuda_modules
 from hidetc.config import CompileConfig, make_config
 from hidetc.errors import VerificationError
 from hidetc.frontend.onnx.importer import load_model
-from hidetc.graph.pipeline import optimize
+from hidetc.graph.pipeline import lower_precision, optimize
 from hidetc.plan import ExecutionPlan, plan_graph
 from hidetc.runtime.artifact import FORMAT_VERSION, ArtifactWriter, check_output_dir, read_manifest
 from hidetc.runtime.select import gpu_available, make_executor
@@ -61,11 +62,13 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     if config is not None and overrides:
         cfg = replace(cfg, **overrides)
     target = _resolve_target(cfg.target)
+    cfg.check_target(target)
     check_output_dir(out_dir)
     timings: dict[str, float] = {}
     clock = time.perf_counter()
     graph = load_model(model_path)
     optimized = optimize(graph, verify=cfg.verify_ir, dump_dir=_dump(cfg, "graph"))
+    optimized = lower_precision(optimized, cfg.precision, dump_dir=_dump(cfg, "graph"))
     plan = plan_graph(optimized, target)
     timings["frontend_s"] = time.perf_counter() - clock
     with ArtifactWriter(out_dir) as writer:
@@ -112,6 +115,7 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
         "format_version": FORMAT_VERSION,
         "hidetc_version": __version__,
         "target": target,
+        "precision": cfg.precision,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model": {"file": model_path.name, "sha256": _sha256(model_path)},
         "inputs": [_spec(graph, v) for v in graph.inputs],
@@ -145,15 +149,16 @@ def _verify(path: Path, manifest: dict, model_path, graph, cfg: CompileConfig) -
     inputs = load_sample(cfg.sample, names) if cfg.sample else sample_inputs(graph, cfg.seed)
     outputs = make_executor(path, manifest).run(inputs)
     reference = run_onnxruntime(model_path, inputs)
-    report = compare(outputs, reference, cfg.rtol)
+    report = compare(outputs, reference, cfg.tolerance)
     report.update({"reference": "onnxruntime", "metric": "norm-wise relative error",
-                   "tolerance": cfg.rtol,
+                   "tolerance": cfg.tolerance, "precision": cfg.precision,
                    "sample": cfg.sample or f"random (seed {cfg.seed})"})
     if report["status"] != "passed":
         worst = max(report["outputs"].items(),
                     key=lambda kv: kv[1].get("rel_error", kv[1].get("mismatches", 1)))
         raise VerificationError(f"verification failed: output {worst[0]!r} differs from "
-                                f"ONNX Runtime ({_describe(worst[1])}, tolerance {cfg.rtol})")
+                                f"ONNX Runtime ({_describe(worst[1])}, {cfg.precision} tolerance "
+                                f"{cfg.tolerance})")
     return report
 
 

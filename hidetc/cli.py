@@ -14,6 +14,7 @@ import click
 import numpy as np
 
 from hidetc import __version__, api
+from hidetc.config import PRECISIONS
 from hidetc.errors import HidetcError, InputError
 from hidetc.inspect import describe, summary_json
 from hidetc.verify import compare, load_sample, run_onnxruntime, time_call, time_onnxruntime
@@ -49,6 +50,9 @@ def main(debug: bool) -> None:
               help="Artifact directory to write.")
 @click.option("--target", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
               help="Target device (default: auto = cuda when a GPU is visible, else cpu).")
+@click.option("--precision", type=click.Choice(list(PRECISIONS)), default=None,
+              help="f32 (default), or f16: float16 storage and tensor cores, float32 "
+                   "accumulation (cuda target only; verified at 1e-2).")
 @click.option("--arch", default=None,
               help="cuda: architectures, e.g. sm_80,sm_90 (default: the visible GPU, else sm_90).")
 @click.option("--config", "preset", default=None,
@@ -58,14 +62,15 @@ def main(debug: bool) -> None:
 @click.option("--no-verify", is_flag=True, help="Skip verification against ONNX Runtime.")
 @click.option("--seed", type=int, default=None, help="Seed of the random verification input.")
 @_handle_errors
-def compile_cmd(model, out_dir, target, arch, preset, sample, no_verify, seed):
+def compile_cmd(model, out_dir, target, precision, arch, preset, sample, no_verify, seed):
     """Compile MODEL (.onnx) into the artifact directory OUT."""
-    overrides = {"target": target, "arch": arch, "sample": sample, "seed": seed,
-                 "verify": False if no_verify else None}
+    overrides = {"target": target, "precision": precision, "arch": arch, "sample": sample,
+                 "seed": seed, "verify": False if no_verify else None}
     result = api.compile_model(model, out_dir, preset=preset, **overrides)
     m = result.manifest
     t = result.timings
     click.echo(f"compiled {model} -> {out_dir} (target {m['target']}, "
+               f"precision {m.get('precision', 'f32')}, "
                f"{len(m['kernels'])} kernel launches, "
                f"{len({k['name'] for k in m['kernels']})} distinct kernels)")
     click.echo(f"  time: frontend+plan {t['frontend_s']:.1f}s, build {t['build_s']:.1f}s, "

@@ -1,6 +1,12 @@
 """One frozen `CompileConfig`: defaults, overlaid by a YAML preset (configs/NAME.yaml or a
 path), overlaid by explicit overrides (the CLI's options). Unknown keys and bad values
-are `ConfigError`s naming the file and key."""
+are `ConfigError`s naming the file and key.
+
+Precision: "f32" computes everything in float32; "f16" stores the model's float32
+tensors as float16 (weights and activations; tensor cores for MatMul) with float32
+accumulation and float32 for the numerically sensitive reductions, cuda target only.
+The verification tolerance (`rtol`) defaults per precision (`TOLERANCES`); an explicit
+`rtol` wins. `CompileConfig.tolerance` is the effective bound."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +19,9 @@ import yaml
 from hidetc.errors import ConfigError
 
 TARGETS = ("auto", "cpu", "cuda")
-PRECISIONS = ("f32",)
+PRECISIONS = ("f32", "f16")
+# norm-wise relative error bound vs ONNX Runtime (f32), per precision, when `rtol` is unset
+TOLERANCES = {"f32": 1e-4, "f16": 1e-2}
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
@@ -22,7 +30,7 @@ class CompileConfig:
     target: str = "auto"
     precision: str = "f32"
     verify: bool = True
-    rtol: float = 1e-4            # norm-wise relative error bound for f32 outputs
+    rtol: float | None = None     # norm-wise relative error bound; None: TOLERANCES[precision]
     seed: int = 0                 # seed of the random verification input
     sample: str | None = None     # a .npy/.npz input to verify with instead
     dump_dir: str | None = None   # HIDETC_DUMP: IR after each pass, generated sources
@@ -36,11 +44,32 @@ class CompileConfig:
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision: expected one of {', '.join(PRECISIONS)}, "
                               f"got {self.precision!r}")
-        if not self.rtol > 0:
+        if self.rtol is not None and not (isinstance(self.rtol, (int, float))
+                                          and not isinstance(self.rtol, bool) and self.rtol > 0):
             raise ConfigError(f"rtol: expected a positive number, got {self.rtol!r}")
+        if self.precision == "f16" and self.target == "cpu":
+            raise ConfigError(f16_needs_cuda())
+
+    @property
+    def tolerance(self) -> float:
+        """The verification bound: `rtol` when given, else the precision's default."""
+        return float(self.rtol) if self.rtol is not None else TOLERANCES[self.precision]
+
+    def check_target(self, target: str) -> None:
+        """ConfigError when the resolved target (`auto` made concrete) cannot honour the
+        precision: f16 needs the cuda target."""
+        if self.precision == "f16" and target != "cuda":
+            picked = ", and --target auto picked cpu (no usable CUDA GPU here)" \
+                if self.target == "auto" else ""
+            raise ConfigError(f16_needs_cuda(picked))
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def f16_needs_cuda(note: str = "") -> str:
+    return (f"f16 precision needs the cuda target{note} (the cpu target computes in f32 "
+            f"only); use --target cuda (it cross-compiles without a GPU) or --precision f32")
 
 
 def _resolve(preset: str) -> Path:

@@ -8,10 +8,16 @@ def _spec(s: dict) -> str:
     return f"{s['name']}: {s['dtype']}{list(s['shape'])}"
 
 
+def precision(manifest: dict) -> str:
+    """The artifact's precision (manifests written before `--precision` existed: f32)."""
+    return manifest.get("precision") or manifest.get("config", {}).get("precision") or "f32"
+
+
 def summary_json(manifest: dict) -> dict:
     """The `--json` document: target, kernels (one per launch), verification, and more."""
     return {
         "target": manifest["target"],
+        "precision": precision(manifest),
         "hidetc_version": manifest["hidetc_version"],
         "format_version": manifest["format_version"],
         "model": manifest["model"],
@@ -32,7 +38,8 @@ def describe(manifest: dict) -> str:
     weights = sum(e["nbytes"] for e in manifest["weights"]["entries"].values())
     lines = [
         f"artifact: hidetc {manifest['hidetc_version']} (format {manifest['format_version']}), "
-        f"target {manifest['target']}, model {manifest['model']['file']}",
+        f"target {manifest['target']}, precision {precision(manifest)}, "
+        f"model {manifest['model']['file']}",
         "inputs:  " + "; ".join(_spec(s) for s in manifest["inputs"]),
         "outputs: " + "; ".join(_spec(s) for s in manifest["outputs"]),
         f"kernels: {len(kernels)} launches, {len({k['name'] for k in kernels})} distinct; "

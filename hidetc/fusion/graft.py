@@ -5,7 +5,9 @@ its buffer parameters are the task's buffer inputs in order, then its outputs. G
 rewrites that Function (before lowering):
 
 - **prologue**: every read of an input produced inside the group, `Load(B, i)`, becomes
-  the producer's compute expression at that index (`hidetc.compute.injective.COMPUTE`),
+  the producer's compute expression at that index (`hidetc.compute.injective.COMPUTE`;
+  float16 operands widened to float32 and each member's result rounded to its own
+  dtype, exactly what the unfused kernels store),
   recursively through prologue chains, reading the producers' own inputs from new
   buffer parameters. Copies that take the buffer's address (`hidetc_copy{4,8,16}`,
   `hidetc_ld_f4`, `hidetc_cp_async{4,8,16}` of the tensor-core pipeline) are expanded
@@ -64,6 +66,12 @@ COPIES = {"hidetc_copy4": 4, "hidetc_copy8": 8, "hidetc_copy16": 16, "hidetc_ld_
 VALUE_FORMS = {"_mm256_broadcast_ss": ("_mm256_set1_ps", 1),
                "_mm256_loadu_ps": ("_mm256_setr_ps", 8)}
 ASYNC_COPIES = {"hidetc_cp_async4": 4, "hidetc_cp_async8": 8, "hidetc_cp_async16": 16}
+
+
+def widen(value: Expr) -> Expr:
+    """A float16 value in float32 for arithmetic (the unfused kernels' rule: compute in
+    float32, round once per op at its store -- here, at each member's result)."""
+    return cast(value, "float32") if value.dtype == "float16" else value
 
 
 class GraftError(ValueError):
@@ -162,8 +170,9 @@ class _Graft(Rewriter):
         if node is None or node.name not in self.prologue_nodes:
             return Load(self._input(value), tuple(as_expr(i) for i in idx))
         task = self.tasks[node.name]
-        load: Callable = lambda i, index: self.value_at(node.inputs[i], list(index))  # noqa: E731
-        return COMPUTE[node.op](task, list(idx), load)
+        load: Callable = lambda i, index: widen(  # noqa: E731
+            self.value_at(node.inputs[i], list(index)))
+        return cast(COMPUTE[node.op](task, list(idx), load), task.outputs[0].dtype)
 
     def visit_Load(self, e: Load) -> Expr:
         if e.buffer is self.out_buffer:
@@ -207,10 +216,11 @@ class _Graft(Rewriter):
             if node.op in ("Reshape", "Transpose"):
                 env[node.outputs[0]] = (expr, forward_index(node, self.graph, at))
                 continue
-            load = lambda i, index, node=node: (  # noqa: E731
+            load = lambda i, index, node=node: widen(  # noqa: E731
                 env[node.inputs[i]][0] if node.inputs[i] in env
                 else Load(self._input(node.inputs[i]), tuple(as_expr(j) for j in index)))
-            result = COMPUTE[node.op](self.tasks[name], list(at), load)
+            task = self.tasks[name]
+            result = cast(COMPUTE[node.op](task, list(at), load), task.outputs[0].dtype)
             var = Var(self._fresh("v"), result.dtype)
             stmts.append(Declare(var, result))
             env[node.outputs[0]] = (var, at)

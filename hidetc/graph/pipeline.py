@@ -19,6 +19,16 @@ Reading `PASSES` tells the story:
                           constants, duplicated branches).
   9. eliminate_dead_code  sweep everything the passes above orphaned.
 
+Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[precision]`
+(run by `lower_precision`, after `optimize`, by `hidetc.api.compile_model`):
+  f32: nothing.
+  f16: to_float16      float32 tensors -> float16 storage (weights converted), the
+                       interface kept float32 by Casts after the inputs and before the
+                       outputs, parameter inputs untouched. The graph verifier always
+                       runs after it (the types are all rewritten).
+Kept apart from PASSES so the optimizations see the model's own dtypes (folding in
+float32) and each precision's list stays explicit.
+
 `optimize(graph, verify=..., dump_dir=...)` runs them; with `verify` the verifier runs
 on the input and after every pass; with `dump_dir` the listing `str(graph)` is written
 to `dump_dir/00_input.txt` and then `dump_dir/NN_<pass>.txt` after pass NN.
@@ -37,6 +47,7 @@ from hidetc.graph.passes import (
     fold_batchnorm,
     fold_constants,
     remove_identity,
+    to_float16,
 )
 from hidetc.graph.verify import GraphVerifyError, verify_graph
 
@@ -55,6 +66,12 @@ PASSES: tuple[tuple[str, Pass], ...] = (
 )
 
 
+PRECISION_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
+    "f32": (),
+    "f16": (("to_float16", to_float16.run),),
+}
+
+
 def optimize(graph: Graph, *, verify: bool = False, dump_dir: str | None = None,
              passes: tuple[tuple[str, Pass], ...] = PASSES) -> Graph:
     """Run `passes` in order and return the optimized graph."""
@@ -64,7 +81,22 @@ def optimize(graph: Graph, *, verify: bool = False, dump_dir: str | None = None,
         (dump / "00_input.txt").write_text(str(graph) + "\n")
     if verify:
         checked(graph, "input")
-    for index, (name, run_pass) in enumerate(passes, start=1):
+    return _run(graph, passes, 1, verify, dump)
+
+
+def lower_precision(graph: Graph, precision: str, *, dump_dir: str | None = None) -> Graph:
+    """Run `PRECISION_PASSES[precision]` on an optimized graph. The verifier runs after
+    each of them (always: they retype the whole graph); dumps continue the numbering of
+    `optimize`'s (`dump_dir/10_to_float16.txt`)."""
+    dump = Path(dump_dir) if dump_dir is not None else None
+    if dump is not None:
+        dump.mkdir(parents=True, exist_ok=True)
+    return _run(graph, PRECISION_PASSES[precision], len(PASSES) + 1, True, dump)
+
+
+def _run(graph: Graph, passes: tuple[tuple[str, Pass], ...], start: int, verify: bool,
+         dump: Path | None) -> Graph:
+    for index, (name, run_pass) in enumerate(passes, start=start):
         graph = run_pass(graph)
         if verify:
             checked(graph, f"pass {index} {name}")

@@ -57,6 +57,12 @@ def _conv(dt: str, big: bool) -> dict[str, Task]:
     return {"gemm": gemm, "depthwise": depthwise}
 
 
+def _conv_nhwc(dt: str, big: bool) -> dict[str, Task]:
+    c, hw = (512, 7) if big else (16, 14)
+    return {"": _task("ConvNHWC", [_t(dt, 1, hw, hw, c), _t(dt, 2 * c, 3, 3, c), None],
+                      _t(dt, 1, hw, hw, 2 * c), (("pads", (1, 1, 1, 1)),))}
+
+
 def _row_op(op: str, dt: str, big: bool) -> dict[str, Task]:
     rows, n = (3, 4099) if big else (8, 128)
     x = _t(dt, rows, n)
@@ -76,6 +82,8 @@ def representative_tasks(op: str, dtype: str, big: bool = False) -> dict[str, Ta
         return _matmul(dtype, big)
     if op == "Conv":
         return _conv(dtype, big)
+    if op == "ConvNHWC":
+        return _conv_nhwc(dtype, big)
     return _row_op(op, dtype, big)
 
 
@@ -91,8 +99,7 @@ def _templates(kind: str) -> dict[int, tuple[Any, list[str]]]:
     if kind == "cpu":
         from hidetc.schedules.cpu import TEMPLATES
     else:
-        from hidetc.schedules.cuda import TEMPLATES
-        from hidetc.schedules.cuda import matmul_tc
+        from hidetc.schedules.cuda import TEMPLATES, matmul_tc
         TEMPLATES = {**TEMPLATES, "MatMul/f16": matmul_tc.TEMPLATE}  # noqa: N806
     grouped: dict[int, tuple[Any, list[str]]] = {}
     for op, template in TEMPLATES.items():
@@ -102,16 +109,21 @@ def _templates(kind: str) -> dict[int, tuple[Any, list[str]]]:
 
 def template_spaces(targets: Iterable[str] = ("cpu", "cuda"), arch: str | None = None
                     ) -> list[SpaceInfo]:
+    """One row per (target, template, precision, variant, space size): a template whose
+    space differs between the ops it serves (single- vs multi-pass reductions) gets a
+    row per size, listing its ops."""
     rows = []
     for kind in targets:
         target = _target(kind, arch)
         for template, ops in _templates(kind).values():
-            ops = list(dict.fromkeys(ops))
             for precision in getattr(template, "precisions", ("f32",)):
-                tasks = representative_tasks(ops[0], DTYPES[precision])
-                for variant, task in tasks.items():
-                    rows.append(SpaceInfo(kind, template.name, tuple(ops), precision,
-                                          variant, len(template.space(task, target))))
+                sizes: dict[tuple[str, int], list[str]] = {}
+                for op in dict.fromkeys(ops):
+                    for variant, task in representative_tasks(op, DTYPES[precision]).items():
+                        size = len(template.space(task, target))
+                        sizes.setdefault((variant, size), []).append(op)
+                rows += [SpaceInfo(kind, template.name, tuple(served), precision, variant, size)
+                         for (variant, size), served in sizes.items()]
     return rows
 
 

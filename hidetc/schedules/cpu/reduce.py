@@ -11,9 +11,22 @@ import math
 
 import numpy as np
 
+from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import FLOATS, Const, Expr, Function, as_expr, call, cast, maximum, minimum
+from hidetc.tir.ir import (
+    FLOATS,
+    Const,
+    Expr,
+    Function,
+    as_expr,
+    call,
+    cast,
+    logical_and,
+    maximum,
+    minimum,
+    select,
+)
 from hidetc.tir.mapping import repeat, spatial
 
 INF = float("inf")
@@ -36,7 +49,7 @@ def identity_const(value: float, dtype: str) -> Const:
     if dtype in FLOATS:
         return Const(float(value), dtype)
     if dtype == "bool":
-        return Const(bool(value), dtype)
+        return Const(value > 0, dtype)   # max from False, min from True, sum 0, prod 1
     info = np.iinfo(dtype)
     return Const(int(min(max(value, info.min), info.max)), dtype)
 
@@ -52,6 +65,8 @@ def _reduced_axes(task: Task) -> list[int]:
 
 
 def build_reduce(task: Task, name: str) -> Function:
+    if task.op == "ReduceLogSumExp" and task.outputs[0].dtype in FLOATS:
+        return _build_logsumexp(task, name)
     init, combine, finalize = REDUCERS[task.op]
     x_type, out_type = task.inputs[0], task.outputs[0]
     shape = x_type.shape
@@ -70,6 +85,38 @@ def build_reduce(task: Task, name: str) -> Function:
                     idx[d] = r
                 kb.assign(acc, combine(acc, cast(x[tuple(idx)], out_type.dtype)))
             kb.store(out, (p,), finalize(acc, math.prod(reduced)))
+    return kb.finish()
+
+
+def _build_logsumexp(task: Task, name: str) -> Function:
+    """log(sum(exp(x - m))) + m with m the maximum (0 when not finite, as numpy's
+    reference does), so large inputs do not overflow."""
+    x_type, out_type = task.inputs[0], task.outputs[0]
+    shape, dt = x_type.shape, out_type.dtype
+    axes = _reduced_axes(task)
+    kept = [1 if d in axes else n for d, n in enumerate(shape)]
+    reduced = [shape[d] for d in axes] or [1]
+    kb = KernelBuilder(name, "cpu")
+    x = kb.buffer("x", x_type.dtype, shape)
+    out = kb.buffer("out", dt, (math.prod(kept),))
+
+    def element(oidx, ridx) -> Expr:
+        idx = list(oidx)
+        for d, r in zip(axes, ridx):
+            idx[d] = r
+        return cast(x[tuple(idx)], dt)
+
+    with kb.for_range(math.prod(kept), kind="parallel", name="p") as p:
+        with kb.for_mapping(spatial(*kept), p) as oidx:
+            top = kb.declare("top", dt, -INF)
+            with kb.for_mapping(repeat(*reduced), 0) as ridx:
+                kb.assign(top, maximum(top, element(oidx, ridx)))
+            finite = logical_and(top > -INF, top < INF)
+            kb.assign(top, select(finite, top, Const(0.0, dt)))
+            acc = kb.declare("acc", dt, 0.0)
+            with kb.for_mapping(repeat(*reduced), 0) as ridx:
+                kb.assign(acc, acc + call("exp", element(oidx, ridx) - top))
+            kb.store(out, (p,), call("log", acc) + top)
     return kb.finish()
 
 
@@ -117,30 +164,48 @@ def build_softmax(task: Task, name: str) -> Function:
 
 def layernorm_buffers(kb: KernelBuilder, task: Task):
     """LayerNormalization viewed as rows x n (n = the normalized trailing dims):
-    (rows, n, epsilon, (x, scale, bias or None, out)) with the kernel's buffers declared."""
+    (rows, n, epsilon, (x, scale, bias or None, out)) with the kernel's buffers declared;
+    scale and bias are functions k -> element (they may broadcast over the normalized
+    dims, as ONNX allows)."""
     x_type = task.inputs[0]
     axis = task.attr("axis", -1) % len(x_type.shape)
-    rows, n = math.prod(x_type.shape[:axis]), math.prod(x_type.shape[axis:])
+    norm_shape = tuple(x_type.shape[axis:])
+    rows, n = math.prod(x_type.shape[:axis]), math.prod(norm_shape)
     dt = x_type.dtype
     x = kb.buffer("x", dt, (rows, n))
-    scale = kb.buffer("scale", dt, (n,))
-    bias = kb.buffer("bias", dt, (n,)) if 2 in task.buffer_inputs else None
+
+    def param(i: int, label: str):
+        shape = tuple(task.inputs[i].shape)
+        if math.prod(shape) == n:
+            flat = kb.buffer(label, task.inputs[i].dtype, (n,))
+            return lambda k: flat[k]
+        buf = kb.buffer(label, task.inputs[i].dtype, shape)
+        return lambda k: buf[tuple(broadcast_index(unravel(k, norm_shape), shape))]
+
+    scale = param(1, "scale")
+    bias = param(2, "bias") if 2 in task.buffer_inputs else None
     out = kb.buffer("out", dt, (rows, n))
     return rows, n, float(task.attr("epsilon", 1e-5)), (x, scale, bias, out)
 
 
 def build_layernorm(task: Task, name: str) -> Function:
+    """Per row, shifted two-pass statistics: with s = x[r, 0], d = mean(x - s) and
+    var = mean(((x - s) - d)^2), so a large mean costs no precision (E[x^2] - E[x]^2
+    and even a plain two-pass with the mean rounded lose digits when |mean| >> std);
+    y = ((x - s) - d) * rsqrt(var + eps) * scale + bias."""
     kb = KernelBuilder(name, "cpu")
     rows, n, eps, (x, scale, bias, out) = layernorm_buffers(kb, task)
     dt = x.dtype
     with kb.for_range(rows, kind="parallel", name="r") as r:
-        mean = _row_sum(kb, n, lambda k: x[r, k], dt, "mean")
+        shift = kb.declare("shift", dt, x[r, 0])
+        mean = _row_sum(kb, n, lambda k: x[r, k] - shift, dt, "mean")
         kb.assign(mean, mean / float(n))
-        var = _row_sum(kb, n, lambda k: (x[r, k] - mean) * (x[r, k] - mean), dt, "var")
+        var = _row_sum(kb, n, lambda k: (x[r, k] - shift - mean) * (x[r, k] - shift - mean),
+                       dt, "var")
         inv = kb.declare("inv", dt, as_expr(1.0, mean) / call("sqrt", var / float(n) + eps))
         with kb.for_range(n, name="k") as k:
-            y: Expr = (x[r, k] - mean) * inv * scale[k]
-            kb.store(out, (r, k), y + bias[k] if bias is not None else y)
+            y: Expr = (x[r, k] - shift - mean) * inv * scale(k)
+            kb.store(out, (r, k), y + bias(k) if bias is not None else y)
     return kb.finish()
 
 

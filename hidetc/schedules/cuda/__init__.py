@@ -3,7 +3,9 @@ Function with target "cuda" and its launch shape in the attrs `grid` and `block`
 
 `TEMPLATES` maps the ops that have a schedule template (space / default / build, see
 `hidetc.schedules.template`) to it, for the tuner; their `RULES` entry builds the
-template's default config. MatMul: the f32 SIMT template (`matmul_simt`)."""
+template's default config. MatMul: the f32 SIMT template (`matmul_simt`), and for
+float16 (`--precision f16`) the tensor-core template (`matmul_tc`, sm_80+, f32
+accumulation) under the key "MatMul/f16"; `template_for(task)` picks per task."""
 from __future__ import annotations
 
 from typing import Callable
@@ -11,15 +13,25 @@ from typing import Callable
 from hidetc.compute.injective import COMPUTE
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cpu.reduce import REDUCERS
-from hidetc.schedules.cuda import conv, injective, matmul_simt, pool, reduce
+from hidetc.schedules.cuda import (
+    conv_gemm,
+    injective,
+    matmul_simt,
+    matmul_tc,
+    pool,
+    reduce,
+)
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import Template
+from hidetc.schedules.template import Target, Template
 from hidetc.tir.ir import Function
 
 Builder = Callable[[Task, str], Function]
 
 TEMPLATES: dict[str, Template] = {
     "MatMul": matmul_simt.TEMPLATE,
+    "MatMul/f16": matmul_tc.TEMPLATE,
+    "Conv": conv_gemm.TEMPLATE,
+    **{op: reduce.TEMPLATE for op in reduce.OPS},
 }
 
 RULES: dict[str, Builder] = {
@@ -32,9 +44,29 @@ RULES: dict[str, Builder] = {
     "AveragePool": pool.build_pool,
     "GlobalAveragePool": reduce.build_global_pool,
     "GlobalMaxPool": reduce.build_global_pool,
-    "MatMul": matmul_simt.build_matmul,
-    "Conv": conv.build_conv,
+    "MatMul": lambda task, name: build_matmul(task, name),
+    "Conv": conv_gemm.build_conv,
 }
+
+
+def template_for(task: Task) -> Template | None:
+    """The template serving `task` (None for rule kernels): a MatMul goes to tensor
+    cores whenever `matmul_tc.check_task` accepts it (float16), else to SIMT."""
+    if task.op == "MatMul":
+        try:
+            matmul_tc.check_task(task)
+        except ValueError:
+            return TEMPLATES["MatMul"]
+        return TEMPLATES["MatMul/f16"]
+    return TEMPLATES.get(task.op)
+
+
+def build_matmul(task: Task, name: str) -> Function:
+    """MatMul's rule: the default config of `template_for(task)`."""
+    template = template_for(task)
+    if template is TEMPLATES["MatMul"]:
+        return matmul_simt.build_matmul(task, name)
+    return template.build(task, template.default(task, Target(kind="cuda")), name)
 
 
 def supports(op: str) -> bool:

@@ -4,12 +4,22 @@
 `__shfl_down_sync`, then one partial per warp through shared memory, then the first
 warp combines those; the result is broadcast to every thread through shared memory.
 It calls `__syncthreads`, so every thread of the block must reach it.
+
+`warp_allreduce` and `group_allreduce` (the reduction template's) leave the result in
+EVERY lane without a broadcast: an xor butterfly (`__shfl_xor_sync`) combines lanes l
+and l ^ d at each step, and since both partners combine the same two values (IEEE +, *,
+min and max are commutative) every lane of a group ends with bit-identical results.
+`group_allreduce` combines aligned groups of `group` consecutive threads (a power of two
+>= 32, several groups per block): a butterfly per warp, one partial per warp through a
+shared buffer of its own (so no trailing barrier is needed when every call site runs
+once per kernel), one `__syncthreads`, then a butterfly over the group's partials.
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from hidetc.tir.builder import KernelBuilder
+from hidetc.tir.cuda import shfl_xor
 from hidetc.tir.ir import Const, Expr, Var, call, syncthreads, thread_idx
 
 WARP = 32
@@ -56,3 +66,33 @@ def block_reduce(kb: KernelBuilder, value: Var, combine: Combine, identity: floa
     result = kb.declare(f"{name}_result", value.dtype, total[0])
     kb.emit(syncthreads())  # `total` may be reused by the next reduction
     return result
+
+
+def warp_allreduce(kb: KernelBuilder, acc: Var, combine: Combine, width: int = WARP) -> None:
+    """After this, every lane holds the combination of `acc` over its aligned group of
+    `width` lanes (a power of two <= 32; every lane of the warp must execute it)."""
+    delta = width // 2
+    while delta >= 1:
+        kb.assign(acc, combine(acc, shfl_xor(acc, delta)))
+        delta //= 2
+
+
+def group_allreduce(kb: KernelBuilder, acc: Var, combine: Combine, group: int, threads: int,
+                    name: str = "red") -> None:
+    """Combine `acc` over each aligned group of `group` consecutive threads of a 1-D block
+    of `threads` threads (both powers of two, 32 <= group <= threads); afterwards every
+    thread holds its group's total in `acc`. With group > 32 it allocates a shared
+    buffer of threads / 32 values and calls `__syncthreads` once: every thread of the
+    block must reach it, and a call site must not run twice (no trailing barrier)."""
+    warp_allreduce(kb, acc, combine)
+    if group <= WARP:
+        return
+    per_group = group // WARP
+    lane, warp = thread_idx() % WARP, thread_idx() // WARP
+    partial = kb.alloc(f"{name}_partial", acc.dtype, (threads // WARP,), scope="shared")
+    with kb.if_then(lane < 1):
+        kb.store(partial, (warp,), acc)
+    kb.emit(syncthreads())
+    first = thread_idx() // group * per_group
+    kb.assign(acc, partial[first + lane % per_group])
+    warp_allreduce(kb, acc, combine, per_group)

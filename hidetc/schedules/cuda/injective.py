@@ -3,6 +3,13 @@
 Schedule: 256-thread blocks, the global thread index `w = blockIdx.x * 256 +
 threadIdx.x` is the worker of `spatial(*out_shape)`, whose lowering guards
 `w < size`: the tail is predicated, so any shape works.
+
+float16 storage (`--precision f16`): every float16 load is converted to float32, the
+op's definition computes in float32, and the result is rounded to the output dtype
+once, at the store. For one +, -, *, / or sqrt that equals the correctly rounded
+float16 operation (float32 has more than twice float16's precision); longer formulas
+(Sigmoid, Mean, HardSigmoid, ...) are more accurate than float16 arithmetic. Casts stay
+exact: float16 -> float32 is exact, and a Cast to float16 rounds once.
 """
 from __future__ import annotations
 
@@ -10,10 +17,17 @@ from hidetc.compute.injective import COMPUTE
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Function, Load, as_expr, block_idx, thread_idx
+from hidetc.tir.ir import Expr, Function, as_expr, block_idx, cast, thread_idx
 from hidetc.tir.mapping import spatial
 
 THREADS = 256
+# storage dtype -> the dtype the arithmetic runs in
+COMPUTE_DTYPE = {"float16": "float32"}
+
+
+def widen(value: Expr) -> Expr:
+    """A loaded value in its arithmetic dtype (float16 -> float32; others unchanged)."""
+    return cast(value, COMPUTE_DTYPE.get(value.dtype, value.dtype))
 
 
 def build(task: Task, name: str) -> Function:
@@ -24,13 +38,13 @@ def build(task: Task, name: str) -> Function:
     out = kb.buffer("out", out_type.dtype, out_type.shape)
     compute = COMPUTE[task.op]
 
-    def load(i: int, idx) -> Load:
-        return buffers[i][tuple(as_expr(x) for x in idx)]
+    def load(i: int, idx) -> Expr:
+        return widen(buffers[i][tuple(as_expr(x) for x in idx)])
 
     shape = out_type.shape or (1,)
     worker = block_idx() * THREADS + thread_idx()
     with kb.for_mapping(spatial(*shape), worker) as idx:
         idx = list(idx) if out_type.shape else []
-        kb.store(out, tuple(idx), compute(task, idx, load))
+        kb.store(out, tuple(idx), cast(compute(task, idx, load), out.dtype))
     blocks = max(ceil_div(out_type.size, THREADS), 1)
     return kb.finish(grid=(blocks, 1, 1), block=(THREADS, 1, 1))

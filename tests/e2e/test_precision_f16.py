@@ -1,0 +1,168 @@
+"""`--precision f16` end to end on the cuda target: the tiny benchmark models compiled
+with float16 storage (cross-compiled for sm_80: nvcc builds the cubins, no GPU needed),
+every kernel run in the emulator, the outputs within the f16 tolerance (1e-2 norm-wise
+relative) of ONNX Runtime in f32; the weights and kernels are float16 while the
+artifact's inputs and outputs keep the model's dtypes, and MatMuls run on tensor cores.
+
+The kernel-level checks at the top need no nvcc."""
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import hidetc
+import models
+from hidetc.codegen.cuda import print_cuda_function
+from hidetc.config import TOLERANCES
+from hidetc.graph.ir import TensorType
+from hidetc.schedules import cuda
+from hidetc.schedules.cuda import matmul_simt, matmul_tc
+from hidetc.schedules.task import Task
+from hidetc.tir.pipeline import lower
+from hidetc.verify import compare, run_onnxruntime
+
+F16_RTOL = TOLERANCES["f16"]
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+
+
+def _task(op: str, inputs, output, attrs=()) -> Task:
+    return Task(op, tuple(inputs), (output,), tuple(attrs), (None,) * len(inputs))
+
+
+def _source(task: Task, name: str = "k") -> str:
+    return print_cuda_function(lower(cuda.build_kernel(task, name)))
+
+
+# kernels (no nvcc) ----------------------------------------------------------------------
+def test_matmul_dispatch_per_dtype():
+    def mm(dt):
+        return _task("MatMul", [TensorType(dt, (4, 24)), TensorType(dt, (24, 8))],
+                     TensorType(dt, (4, 8)))
+    assert cuda.template_for(mm("float16")) is matmul_tc.TEMPLATE
+    assert cuda.template_for(mm("float32")) is matmul_simt.TEMPLATE
+    assert cuda.TEMPLATES["MatMul/f16"] is matmul_tc.TEMPLATE
+    assert "hidetc_mma_m16n8k16" in _source(mm("float16"))
+    assert "hidetc_mma_m16n8k16" not in _source(mm("float32"))
+
+
+def test_elementwise_f16_computes_in_f32_and_rounds_once():
+    t = TensorType("float16", (3, 5))
+    src = _source(_task("Add", [t, TensorType("float16", (5,))], t))
+    assert "half *__restrict__ out" in src
+    assert src.count("__half2float") == 2 and src.count("__float2half_rn") == 1
+    assert "__hadd_rn" not in src
+    sig = _source(_task("Sigmoid", [t], t))
+    assert "__float2half_rn(1.0f /" in sig and "__hdiv" not in sig
+    # Casts stay exact casts: one rounding into float16, a plain widening out of it
+    down = _source(_task("Cast", [TensorType("float32", (3,))], TensorType("float16", (3,)),
+                         (("to", "float16"),)))
+    assert "= __float2half_rn(in0[" in down
+    up = _source(_task("Cast", [TensorType("float16", (3,))], TensorType("float32", (3,)),
+                       (("to", "float32"),)))
+    assert "= __half2float(in0[" in up and "__float2half" not in up
+
+
+def test_pool_f16_accumulates_in_f32():
+    x, y = TensorType("float16", (1, 2, 6, 6)), TensorType("float16", (1, 2, 6, 6))
+    attrs = (("kernel_shape", (3, 3)), ("pads", (1, 1, 1, 1)), ("strides", (1, 1)))
+    src = _source(_task("AveragePool", [x], y, attrs))
+    assert "float acc" in src and "half acc" not in src
+    assert src.count("__float2half_rn") == 1 and "__hadd_rn" not in src
+
+
+# end to end (nvcc + emulator) -----------------------------------------------------------
+def _onnx_dtypes(values) -> list[tuple[str, str]]:
+    return [(v.name, str(helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)))
+            for v in values]
+
+
+def _kernel_body(source: str, name: str) -> str:
+    start = source.index(f"\n{name}(")
+    end = source.find('extern "C"', start)
+    return source[start:end if end >= 0 else len(source)]
+
+
+def check_f16_artifact(proto: onnx.ModelProto, out, manifest: dict) -> None:
+    assert manifest["precision"] == "f16" and manifest["config"]["precision"] == "f16"
+    # the interface is the model's own (float32 stays float32)
+    assert [(s["name"], s["dtype"]) for s in manifest["inputs"]] == _onnx_dtypes(
+        [i for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}])
+    assert [(s["name"], s["dtype"]) for s in manifest["outputs"]] == _onnx_dtypes(
+        proto.graph.output)
+    # float16 storage: weights, and every kernel's task but the interface Casts
+    weight_dtypes = {e["dtype"] for e in manifest["weights"]["entries"].values()}
+    assert "float32" not in weight_dtypes and "float16" in weight_dtypes
+    for kernel in manifest["kernels"]:
+        if kernel["op"] != "Cast":
+            assert "float32" not in kernel["task"], kernel["task"]
+    source = "\n".join(p.read_text() for p in sorted((out / "kernels" / "src").glob("*.cu")))
+    assert re.search(r"\bhalf \*", source)
+    # MatMuls on tensor cores
+    matmuls = {k["name"] for k in manifest["kernels"] if k["op"] == "MatMul"}
+    for name in matmuls:
+        assert "hidetc_mma_m16n8k16" in _kernel_body(source, name), name
+
+
+def compile_and_compare(proto, tmp_path, seed: int = 2) -> dict:
+    path = tmp_path / "model.onnx"
+    models.save(proto, path)
+    result = hidetc.compile_model(path, tmp_path / "out", target="cuda", precision="f16",
+                                  arch="sm_80")
+    check_f16_artifact(proto, tmp_path / "out", result.manifest)
+    model = hidetc.load(tmp_path / "out", emulate=True)
+    inputs = models.sample_inputs(proto, seed=seed)
+    report = compare(model.run(inputs), run_onnxruntime(path, inputs), rtol=F16_RTOL)
+    assert report["status"] == "passed", report
+    return report
+
+
+# inception_v3 (the one tiny model with AveragePool, covered below) takes the longest
+# to build: it runs with `make test-slow`
+MODELS = [pytest.param(name, marks=pytest.mark.slow) if name == "inception_v3" else name
+          for name in sorted(models.REGISTRY)]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", MODELS)
+def test_tiny_model_f16_emulated(name, tmp_path):
+    report = compile_and_compare(models.build(name, tiny=True), tmp_path)
+    errors = [o["rel_error"] for o in report["outputs"].values() if "rel_error" in o]
+    assert errors and max(errors) > 0      # really float16: not bit-equal to float32
+
+
+def _ops_model() -> onnx.ModelProto:
+    """Pools, elementwise math, a layout op and a MatMul with awkward sizes."""
+    rng = np.random.default_rng(0)
+    make = helper.make_node
+    nodes = [
+        make("MaxPool", ["x"], ["mp"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        make("AveragePool", ["mp"], ["ap"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        make("AveragePool", ["mp"], ["ap2"], kernel_shape=[2, 2], count_include_pad=1,
+             pads=[0, 0, 1, 1]),
+        make("Sigmoid", ["ap"], ["sg"]), make("Mul", ["sg", "ap2"], ["m"]),
+        make("HardSigmoid", ["m"], ["hs"]), make("Sub", ["hs", "m"], ["d"]),
+        make("Transpose", ["d"], ["t"], perm=[0, 1, 3, 2]),
+        make("Reshape", ["t", "shape"], ["r"]), make("MatMul", ["r", "w"], ["mm"]),
+        make("Tanh", ["mm"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array([3, 25], np.int64), "shape"),
+             numpy_helper.from_array((rng.standard_normal((25, 7)) * 0.5).astype(np.float32),
+                                     "w")]
+    graph = helper.make_graph(
+        nodes, "f16_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 7]),
+         helper.make_tensor_value_info("ap", TensorProto.FLOAT, [1, 3, 5, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@needs_nvcc
+def test_f16_ops_emulated(tmp_path):
+    compile_and_compare(_ops_model(), tmp_path)
