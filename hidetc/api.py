@@ -69,7 +69,7 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     graph = load_model(model_path)
     optimized = optimize(graph, verify=cfg.verify_ir, dump_dir=_dump(cfg, "graph"))
     optimized = lower_precision(optimized, cfg.precision, dump_dir=_dump(cfg, "graph"))
-    plan = plan_graph(optimized, target)
+    plan = plan_graph(optimized, target, fuse=cfg.fuse, dump_dir=_dump(cfg, "fusion"))
     timings["frontend_s"] = time.perf_counter() - clock
     with ArtifactWriter(out_dir) as writer:
         clock = time.perf_counter()
@@ -122,8 +122,12 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
         "outputs": [_spec(graph, v) for v in graph.outputs],
         "output_sources": plan.output_sources,
         "kernels": [{"name": k, "node": node, "op": op, "args": list(values),
-                     "task": plan.tasks[k].signature()}
-                    for (k, node, op), values in zip(plan.nodes, plan.launch_values)],
+                     "task": plan.tasks[k].signature(), **plan.choices.get(k, {}),
+                     "group": _group_dict(group, graph)}
+                    for (k, node, op), values, group
+                    in zip(plan.nodes, plan.launch_values, plan.groups)],
+        "fusion": {"groups": len(plan.groups), "nodes": len(graph.nodes),
+                   "fallbacks": plan.fusion_fallbacks},
         "memory": {"arena_bytes": plan.memory.arena_bytes,
                    "total_bytes": plan.memory.total_bytes,
                    "offsets": dict(plan.memory.offsets)},
@@ -132,6 +136,14 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
         **built,
         "config": cfg.as_dict(),
     }
+
+
+def _group_dict(group, graph) -> dict:
+    """The fusion group of a launch: prologue and epilogue nodes as [name, op]."""
+    ops = {n.name: n.op for n in graph.nodes}
+    return {"kind": group.kind,
+            "prologues": [[n, ops[n]] for n in group.prologues],
+            "epilogues": [[n, ops[n]] for n in group.epilogues]}
 
 
 def _entry_dict(entry) -> dict:

@@ -5,6 +5,7 @@ with code 2; `--debug` shows the traceback instead.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -17,6 +18,7 @@ from hidetc import __version__, api
 from hidetc.config import PRECISIONS
 from hidetc.errors import HidetcError, InputError
 from hidetc.inspect import describe, summary_json
+from hidetc.schedules.catalog import format_spaces, template_spaces
 from hidetc.verify import compare, load_sample, run_onnxruntime, time_call, time_onnxruntime
 
 
@@ -60,12 +62,16 @@ def main(debug: bool) -> None:
 @click.option("--sample", type=click.Path(), default=None,
               help="Verify with this .npy/.npz input instead of a seeded random one.")
 @click.option("--no-verify", is_flag=True, help="Skip verification against ONNX Runtime.")
+@click.option("--no-fuse", is_flag=True,
+              help="One kernel per graph node (no prologue/epilogue fusion).")
 @click.option("--seed", type=int, default=None, help="Seed of the random verification input.")
 @_handle_errors
-def compile_cmd(model, out_dir, target, precision, arch, preset, sample, no_verify, seed):
+def compile_cmd(model, out_dir, target, precision, arch, preset, sample, no_verify, no_fuse,
+                seed):
     """Compile MODEL (.onnx) into the artifact directory OUT."""
     overrides = {"target": target, "precision": precision, "arch": arch, "sample": sample,
-                 "seed": seed, "verify": False if no_verify else None}
+                 "seed": seed, "verify": False if no_verify else None,
+                 "fuse": False if no_fuse else None}
     result = api.compile_model(model, out_dir, preset=preset, **overrides)
     m = result.manifest
     t = result.timings
@@ -172,11 +178,27 @@ def _save_npz(path: Path, outputs) -> None:
 
 
 @main.command("inspect")
-@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.argument("out_dir", type=click.Path(path_type=Path), required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("--space", is_flag=True,
+              help="List every schedule template and the size of its space (per target "
+                   "and precision) instead of describing an artifact.")
+@click.option("--target", type=click.Choice(["cpu", "cuda"]), default=None,
+              help="With --space: only this target's templates.")
+@click.option("--arch", default=None, help="With --space: the CUDA architecture (sm_90).")
 @_handle_errors
-def inspect_cmd(out_dir, as_json):
-    """Describe the artifact OUT_DIR: graph, kernels, memory, verification."""
+def inspect_cmd(out_dir, as_json, space, target, arch):
+    """Describe the artifact OUT_DIR: graph, kernels, fusion groups, memory,
+    verification; or, with --space, the schedule templates' spaces."""
+    if space:
+        rows = template_spaces((target,) if target else ("cpu", "cuda"), arch)
+        if as_json:
+            click.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+        else:
+            click.echo(format_spaces(rows))
+        return
+    if out_dir is None:
+        raise click.UsageError("give an artifact directory OUT_DIR, or --space")
     manifest = api.read_manifest(out_dir)
     if as_json:
         click.echo(json.dumps(summary_json(manifest), indent=2))

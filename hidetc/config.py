@@ -37,6 +37,7 @@ class CompileConfig:
     verify_ir: bool = False       # run the graph and TIR verifiers between passes
     threads: int = 0              # OpenMP threads at run time; 0 = all cores
     arch: str | None = None       # cuda: "sm_80,sm_90"; default: the visible GPU, else sm_90
+    fuse: bool = True             # post-scheduling fusion (False: one kernel per node)
 
     def __post_init__(self):
         if self.target not in TARGETS:

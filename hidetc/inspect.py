@@ -28,6 +28,7 @@ def summary_json(manifest: dict) -> dict:
         "memory": {k: v for k, v in manifest["memory"].items() if k != "offsets"},
         "weights_bytes": sum(e["nbytes"] for e in manifest["weights"]["entries"].values()),
         "verification": manifest["verification"],
+        "fusion": manifest.get("fusion"),
     }
 
 
@@ -56,7 +57,29 @@ def describe(manifest: dict) -> str:
         line += (f" vs {v.get('reference')} on {v.get('sample')}: {errs} "
                  f"(tolerance {v.get('tolerance')})")
     lines.append(line)
-    lines.append("execution plan:")
+    fusion = manifest.get("fusion")
+    if fusion:
+        fused = sum(1 for k in kernels if _members(k))
+        lines.append(f"fusion:  {fusion['nodes']} graph nodes in {fusion['groups']} groups "
+                     f"({fused} with fused neighbours)"
+                     + (f"; {len(fusion['fallbacks'])} fell back: " + "; ".join(
+                         f"{f['anchor']} ({f['reason']})" for f in fusion["fallbacks"][:3])
+                        if fusion["fallbacks"] else ""))
+    lines.append("execution plan (launch, kernel, anchor op + fused ops, node; schedule):")
     for i, k in enumerate(kernels):
-        lines.append(f"  {i:4d} {k['name']:<28} {k['op']:<20} {k.get('node', '')}")
+        members = _members(k)
+        ops_text = k["op"] + (f" [{members}]" if members else "")
+        lines.append(f"  {i:4d} {k['name']:<24} {ops_text:<44} {k.get('node', '')}")
+        if k.get("template") and k["template"] != "rule":
+            lines.append(f"       {'':<24} {k['template']}: {k.get('config')}")
     return "\n".join(lines)
+
+
+def _members(kernel: dict) -> str:
+    """'Pad > * > Relu, Add': prologue ops, then '*' for the anchor, then epilogue ops."""
+    group = kernel.get("group") or {}
+    pro = [op for _, op in group.get("prologues", [])]
+    epi = [op for _, op in group.get("epilogues", [])]
+    if not pro and not epi:
+        return ""
+    return " > ".join(([", ".join(pro)] if pro else []) + ["*"] + ([", ".join(epi)] if epi else []))

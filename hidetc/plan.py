@@ -48,6 +48,7 @@ class ExecutionPlan:
     output_sources: list[dict] = field(default_factory=list)
     groups: list[FusionGroup] = field(default_factory=list)   # per launch
     fusion_fallbacks: list[dict] = field(default_factory=list)
+    choices: dict[str, dict] = field(default_factory=dict)   # kernel -> template, config
 
 
 SCHEDULES = {"cpu": cpu, "cuda": cuda}
@@ -133,13 +134,15 @@ def _group_kernel(group: FusionGroup, nodes: dict[str, Node], graph: Graph, fn: 
 
 
 def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None):
-    """[(group, kernel name, FusedKernel)] in launch order, the anchors' tasks, and the
-    groups that fell back to smaller ones. Each distinct anchor task is scheduled once
-    (its config chosen without the fused neighbours) and that kernel is reused by every
-    group with that anchor: tune once, fuse many."""
+    """[(group, kernel name, FusedKernel)] in launch order, the anchors' tasks, the
+    groups that fell back to smaller ones, and each kernel's template and config.
+    Each distinct anchor task is scheduled once (its config chosen without the fused
+    neighbours) and that kernel is reused by every group with that anchor: tune once,
+    fuse many."""
     nodes = {n.name: n for n in graph.nodes}
     position = {n.name: i for i, n in enumerate(graph.nodes)}
     anchors: dict[Task, Function] = {}
+    choices: dict[Task, dict] = {}
     tasks: dict[str, Task] = {}
     kernels: list[tuple[FusionGroup, str, FusedKernel]] = []
     fallbacks: list[dict] = []
@@ -149,7 +152,11 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None):
         name = kernel_name(group_key(group, nodes, graph))
         task = task_of(nodes[group.anchor], graph)
         if task not in anchors:
-            anchors[task] = schedules.build_kernel(task, kernel_name(task))
+            template, config = schedules.kernel_choice(task)
+            anchors[task] = (template.build(task, config, kernel_name(task)) if template
+                             else schedules.build_kernel(task, kernel_name(task)))
+            choices[task] = {"template": template.name if template else "rule",
+                             "config": repr(config) if template else None}
         try:
             fused = _group_kernel(group, nodes, graph, replace(anchors[task], name=name))
         except GraftError as error:
@@ -160,7 +167,7 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None):
             _dump_graft(dump_dir, name, anchors[task], fused.function)
         tasks[name] = task
         kernels.append((group, name, fused))
-    return kernels, tasks, fallbacks
+    return kernels, tasks, fallbacks, {name: choices[t] for name, t in tasks.items()}
 
 
 def _dump_graft(dump_dir: str, name: str, before: Function, after: Function) -> None:
@@ -187,7 +194,7 @@ def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     `dump_dir` receives each fused kernel's IR before and after grafting."""
     _check_supported(graph, target)
     nodes = {n.name: n for n in graph.nodes}
-    kernels, tasks, fallbacks = _kernels(graph, SCHEDULES[target], fuse, dump_dir)
+    kernels, tasks, fallbacks, choices = _kernels(graph, SCHEDULES[target], fuse, dump_dir)
     steps = [(fused.args, tuple(o for o in nodes[g.output_node].outputs if o))
              for g, _, fused in kernels]
     memory = plan_memory(_lifetimes(graph, steps))
@@ -206,7 +213,8 @@ def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
         values.append(tuple(fused.args))
     weights = {name: graph.constants[name] for name in graph.constants if name in used_constants}
     return ExecutionPlan(graph, target, functions, tasks, launches, plan_nodes, values,
-                         weights, memory, sources, [g for g, _, _ in kernels], fallbacks)
+                         weights, memory, sources, [g for g, _, _ in kernels], fallbacks,
+                         choices)
 
 
 def _arg(value: str, graph: Graph, memory: MemoryPlan, slot_of: dict[str, int]) -> Arg:

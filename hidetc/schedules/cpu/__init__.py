@@ -10,13 +10,13 @@ template's default config.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from hidetc.compute.injective import COMPUTE
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cpu import conv, injective, matmul, pool, reduce
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import Template
+from hidetc.schedules.template import Target, Template
 from hidetc.tir.ir import Function
 
 Builder = Callable[[Task, str], Function]
@@ -50,3 +50,12 @@ def build_kernel(task: Task, name: str) -> Function:
     if rule is None:
         raise UnsupportedOpError(f"{task.op}: no CPU kernel for this op")
     return rule(task, name)
+
+
+def kernel_choice(task: Task) -> tuple[Template | None, Any]:
+    """(template, its default config) for a templated op, else (None, None): the rule
+    builds the kernel. `build_kernel` builds exactly this choice."""
+    template = TEMPLATES.get(task.op)
+    if template is None:
+        return None, None
+    return template, template.default(task, Target())

@@ -8,10 +8,11 @@ float16 (`--precision f16`) the tensor-core template (`matmul_tc`, sm_80+, f32
 accumulation) under the key "MatMul/f16"; `template_for(task)` picks per task."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from hidetc.compute.injective import COMPUTE
 from hidetc.errors import UnsupportedOpError
+from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cpu.reduce import REDUCERS
 from hidetc.schedules.cuda import (
     conv_gemm,
@@ -78,3 +79,15 @@ def build_kernel(task: Task, name: str) -> Function:
     if rule is None:
         raise UnsupportedOpError(f"{task.op}: no CUDA kernel for this op")
     return rule(task, name)
+
+
+def kernel_choice(task: Task) -> tuple[Template | None, Any]:
+    """(template, its default config) for a templated task, else (None, None): a rule
+    builds the kernel (depthwise Conv: the direct kernel, which wins there). What
+    `build_kernel` builds."""
+    if task.op == "Conv" and conv_geometry(task).depthwise:
+        return None, None
+    template = template_for(task)
+    if template is None:
+        return None, None
+    return template, template.default(task, Target(kind="cuda"))
