@@ -26,6 +26,11 @@ Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[prec
                        interface kept float32 by Casts after the inputs and before the
                        outputs, parameter inputs untouched. The graph verifier always
                        runs after it (the types are all rewritten).
+       choose_layout   Conv with C/G % 8 == 0 -> NHWC (ConvNHWC on tensor cores, OHWI
+                       weights), transposes cancelled and sunk through elementwise ops
+                       so a ResNet block stays NHWC between convolutions (f16 implies
+                       the cuda target; f32 graphs stay NCHW: the CPU templates and the
+                       SIMT GEMM are NCHW).
 Kept apart from PASSES so the optimizations see the model's own dtypes (folding in
 float32) and each precision's list stays explicit.
 
@@ -42,6 +47,7 @@ from hidetc.graph.ir import Graph
 from hidetc.graph.passes import (
     canonicalize_gemm,
     canonicalize_shapes,
+    choose_layout,
     eliminate_common_subexpressions,
     eliminate_dead_code,
     fold_batchnorm,
@@ -68,7 +74,8 @@ PASSES: tuple[tuple[str, Pass], ...] = (
 
 PRECISION_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
     "f32": (),
-    "f16": (("to_float16", to_float16.run),),
+    "f16": (("to_float16", to_float16.run),
+            ("choose_layout", lambda graph: choose_layout.run(graph, "cuda", "f16"))),
 }
 
 

@@ -70,3 +70,25 @@ def test_pattern_cuda_emulated(name, tmp_path):
     got = hidetc.load(tmp_path / "out_cuda", emulate=True).run(inputs)
     report = compare(got, run_onnxruntime(path, inputs), rtol=1e-4)
     assert report["status"] == "passed", report
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+def test_f16_nhwc_block_cuda_emulated(tmp_path):
+    """--precision f16: the convolutions go NHWC on tensor cores; the first takes the
+    NCHW -> NHWC Transpose as a prologue (its cp.async loads expanded), the second the
+    Transpose back, the residual Add and the Relu as epilogues; 1e-2 against ORT."""
+    proto = resnet_block(c=16, hw=5)
+    path = tmp_path / "block.onnx"
+    onnx.save(proto, path)
+    result = hidetc.compile_model(path, tmp_path / "out", target="cuda", precision="f16",
+                                  arch="sm_80")
+    groups = {k["op"]: k["group"] for k in result.manifest["kernels"]}
+    assert result.manifest["fusion"]["fallbacks"] == []
+    convs = [k for k in result.manifest["kernels"] if k["op"] == "ConvNHWC"]
+    assert [[op for _, op in k["group"]["prologues"]] for k in convs] == [["Transpose"], []]
+    assert [op for _, op in convs[1]["group"]["epilogues"]] == ["Transpose", "Add", "Relu"]
+    assert groups["MatMul"]["epilogues"][-1][1] == "Cast"
+    inputs = inputs_for(proto)
+    got = hidetc.load(tmp_path / "out", emulate=True).run(inputs)
+    report = compare(got, run_onnxruntime(path, inputs), rtol=1e-2)
+    assert report["status"] == "passed", report

@@ -16,6 +16,7 @@ from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cpu.reduce import REDUCERS
 from hidetc.schedules.cuda import (
     conv_gemm,
+    conv_tc,
     injective,
     matmul_simt,
     matmul_tc,
@@ -31,6 +32,7 @@ Builder = Callable[[Task, str], Function]
 TEMPLATES: dict[str, Template] = {
     "MatMul": matmul_simt.TEMPLATE,
     "MatMul/f16": matmul_tc.TEMPLATE,
+    "ConvNHWC": conv_tc.TEMPLATE,
     "Conv": conv_gemm.TEMPLATE,
     **{op: reduce.TEMPLATE for op in reduce.OPS},
 }
@@ -47,6 +49,7 @@ RULES: dict[str, Builder] = {
     "GlobalMaxPool": reduce.build_global_pool,
     "MatMul": lambda task, name: build_matmul(task, name),
     "Conv": conv_gemm.build_conv,
+    "ConvNHWC": conv_tc.build_default,
 }
 
 

@@ -1,0 +1,184 @@
+"""Choose the activation layout: channels-last (NHWC) convolutions for f16 on CUDA.
+
+`run(graph, target, precision)`:
+- target "cuda", precision "f16": the tensor-core implicit-GEMM convolution
+  (`schedules/cuda/conv_tc.py`) wants NHWC, where one 16-byte chunk of its im2col tile
+  is 8 consecutive input channels of one input pixel (one cp.async). Each 2-D Conv
+  whose per-group input channels C/G are a multiple of 8 and whose weight is a constant
+  becomes
+      Transpose(perm 0,2,3,1) -> ConvNHWC(W as OHWI, a new constant) -> Transpose(0,3,1,2)
+  with the pads resolved (auto_pad folded into explicit pads). Convs stay NCHW when
+  C/G % 8 != 0: the chunk would straddle input pixels, so the gather degrades to 8-,
+  4-byte or scalar copies and the GEMM is too narrow to feed the tensor cores
+  (depthwise C/G = 1, the RGB stem C = 3); the direct/SIMT NCHW kernels serve them
+  better and the layout shuffle would cost two transposes for nothing. Convs with a
+  non-constant weight also stay (their weight cannot be re-laid-out at compile time).
+  Then the transposes are sunk and cancelled, in one topological walk tracking which
+  NCHW values are `Transpose(u, 0,3,1,2)` of an NHWC value u (not yet materialized):
+    * Transpose(v, 0,2,3,1) of such a v is u itself (the pair cancels);
+    * a layout-agnostic elementwise op on such a v (the unary ops, Relu, Clip, Cast,
+      and Add/Sub/Mul/Div/PRelu when the other operand is such a value too, or a
+      constant broadcastable to v's shape, re-laid-out as a new constant, and the
+      output has v's shape) is applied to u instead, its output tracked the same way;
+    * a second Transpose(v, 0,2,3,1) of the same value reuses the first;
+    * anything else (MaxPool, GlobalAveragePool, Reshape, Concat, a graph output ...)
+      gets the NCHW value materialized by one Transpose right before its first use.
+  So a ResNet block (conv-relu-conv-add-relu with a 1x1 projection) stays NHWC from
+  convolution to convolution, and a transpose remains only at layout-specific ops.
+- any other target or precision: the graph is returned unchanged. The CPU templates
+  (BLIS-style GEMM with im2col packing, the direct depthwise kernel) and the f32 SIMT
+  implicit GEMM are written for NCHW, so NHWC would only add transposes there.
+
+Assumes: nodes in topological order; the verifier's invariants hold. Guarantees: the
+graph computes the same outputs (the same numpy reference results; the pass never
+looks at dtypes), graph input/output names and types are kept, the verifier passes,
+and the old OIHW weights are dropped when unused. Returns the same graph object when
+nothing applies.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hidetc.graph.ir import Graph, Node
+from hidetc.graph.ops.conv import window_geometry
+from hidetc.graph.ops.elementwise import UNARY
+from hidetc.graph.ops.layout import TO_NCHW, TO_NHWC
+from hidetc.graph.passes import eliminate_dead_code
+from hidetc.graph.passes.common import Rewriter, node_base, resolve
+
+CHANNEL_CHUNK = 8               # halves per 16-byte cp.async chunk
+UNARY_OPS = frozenset(UNARY) | {"Clip", "Cast"}   # input 0 only; others are scalars
+BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div", "PRelu"})
+
+
+def run(graph: Graph, target: str, precision: str) -> Graph:
+    if target != "cuda" or precision != "f16":
+        return graph
+    rewritten = rewrite_convs(graph)
+    if rewritten is graph:
+        return graph
+    return eliminate_dead_code.run(sink_transposes(rewritten))
+
+
+# ------------------------------------------------------------------ Conv -> ConvNHWC
+
+def wants_nhwc(graph: Graph, node: Node) -> bool:
+    if node.op != "Conv" or graph.types[node.inputs[0]].rank != 4:
+        return False
+    if node.inputs[1] not in graph.constants:
+        return False
+    channels, group = graph.types[node.inputs[0]].shape[1], node.attr("group", 1)
+    return (channels // group) % CHANNEL_CHUNK == 0 and channels // group > 0
+
+
+def rewrite_convs(graph: Graph) -> Graph:
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if wants_nhwc(graph, node):
+            to_nhwc(rw, node)
+        else:
+            rw.emit(node)
+    return rw.finish()
+
+
+def to_nhwc(rw: Rewriter, node: Node) -> None:
+    base = node_base(node)
+    x, w = node.inputs[0], node.inputs[1]
+    bias = node.inputs[2] if len(node.inputs) > 2 else ""
+    weight = rw.constants[w]
+    attrs = node.attr_dict
+    win = window_geometry("Conv", rw.types[x].shape[2:], weight.shape[2:], attrs)
+    ohwi = rw.const(f"{w}_ohwi", np.transpose(weight, TO_NHWC))
+    xt = rw.add("Transpose", (x,), f"{base}_in_nhwc", perm=TO_NHWC)
+    inputs = (xt, ohwi, bias) if bias else (xt, ohwi)
+    y = rw.add("ConvNHWC", inputs, f"{base}_nhwc", strides=win.strides,
+               dilations=win.dilations, pads=win.begin + win.end,
+               group=attrs.get("group", 1))
+    rw.add("Transpose", (y,), f"{base}_out_nchw", out=node.outputs[0], perm=TO_NCHW)
+
+
+# ------------------------------------------------------------------ sinking
+
+def is_perm(node: Node, perm: tuple[int, ...]) -> bool:
+    return node.op == "Transpose" and tuple(node.attr("perm") or ()) == perm
+
+
+class _Sinker:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.rw = Rewriter(graph)
+        self.nhwc: dict[str, str] = {}     # NCHW value -> NHWC value it transposes (lazy)
+        self.subst: dict[str, str] = {}    # renamed values (cancelled pairs)
+        self.done: set[str] = set()        # lazily transposed values materialized
+        self.to_nhwc: dict[str, str] = {}  # NCHW value -> its emitted NHWC transpose
+
+    def materialize(self, value: str) -> None:
+        if value in self.nhwc and value not in self.done:
+            self.done.add(value)
+            self.rw.add("Transpose", (self.nhwc[value],), f"{value}_nchw", out=value,
+                        perm=TO_NCHW)
+
+    def other_operand(self, value: str, shape: tuple[int, ...]) -> str | None:
+        """`value` as an NHWC operand for an op whose NCHW output has `shape`."""
+        if value in self.nhwc and self.rw.types[value].shape == shape:
+            return self.nhwc[value]
+        array = self.rw.constants.get(value)
+        if array is None or array.ndim > 4:
+            return None
+        if array.size == 1:
+            return value
+        full = array.reshape((1,) * (4 - array.ndim) + array.shape)
+        return self.rw.const(f"{value}_nhwc", np.transpose(full, TO_NHWC))
+
+    def sink(self, node: Node) -> bool:
+        """Apply `node` to NHWC values instead; False when it is not layout-agnostic."""
+        ins = node.inputs
+        if len(node.outputs) != 1 or not any(v in self.nhwc for v in ins if v):
+            return False
+        if node.op in UNARY_OPS and ins[0] in self.nhwc:
+            if any(v in self.nhwc for v in ins[1:] if v):
+                return False
+            new_inputs = (self.nhwc[ins[0]],) + ins[1:]
+        elif node.op in BINARY_OPS and len(ins) == 2:
+            shape = self.rw.types[node.outputs[0]].shape
+            operands = [self.other_operand(v, shape) for v in ins]
+            if None in operands:
+                return False
+            new_inputs = tuple(operands)
+        else:
+            return False
+        out = node.outputs[0]
+        self.nhwc[out] = self.rw.add(node.op, new_inputs, f"{out}_nhwc", **node.attr_dict)
+        return True
+
+    def visit(self, node: Node) -> None:
+        node = node.with_(inputs=tuple(resolve(self.subst, v) if v else v
+                                       for v in node.inputs))
+        x = node.inputs[0] if node.inputs else ""
+        renamable = bool(node.outputs) and node.outputs[0] not in self.graph.outputs
+        if is_perm(node, TO_NCHW) and self.rw.types[x].rank == 4:
+            self.nhwc[node.outputs[0]] = x          # emitted only if needed in NCHW
+            self.rw.changed = True
+        elif is_perm(node, TO_NHWC) and renamable and x in self.nhwc:
+            self.subst[node.outputs[0]] = self.nhwc[x]     # the pair cancels
+            self.rw.changed = True
+        elif is_perm(node, TO_NHWC) and renamable and x in self.to_nhwc:
+            self.subst[node.outputs[0]] = self.to_nhwc[x]  # one transpose per value
+            self.rw.changed = True
+        elif not self.sink(node):
+            for value in node.inputs:
+                self.materialize(value)
+            self.rw.emit(node)
+            if is_perm(node, TO_NHWC):
+                self.to_nhwc[x] = node.outputs[0]
+
+    def finish(self) -> Graph:
+        for node in self.graph.nodes:
+            self.visit(node)
+        for value in self.graph.outputs:   # never renamed: cancelling skips outputs
+            self.materialize(value)
+        return self.rw.finish()
+
+
+def sink_transposes(graph: Graph) -> Graph:
+    return _Sinker(graph).finish()

@@ -1,0 +1,331 @@
+"""Shared pieces of the f16 tensor-core templates (`matmul_tc`: MatMul, `conv_tc`:
+ConvNHWC as implicit GEMM): the schedule space, the swizzled shared-memory tiles, the
+copy mappings, and `TcKernel`, the block-level GEMM skeleton both build on.
+
+`TcKernel` computes one (BM x BN) tile of C[M, N] = A[M, K] @ B[K, N] per block:
+- the `stages`-deep cp.async pipeline over K (prologue of stages-1 tiles; iteration kt
+  waits for tile kt with `wait_group(stages - 2)`, syncs the block, refills stage
+  (kt - 1) % stages with tile kt + stages - 1, commits, computes on stage kt % stages);
+- `compute_stage`: A fragments by `ldmatrix.x4` from the swizzled BM x BK tile; B
+  fragments from either a BK x BN tile ([k][n], `ldmatrix.x4.trans`, the MatMul
+  layout) or a BN x BK tile ([n][k] = B^T, plain `ldmatrix.x4`, the conv layout: see
+  `B_NK_X4`); MT x NT `mma.m16n8k16` per 16-deep k step into f32 accumulators;
+- the epilogue: the C fragment (`C_FRAGMENT`), rounded to f16 once through the
+  subclass's `out_value` (bias goes there), stored predicated on row < M, col < N
+  (column pairs as one 4-byte store when the subclass allows it).
+Subclasses provide the global buffers, `load_tile(stage, kt)` (16-byte chunks, with
+`copy_pieces` for predicated cp.async), `out_element(row, col)` and the launch grid.
+
+Space, layouts and fragment facts are documented in `matmul_tc` (their first user) and
+checked by tests/schedules/test_cuda_matmul_tc.py.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from hidetc.schedules.cuda.common import ceil_div
+from hidetc.schedules.template import Target
+from hidetc.tir.builder import KernelBuilder
+from hidetc.tir.cuda import (
+    WARP_SIZE,
+    copy,
+    cp_async,
+    cp_async_commit,
+    cp_async_wait,
+    ldmatrix,
+    mma_m16n8k16,
+)
+from hidetc.tir.ir import (
+    Buffer,
+    Const,
+    Expr,
+    Function,
+    cast,
+    logical_and,
+    select,
+    syncthreads,
+    thread_idx,
+)
+from hidetc.tir.mapping import TaskMapping, repeat, spatial
+
+F16, F32 = "float16", "float32"
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+CHUNK = 8                      # halves per 16-byte chunk
+C_FRAGMENT = repeat(2, 1) * spatial(8, 4) * repeat(1, 2)
+C_PAIRS = repeat(2, 1) * spatial(8, 4)   # the same, one task per column pair
+LDMATRIX_X4 = spatial(2, 16)   # lane -> (chunk, row) of the row address it gives ldmatrix.x4
+# B^T tile ([n][k]), plain ldmatrix.x4 over 16 n x 16 k: lane l gives the row address of
+# row l % 8 of matrix q = l // 8; matrix q covers n rows (q // 2) * 8.., k chunk q % 2, so
+# the registers are (b0, b1) of n tile j, then (b0, b1) of n tile j + 1: lane -> (n half,
+# k chunk, row). An 8x8 [n][k] matrix without .trans gives lane l elements (n = l // 4,
+# k = 2 (l % 4) + {0, 1}): exactly the mma "col" B fragment.
+B_NK_X4 = spatial(2, 2, 8)
+
+
+@dataclass(frozen=True)
+class CudaTarget(Target):
+    """The CUDA limits these templates rely on (a Target with `arch`)."""
+    kind: str = "cuda"
+    arch: str = "sm_90"
+    sms: int = 132
+    max_threads: int = 1024
+    shared_bytes: int = 48 * 1024      # static shared memory per block
+    max_registers: int = 255           # per thread
+    registers_per_block: int = 64 * 1024
+
+
+def cuda_target(target: Target) -> CudaTarget:
+    return target if isinstance(target, CudaTarget) else CudaTarget()
+
+
+@dataclass(frozen=True)
+class TcConfig:
+    bm: int
+    bn: int
+    bk: int
+    wm: int          # warps along M
+    wn: int          # warps along N
+    stages: int
+
+    @property
+    def threads(self) -> int:
+        return self.wm * self.wn * WARP_SIZE
+
+    @property
+    def mt(self) -> int:
+        return self.bm // self.wm // MMA_M
+
+    @property
+    def nt(self) -> int:
+        return self.bn // self.wn // MMA_N
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.stages * (self.bm * self.bk + self.bk * self.bn) * 2
+
+    @property
+    def registers(self) -> int:
+        """Estimate: accumulators, A and B fragments, ~48 for addresses and loop state."""
+        return self.mt * self.nt * 4 + self.mt * 4 + self.nt * 2 + 48
+
+
+def fits(cfg: TcConfig, target: CudaTarget) -> bool:
+    ok_warp_tile = cfg.bm // cfg.wm in (32, 64) and cfg.bn // cfg.wn in (32, 64)
+    copies = min(cfg.bm * cfg.bk, cfg.bk * cfg.bn) // CHUNK
+    return (ok_warp_tile and cfg.threads <= target.max_threads
+            and cfg.shared_bytes <= target.shared_bytes
+            and cfg.registers <= target.max_registers
+            and cfg.registers * cfg.threads <= target.registers_per_block
+            and copies >= cfg.threads)
+
+
+def tc_space(target: Target) -> list[TcConfig]:
+    limits = cuda_target(target)
+    tiles, warps = (32, 64, 128, 256), (1, 2, 4)
+    grid = itertools.product(tiles, tiles, (16, 32, 64), warps, warps, (2, 3, 4))
+    return [c for c in itertools.starmap(TcConfig, grid) if fits(c, limits)]
+
+
+# ------------------------------------------------------------------ shared layout
+
+def xor_bits(x, key, bits: int):
+    """`x ^ key` for 0 <= key < 2**bits and x >= 0, in integer arithmetic (the IR has
+    no bitwise operators): the high bits of x are kept, each low bit is a parity."""
+    if bits == 0:
+        return x
+    top = 1 << bits
+    out = (x // top) * top
+    for b in range(bits):
+        p = 1 << b
+        out = out + ((x // p + key // p) % 2) * p
+    return out
+
+
+@dataclass(frozen=True)
+class SwizzledTile:
+    """A rows x cols f16 tile in shared memory: row-major, 16-byte chunks XOR-swizzled
+    per row (see matmul_tc's docstring). Works on ints and on index Exprs alike."""
+    rows: int
+    cols: int
+
+    @property
+    def chunks(self) -> int:
+        return self.cols // CHUNK
+
+    @property
+    def size(self) -> int:
+        return self.rows * self.cols
+
+    def key(self, row):
+        lanes = min(self.chunks, 8)
+        line_rows = max(1, 8 // self.chunks)
+        return (row // line_rows) % lanes
+
+    def offset(self, row, chunk, key_row=None):
+        """Element offset of (row, first half of logical `chunk`); `key_row` (default
+        `row`) is any value congruent to `row` modulo 8, cheaper when it is."""
+        bits = int(math.log2(min(self.chunks, 8)))
+        key = self.key(row if key_row is None else key_row)
+        return row * self.cols + xor_bits(chunk, key, bits) * CHUNK
+
+
+def copy_width(row_length: int) -> int:
+    """Halves per aligned piece of a 16-byte chunk for rows of `row_length` halves."""
+    return next(w for w in (8, 4, 2, 1) if row_length % w == 0)
+
+
+def chunk_mapping(rows: int, chunks: int, threads: int) -> TaskMapping:
+    """(rows x chunks) 16-byte chunks over `threads`: whole rows per round."""
+    if threads < chunks:
+        raise ValueError(f"{threads} threads cannot copy rows of {chunks} chunks")
+    per_round = min(threads // chunks, rows)
+    return repeat(rows // per_round, 1) * spatial(per_round, chunks)
+
+
+def spatial_index(mapping: TaskMapping, worker: Expr) -> list[Expr]:
+    """The task of `worker` in a one-task-per-worker mapping (no loops)."""
+    loops, idx = mapping.emit(worker, "w")
+    assert not loops, "spatial_index needs a purely spatial mapping"
+    return idx
+
+
+# ------------------------------------------------------------------ the block GEMM
+
+class TcKernel:
+    """The block GEMM skeleton (see the module docstring). `b_nk`: the B tile is stored
+    [n][k] (B^T rows, conv weights) instead of [k][n]."""
+
+    b_nk = False
+
+    def __init__(self, kb: KernelBuilder, cfg: TcConfig, m: int, n: int, k: int):
+        self.kb, self.cfg, self.m, self.n, self.k = kb, cfg, m, n, k
+        self.tile_a = SwizzledTile(cfg.bm, cfg.bk)
+        self.tile_b = SwizzledTile(cfg.bn, cfg.bk) if self.b_nk else SwizzledTile(cfg.bk, cfg.bn)
+        self.sa = kb.alloc("sa", F16, (cfg.stages * self.tile_a.size,), "shared")
+        self.sb = kb.alloc("sb", F16, (cfg.stages * self.tile_b.size,), "shared")
+        self.acc = kb.alloc("acc", F32, (cfg.mt * cfg.nt * 4,))
+        self.fa = kb.alloc("fa", "uint32", (cfg.mt * 4,))
+        self.fb = kb.alloc("fb", "uint32", (cfg.nt * 2,))
+        self.tid = thread_idx()
+        self.lane = self.tid % WARP_SIZE
+        self.wi, self.wj = spatial_index(spatial(cfg.wm, cfg.wn), self.tid // WARP_SIZE)
+        self.pairs = False          # subclasses: column pairs may be one 4-byte store
+
+    # to provide ---------------------------------------------------------------------
+    m0: Expr
+    n0: Expr
+
+    def load_tile(self, stage: int | Expr, kt: int | Expr) -> None:
+        raise NotImplementedError
+
+    def out_element(self, row: Expr, col: Expr) -> Expr:
+        """The output element (a Load) of GEMM position (row, col)."""
+        raise NotImplementedError
+
+    def out_value(self, acc: Expr, col: Expr) -> Expr:
+        """The f16 value stored for accumulator `acc` at GEMM column `col`."""
+        return cast(acc, F16)
+
+    # global -> shared ---------------------------------------------------------------
+    def copy_pieces(self, dst: Buffer, dst_off: Expr, width: int,
+                    pieces: list[tuple[Expr, Expr]]) -> None:
+        """Fill the 16-byte chunk at dst[dst_off] from `pieces`, each (pred, source
+        element) of `width` halves: cp.async (zero-filling when pred is false) or, for
+        width 1, a predicated scalar load and shared store."""
+        for p, (ok, element) in enumerate(pieces):
+            target = dst[dst_off + p * width if p else dst_off]
+            if width > 1:
+                self.kb.emit(cp_async(target, element, 2 * width, ok))
+            else:
+                self.kb.store(dst, (dst_off + p,), select(ok, element, Const(0.0, F16)))
+
+    # shared -> registers -> tensor cores --------------------------------------------
+    def compute_stage(self, stage: Expr) -> None:
+        cfg, kb, lane = self.cfg, self.kb, self.lane
+        ta, tb = self.tile_a, self.tile_b
+        half, row16 = spatial_index(LDMATRIX_X4, lane)
+        if self.b_nk:
+            nhalf, kchunk, row8 = spatial_index(B_NK_X4, lane)
+        with kb.for_range(cfg.bk // MMA_K, kind="unroll", name="kk") as kk:
+            with kb.for_range(cfg.mt, kind="unroll", name="i") as i:
+                row = self.wi * (cfg.bm // cfg.wm) + i * MMA_M + row16
+                off = stage * ta.size + ta.offset(row, kk * 2 + half, key_row=row16)
+                kb.emit(ldmatrix(self.fa[i * 4], self.sa[off], 4))
+            with kb.for_range(cfg.nt // 2, kind="unroll", name="j") as j:
+                if self.b_nk:
+                    row = self.wj * (cfg.bn // cfg.wn) + j * 16 + nhalf * 8 + row8
+                    off = stage * tb.size + tb.offset(row, kk * 2 + kchunk, key_row=row8)
+                    kb.emit(ldmatrix(self.fb[j * 4], self.sb[off], 4))
+                else:
+                    chunk = self.wj * (cfg.bn // cfg.wn // CHUNK) + j * 2 + half
+                    off = stage * tb.size + tb.offset(kk * MMA_K + row16, chunk,
+                                                      key_row=row16)
+                    kb.emit(ldmatrix(self.fb[j * 4], self.sb[off], 4, trans=True))
+            with kb.for_range(cfg.mt, kind="unroll", name="i") as i:
+                with kb.for_range(cfg.nt, kind="unroll", name="j") as j:
+                    kb.emit(mma_m16n8k16(self.acc[(i * cfg.nt + j) * 4], self.fa[i * 4],
+                                         self.fb[j * 2]))
+
+    def main_loop(self) -> None:
+        cfg, kb = self.cfg, self.kb
+        k_tiles = ceil_div(self.k, cfg.bk)
+        for s in range(cfg.stages - 1):
+            if s < k_tiles:
+                self.load_tile(s, s)
+            kb.emit(cp_async_commit())
+        with kb.for_range(k_tiles, name="kt") as kt:
+            kb.emit(cp_async_wait(cfg.stages - 2))
+            kb.emit(syncthreads())
+            nxt = kt + (cfg.stages - 1)
+            with kb.if_then(nxt < k_tiles):
+                self.load_tile(nxt % cfg.stages, nxt)
+            kb.emit(cp_async_commit())
+            self.compute_stage(kt % cfg.stages)
+
+    # registers -> global ------------------------------------------------------------
+    def zero_accumulators(self) -> None:
+        with self.kb.for_range(self.acc.shape[0], kind="unroll", name="z") as z:
+            self.kb.store(self.acc, (z,), Const(0.0, F32))
+
+    def store_output(self) -> None:
+        cfg, kb = self.cfg, self.kb
+        pair = kb.alloc("pair", F16, (2,)) if self.pairs else None
+        with kb.for_range(cfg.mt, kind="unroll", name="i") as i:
+            with kb.for_range(cfg.nt, kind="unroll", name="j") as j:
+                base = (i * cfg.nt + j) * 4
+                row0 = self.m0 + self.wi * (cfg.bm // cfg.wm) + i * MMA_M
+                col0 = self.n0 + self.wj * (cfg.bn // cfg.wn) + j * MMA_N
+                if pair is None:
+                    self.store_scalars(base, row0, col0)
+                else:
+                    self.store_pairs(pair, base, row0, col0)
+
+    def store_scalars(self, base: Expr, row0: Expr, col0: Expr) -> None:
+        kb = self.kb
+        with kb.for_mapping(C_FRAGMENT, self.lane, names=("r", "c")) as (r, c):
+            row, col = row0 + r, col0 + c
+            with kb.if_then(logical_and(row < self.m, col < self.n)):
+                value = self.out_value(self.acc[base + r // 8 * 2 + c % 2], col)
+                element = self.out_element(row, col)
+                kb.store(element.buffer, element.indices, value)
+
+    def store_pairs(self, pair: Buffer, base: Expr, row0: Expr, col0: Expr) -> None:
+        """Needs N even (then col < N implies col + 1 < N) and even element offsets."""
+        kb = self.kb
+        with kb.for_mapping(C_PAIRS, self.lane, names=("r", "c")) as (r, c):
+            row, col = row0 + r, col0 + c * 2
+            for e in range(2):
+                value = self.out_value(self.acc[base + r // 8 * 2 + e], col + e if e else col)
+                kb.store(pair, (e,), value)
+            with kb.if_then(logical_and(row < self.m, col < self.n)):
+                kb.emit(copy(self.out_element(row, col), pair[0], 4))
+
+    def run(self) -> None:
+        self.zero_accumulators()
+        self.main_loop()
+        self.store_output()
+
+    def finish(self, grid: tuple[int, int, int]) -> Function:
+        return self.kb.finish(grid=grid, block=(self.cfg.threads, 1, 1))

@@ -1,0 +1,170 @@
+"""The layout pass (hidetc/graph/passes/choose_layout.py): on a small ResNet-like graph
+(stem conv + relu + maxpool, a basic block with a 1x1 projection, a per-channel affine
+(a lowered BN), a strided second block, GAP + Reshape + MatMul head) the rewritten
+graph verifies, computes what the original computes (numpy reference, float32 and
+float16), keeps the NHWC chain between convolutions (transposes only at the input,
+around MaxPool, before GAP and at NCHW graph outputs), and leaves depthwise, C/G % 8
+and non-f16/non-cuda graphs alone.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hidetc.graph.evaluate import infer_node
+from hidetc.graph.ir import Graph, Node, TensorType
+from hidetc.graph.passes import choose_layout
+from hidetc.graph.reference import run_graph
+from hidetc.graph.verify import propagate_values, verify_graph
+
+N = Node.make
+
+
+def build(inputs: dict, nodes: list[Node], outputs: list[str], constants: dict) -> Graph:
+    types = {name: TensorType(dtype, tuple(shape)) for name, (dtype, shape) in inputs.items()}
+    types.update({name: TensorType.of(array) for name, array in constants.items()})
+    values = dict(constants)
+    for node in nodes:
+        inferred = infer_node(node, [types[v] if v else None for v in node.inputs],
+                              [values.get(v) if v else None for v in node.inputs])
+        types.update((o, t) for o, t in zip(node.outputs, inferred) if o)
+        propagate_values(node, types, values)
+    graph = Graph(tuple(inputs), tuple(outputs), tuple(nodes), types, constants)
+    verify_graph(graph)
+    return graph
+
+
+def resnet_like(dtype: str, extra_outputs=()) -> Graph:
+    rng = np.random.default_rng(0)
+
+    def w(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(dtype)
+
+    constants = {
+        "w0": w(16, 16, 3, 3), "b0": w(16), "w1": w(16, 16, 3, 3), "w2": w(32, 16, 3, 3),
+        "b2": w(32), "w3": w(32, 16, 1, 1), "scale": w(32, 1, 1) + 1, "shift": w(32, 1, 1),
+        "w4": w(32, 32, 3, 3), "b4": w(32), "half": np.array(0.5, dtype),
+        "lo": np.array(0, dtype), "hi": np.array(6, dtype), "fc": w(32, 10),
+        "shape": np.array([1, 32], np.int64),
+    }
+    nodes = [
+        N("Conv", ["x", "w0", "b0"], ["c0"], pads=(1, 1, 1, 1)),
+        N("Relu", ["c0"], ["r0"]),
+        N("MaxPool", ["r0"], ["p0"], kernel_shape=(2, 2), strides=(2, 2)),
+        N("Conv", ["p0", "w1"], ["c1"], auto_pad="SAME_UPPER"),
+        N("Relu", ["c1"], ["r1"]),
+        N("Conv", ["r1", "w2", "b2"], ["c2"], pads=(1, 1, 1, 1)),
+        N("Conv", ["p0", "w3"], ["c3"]),
+        N("Add", ["c2", "c3"], ["a"]),
+        N("Mul", ["a", "scale"], ["s"]),
+        N("Add", ["shift", "s"], ["t"]),
+        N("Relu", ["t"], ["r2"]),
+        N("Conv", ["r2", "w4", "b4"], ["c4"], pads=(1, 0, 1, 2), strides=(2, 2)),
+        N("Clip", ["c4", "lo", "hi"], ["r4"]),
+        N("Mul", ["r4", "half"], ["h"]),
+        N("GlobalAveragePool", ["h"], ["g"]),
+        N("Reshape", ["g", "shape"], ["flat"]),
+        N("MatMul", ["flat", "fc"], ["logits"]),
+    ]
+    return build({"x": (dtype, (1, 16, 8, 8))}, nodes, ["logits", *extra_outputs], constants)
+
+
+def mixed(dtype: str) -> Graph:
+    """An RGB stem (C = 3), a depthwise conv (C/G = 1), a grouped conv with C/G = 4:
+    all stay NCHW; a 1x1 conv with C = 16 goes NHWC."""
+    rng = np.random.default_rng(1)
+    constants = {"ws": rng.standard_normal((16, 3, 3, 3)).astype(dtype),
+                 "wd": rng.standard_normal((16, 1, 3, 3)).astype(dtype),
+                 "wg": rng.standard_normal((16, 4, 1, 1)).astype(dtype),
+                 "wp": rng.standard_normal((24, 16, 1, 1)).astype(dtype)}
+    nodes = [
+        N("Conv", ["x", "ws"], ["c0"], pads=(1, 1, 1, 1), strides=(2, 2)),
+        N("Relu", ["c0"], ["r0"]),
+        N("Conv", ["r0", "wd"], ["c1"], pads=(1, 1, 1, 1), group=16),
+        N("Conv", ["c1", "wg"], ["c2"], group=4),
+        N("Conv", ["c2", "wp"], ["c3"]),
+        N("Sigmoid", ["c3"], ["y"]),
+    ]
+    return build({"x": (dtype, (1, 3, 9, 9))}, nodes, ["y"], constants)
+
+
+def feeds(graph: Graph) -> dict[str, np.ndarray]:
+    t = graph.types["x"]
+    return {"x": np.random.default_rng(2).standard_normal(t.shape).astype(t.dtype)}
+
+
+def assert_same(before: Graph, after: Graph) -> None:
+    """The same outputs. The NHWC reference is the NCHW one between exact transposes,
+    but the im2col matmul sees its operands with other strides, so BLAS may sum in
+    another order: f32 differences of a few ulps, which an f16 result can round across
+    (one f16 ulp, 2^-10 relative, 2^-14 absolute near zero, propagated through the
+    following layers)."""
+    inputs = feeds(before)
+    want, got = run_graph(before, inputs), run_graph(after, inputs)
+    assert list(got) == list(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape
+        tol = 1e-5 if want[name].dtype == np.float32 else 1e-2
+        np.testing.assert_allclose(got[name].astype(np.float64),
+                                   want[name].astype(np.float64), rtol=tol, atol=tol)
+
+
+def count(graph: Graph, op: str) -> int:
+    return graph.op_counts().get(op, 0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_resnet_block_stays_nhwc(dtype):
+    before = resnet_like(dtype)
+    after = choose_layout.run(before, "cuda", "f16")
+    verify_graph(after)
+    assert_same(before, after)
+    assert count(after, "Conv") == 0 and count(after, "ConvNHWC") == 5
+    # x -> NHWC; r0 -> NCHW for MaxPool; p0 -> NHWC once (two convs read it); the
+    # clipped, scaled block output -> NCHW for GlobalAveragePool: nothing else
+    assert count(after, "Transpose") == 4
+    producers = after.producers()
+    for op in ("MaxPool", "GlobalAveragePool"):
+        (node,) = [n for n in after.nodes if n.op == op]
+        assert producers[node.inputs[0]].op == "Transpose"
+    for node in after.nodes:       # the elementwise ops run on NHWC values
+        if node.op in ("Relu", "Add", "Mul", "Clip"):
+            assert after.types[node.outputs[0]].shape[-1] in (16, 32)
+    for node in after.nodes:
+        if node.op == "ConvNHWC":
+            assert after.types[node.inputs[1]].shape[1:3] in ((3, 3), (1, 1))
+    assert "w0" not in after.constants      # the OIHW weights are dropped
+    assert after.inputs == before.inputs and after.outputs == before.outputs
+
+
+def test_graph_outputs_keep_their_names_and_layout():
+    before = resnet_like("float32", extra_outputs=("r2", "c0"))
+    after = choose_layout.run(before, "cuda", "f16")
+    verify_graph(after)
+    assert_same(before, after)
+    assert after.outputs == before.outputs
+    assert all(after.types[o] == before.types[o] for o in before.outputs)
+    assert count(after, "Transpose") == 6   # + r2 and c0 materialized in NCHW
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_depthwise_and_narrow_channels_stay_nchw(dtype):
+    before = mixed(dtype)
+    after = choose_layout.run(before, "cuda", "f16")
+    verify_graph(after)
+    assert_same(before, after)
+    assert count(after, "Conv") == 3 and count(after, "ConvNHWC") == 1
+    assert count(after, "Transpose") == 2    # in and out of the one NHWC conv
+    assert [n.op for n in after.nodes][-1] == "Transpose"   # Sigmoid ran in NHWC
+
+
+@pytest.mark.parametrize("target,precision", [("cpu", "f16"), ("cuda", "f32"),
+                                              ("cpu", "f32")])
+def test_other_targets_and_precisions_unchanged(target, precision):
+    graph = resnet_like("float32")
+    assert choose_layout.run(graph, target, precision) is graph
+
+
+def test_nothing_to_do_returns_the_same_graph():
+    graph = build({"x": ("float32", (1, 3, 4, 4))}, [N("Relu", ["x"], ["y"])], ["y"], {})
+    assert choose_layout.run(graph, "cuda", "f16") is graph
