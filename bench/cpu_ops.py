@@ -58,6 +58,7 @@ def matmul(name, m, k, n, batch=(), const_b=True) -> Case:
 
 
 CASES = [
+    matmul("matmul 1024^3", 1024, 1024, 1024),
     conv("resnet50 conv1 7x7 s2", 3, 64, 224, 7, stride=2),
     conv("resnet50 l1 1x1 64->64", 64, 64, 56, 1),
     conv("resnet50 l1 3x3 64", 64, 64, 56, 3),

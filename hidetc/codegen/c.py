@@ -15,10 +15,19 @@ schedule(static)`, kind "unroll" `#pragma GCC unroll N` (N = the constant extent
 8); `/`, `//` and `%` on integers are C's (truncating); `%` on floats is fmod, `//` on
 floats is rejected; `min`/`max` call static helpers that propagate NaN like numpy; a
 nested Seq is a `{ }` block; a local Alloc is an aligned stack array when its size is
-a constant <= STACK_ALLOC_LIMIT bytes, else malloc'ed and freed at the end of its block.
+a constant <= STACK_ALLOC_LIMIT bytes, else malloc'ed (`hidetc_mem_NAME`, 63 bytes more) and
+freed at the end of its block; both are 64-byte aligned (whole cache lines: the GEMM's
+packed rows must not straddle lines).
 Math Calls are mapped per argument dtype by `MATH_FUNCTIONS`. Constants print exactly:
 float32 as the shortest decimal that round-trips with an `f` suffix, float64 as
 Python's repr, non-finite values as INFINITY/NAN; int64/uint* with suffixes.
+
+x86 vector intrinsics (X86_INTRINSICS, for the CPU GEMM micro-kernel): the dtype
+"float32x8" is `__m256`; a Call named in X86_INTRINSICS prints as that AVX2/FMA
+intrinsic, its pointer operands (the table's positions) as `&buf[i]` of the Load
+written there; a module using any gets `#include <immintrin.h>` (gcc builds with
+-mavx2 -mfma). They compute exactly what they say (`_mm256_fmadd_ps` is the fused
+multiply-add, `_mm256_add_ps` a rounded add), so `-ffp-contract=off` semantics hold.
 
 float16 and bfloat16 are not supported on the cpu target (NotImplementedError).
 Identifiers that collide with C keywords or the library names used here get a `_`
@@ -70,6 +79,15 @@ _LIBM = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "erf",
 _FLOAT_EXTRA = {"abs": "fabs", "round": "rint", "sigmoid": "hidetc_sigmoid",
                 "rsqrt": "hidetc_rsqrt"}
 _CLASSIFY = {"isnan": "isnan", "isinf": "isinf"}  # type-generic macros
+
+
+VECTOR_TYPES = {"float32x8": "__m256"}
+# AVX2/FMA intrinsic -> positions of its operands passed by address (a Load there)
+X86_INTRINSICS: dict[str, tuple[int, ...]] = {
+    "_mm256_loadu_ps": (0,), "_mm256_storeu_ps": (0,), "_mm256_broadcast_ss": (0,),
+    "_mm256_fmadd_ps": (), "_mm256_add_ps": (),
+    "_mm256_setzero_ps": (), "_mm256_set1_ps": (),
+}
 
 
 def _float_table(suffix: str, tag: str) -> dict[str, str]:
@@ -205,10 +223,11 @@ class CPrinter:
     def __init__(self, fn: Function):
         self.fn = fn
         self.malloced: set[Buffer] = set()
+        self.uses_x86 = False  # set when an X86_INTRINSICS call was printed
 
     # per-target hooks --------------------------------------------------------------------
     def ctype(self, dtype: str) -> str:
-        return c_type(dtype)
+        return VECTOR_TYPES.get(dtype) or c_type(dtype)
 
     def ident(self, name: str) -> str:
         return c_name(name)
@@ -258,6 +277,8 @@ class CPrinter:
         return (f"-({inner})" if inner.startswith("-") else f"-{inner}"), _UNARY
 
     def _call(self, e: Call) -> tuple[str, int]:
+        if e.func in X86_INTRINSICS:
+            return self._x86_call(e), _ATOM
         arg_dtype = e.args[0].dtype if e.args else e.dtype
         table = MATH_FUNCTIONS.get(arg_dtype, {})
         name = table.get(e.func)
@@ -267,6 +288,20 @@ class CPrinter:
                                       f"(known: {sorted(table)})")
         args = ", ".join(self.expr(a) for a in e.args)
         return f"{name}({args})", _ATOM
+
+    def _x86_call(self, e: Call) -> str:
+        self.uses_x86 = True
+        args = []
+        for i, a in enumerate(e.args):
+            if i not in X86_INTRINSICS[e.func]:
+                args.append(self.expr(a))
+            elif isinstance(a, Load):
+                args.append(f"&{self.expr(a)}")
+            else:
+                raise ValueError(f"{self.fn.name}: operand {i} of {e.func} is passed by "
+                                 f"address and must be a buffer element (a Load), got "
+                                 f"{type(a).__name__}")
+        return f"{e.func}({', '.join(args)})"
 
     def _cast(self, e: Cast) -> tuple[str, int]:
         return f"({self.ctype(e.dtype)}){self._wrap(e.value, _UNARY)}", _UNARY
@@ -296,7 +331,7 @@ class CPrinter:
                 lines += self.stmt(x, ind)
         for x in top:
             if isinstance(x, Alloc) and x.buffer in self.malloced:
-                lines.append(f"{ind}free({self.ident(x.buffer.name)});")
+                lines.append(f"{ind}free(hidetc_mem_{self.ident(x.buffer.name)});")
         return lines
 
     def stmt(self, s: Stmt, ind: str) -> list[str]:
@@ -339,8 +374,10 @@ class CPrinter:
                 return [f"{ind}{ctype} {name}[{max(numel, 1)}] __attribute__((aligned(64)));"]
         size = " * ".join(f"(size_t)({self.expr(d)})" for d in dims) or "1"
         self.malloced.add(buf)
-        return [f"{ind}{ctype} *restrict {name} = ({ctype} *)malloc(sizeof({ctype}) * "
-                f"{size});"]
+        raw = f"hidetc_mem_{name}"
+        return [f"{ind}char *{raw} = (char *)malloc(sizeof({ctype}) * {size} + 63);",
+                f"{ind}{ctype} *restrict {name} = ({ctype} *)(((uintptr_t){raw} + 63) & "
+                "~(uintptr_t)63);"]
 
     def _var(self, e: Var) -> tuple[str, int]:
         return self.ident(e.name), _ATOM
@@ -399,11 +436,19 @@ def print_c_function(fn: Function) -> str:
     return CPrinter(fn).function()
 
 
+_X86_HEADER = "#include <immintrin.h>\n"
+
+
 def print_c_module(functions: Sequence[Function], prelude: str = "",
                    header: Optional[str] = None) -> str:
     """One C99 translation unit: includes, helpers, `prelude`, then every function."""
-    parts = [_HEADER if header is None else header, helpers_source()]
+    printers = [CPrinter(fn) for fn in functions]
+    bodies = [p.function() for p in printers]
+    head = _HEADER if header is None else header
+    if any(p.uses_x86 for p in printers):
+        head += _X86_HEADER
+    parts = [head, helpers_source()]
     if prelude:
         parts.append(prelude.rstrip("\n") + "\n")
-    parts.extend(print_c_function(fn) for fn in functions)
+    parts.extend(bodies)
     return "\n".join(parts)

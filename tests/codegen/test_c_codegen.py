@@ -317,7 +317,8 @@ def test_local_buffers(lib):
     np.testing.assert_array_equal(big_out, np.arange(20000)[::-1] * 2 + 1)
     src = print_c_function(lower(local_buffers()))
     assert "float t[8] __attribute__((aligned(64)));" in src
-    assert "malloc(" in src and "free(big);" in src
+    assert "malloc(" in src and "free(hidetc_mem_big);" in src
+    assert "& ~(uintptr_t)63);" in src  # 64-byte aligned
 
 
 def test_constants_round_trip(lib):

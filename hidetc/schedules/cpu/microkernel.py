@@ -12,11 +12,10 @@ cols <= NC). The schedule of a task, in words (BLIS's loop order):
                  lines, so one NR-wide panel (KC lines) spreads over all L1 sets.
         for each MC-row block of the task (A's L2 block; B's block is packed once):
             for jp over the NR-wide column panels, ip over the MR-high row panels:
-                micro-kernel: acc[MR][NR] = 0 (local; gcc keeps it in MR*NR/8 ymm
-                    registers); for k < kcur: for r (unrolled): av = A(r, k)
-                    broadcast; for v (unrolled) x lane (vectorized):
-                        acc[r][v*8+lane] = fma(av, bpack[k][jp*NR+v*8+lane], acc[r][v*8+lane])
+                micro-kernel: acc[MR][NR] = 0 (MR * NR/8 ymm registers); for k < kcur:
+                    acc[r][j] = fma(A(r, k), bpack[k][jp*NR + j], acc[r][j])
                     cbuf tile = acc on the first K block, cbuf tile += acc after
+                (a ragged last panel with at most 8 columns left runs an MR x 8 kernel)
     store:  for r < rows, j < cols: the caller's `store(r, j, cbuf[r][j])`
 
 A is read through `a_panel`: with pack_a, `packed_a` has copied every A matrix once per
@@ -29,16 +28,18 @@ past N are zero in bpack, the last K block is `min(KC, K - k0)` deep: any M, N, 
 works and nothing is read or written out of bounds. Every output element is stored
 exactly once, after its whole K sum (so epilogues can be grafted on the store).
 
-Why this shape of C: gcc 12 keeps `acc` in registers only when every access to it is
-the same loop shape -- r and v unrolled around a plain 8-lane loop -- and acc starts
-at zero and leaves through a cbuf store; variations we tried (a loaded start value,
-storing the tile straight to the output with a clipped variable-index path, plain
-unrolled j loops) made it scalar-replace all or part of acc into 16-80 scalar FMAs
-with spills, or spill a vector accumulator (tests/schedules/test_cpu_templates.py
-checks the FMA loop's assembly). 6 x 16 and 4 x 24 need 15-16 of the 16 ymm registers
-and gcc still spills one now and then; 5 x 16 never did. Tile sizes are config knobs
-(`GemmConfig`); `blocking` clamps them to the problem and picks the task shape (MT
-rows x NC columns) that balances the tasks over the cores while repacking the least.
+The f32 micro-kernel is written in AVX2/FMA intrinsics (`avx2.py`: one IR variable per
+ymm accumulator, printed as `__m256`), so gcc allocates its registers exactly; other
+float dtypes use the scalar form below (r and v unrolled around a plain 8-lane loop,
+acc starting at zero and leaving through a cbuf store -- the one shape gcc 12's
+vectorizer keeps in registers, and even then not for every shape: some made it
+scalar-replace acc into scalar FMAs with spills). tests/schedules/test_cpu_templates.py
+checks the FMA loop's assembly. Both forms compute the same values (fma from zero
+over a K block, then one add into cbuf). Tile sizes are config knobs (`GemmConfig`);
+`blocking` clamps them to the problem (MR to M: a 1-row GEMV computes no row twice)
+and picks the task shape (MT rows x NC columns) that balances the tasks over the cores
+while repacking the least. Packed and cbuf buffers are 64-byte aligned (the C
+printer's malloc), so a 16-wide B row is one cache line, not two.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from hidetc.schedules.cpu import avx2
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, eq, minimum
 from hidetc.tir.mapping import spatial
@@ -96,14 +98,14 @@ def gemm_space() -> list[GemmConfig]:
 
 def default_gemm(m: int, n: int) -> GemmConfig:
     """The untuned choice for an M x N output: a 5 x 16 micro-kernel (10 accumulators:
-    more than 4 x 16's 8 to hide the FMA latency, and -- unlike 6 x 16 or 4 x 24,
-    which need 15-16 of the 16 ymm registers -- never spilled by gcc 12 in our kernels;
-    a spilled accumulator halves the speed); NC up to 384 so `blocking` may choose
-    whole-N tiles. A is packed once per call only when each row panel feeds enough
-    columns (N >= 256); for narrow N (the 7x7 layers, N = 49) it is read in place,
-    since packing it would cost about as much as the FMAs it feeds. For M <= 4 (GEMV-
-    like): 3 x 32 with B read in place (packing would copy all of B to use each
-    element once; the wider panel reads two cache lines per B row instead of one)."""
+    more than 4 x 16's 8 to hide the FMA latency; 6 x 16 measured no faster on this
+    2-core Zen 3 in our kernels, and costs more when M is not a multiple of 6); NC up
+    to 384 so `blocking` may choose whole-N tiles. A is packed once per call only when
+    each row panel feeds enough columns (N >= 256); for narrow N (the 7x7 layers,
+    N = 49) it is read in place, since packing it would cost about as much as the FMAs
+    it feeds. For M <= 4 (GEMV-like): 3 x 32 (MR clamped to M by `blocking`) with B
+    read in place (packing would copy all of B to use each element once; the wider
+    panel reads two cache lines per B row instead of one)."""
     if m <= 4:
         return GemmConfig(3, 32, 64, 384, 256, pack_b=False)
     return GemmConfig(5, 16, 64, 384, 256, pack_a=n >= 256)
@@ -158,7 +160,7 @@ def blocking(cfg: GemmConfig, m: int, n: int, k: int, batch: int, cores: int,
     """Clamp `cfg` to `batch` independent M x N x K problems: MC a multiple of MR, NC of
     `n_unit` (default NR), KC of `k_unit`; then choose the task shape (`_Shape`;
     `gather`: packing B is an im2col gather, dearer than a row copy)."""
-    mr, nr = cfg.mr, cfg.nr
+    mr, nr = max(1, min(cfg.mr, m)), cfg.nr  # M < MR: no rows computed twice
     unit = n_unit or nr
     mc = max(mr, min(_round_up(cfg.mc, mr), _round_up(max(m, 1), mr)))
     nc = max(unit, min(cfg.nc // unit * unit, _round_up(max(n, 1), unit)))
@@ -202,7 +204,7 @@ class _Shape:
     def busiest_core(self, mt: int, nc: int) -> float:
         rows, cols = min(mt, max(self.m, 1)), min(nc, max(self.n, 1))
         tasks = self.batch * -(-self.m // mt) * -(-self.n // nc)
-        fma = _round_up(rows, self.mr) * _round_up(cols, self.nr) * self.k / 16
+        fma = _round_up(rows, self.mr) * padded_cols(cols, self.nr) * self.k / 16
         pack = cols * self.k * (1.0 if self.gather else 0.25)
         pack += rows * self.k * 0.25
         return -(-tasks // self.cores) * (fma + pack + 2000)
@@ -263,7 +265,7 @@ def emit_gemm_tile(kb: KernelBuilder, bl: Blocking, dt: str, i0: Expr, extent: t
         k0 = kblk * bl.kc
         kcur = bl.kc if bl.k % bl.kc == 0 else minimum(bl.k - k0, bl.kc)
         pack_b(kb, bpack, k0, kcur, full * bl.nr)
-        step = _Step(kblk, k0, kcur, cbuf, bpack, direct, full)
+        step = _Step(kblk, k0, kcur, cbuf, bpack, direct, full, cols)
         with kb.for_range(ceil_div(rows, bl.mc), name="ib") as ib:
             i1 = ib * bl.mc
             brows = rows if bl.mt == bl.mc else minimum(rows - i1, bl.mc)
@@ -286,28 +288,57 @@ class _Step:
     bpack: Buffer
     direct: Optional[BValue]
     full: ExprLike
+    cols: ExprLike
 
 
 def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
            av: Callable[[Expr, Expr], Expr], at: tuple) -> None:
     """One micro-kernel call into cbuf at (row r0, column panel jp); with B read in
-    place, full panels take it from B and the ragged last one from bpack."""
+    place, full panels take it from B and the ragged last one from bpack. A packed
+    panel with at most 8 columns left (the ragged last one) runs an MR x 8 kernel."""
     r0, jp = at
     c0 = jp * bl.nr
 
-    def run(bv: Callable[[Expr, Expr], Expr]) -> None:
-        acc = _micro_kernel(kb, bl, dt, step.kcur, av, bv)
-        _accumulate_tile(kb, bl, acc, (r0, c0), step.kblk, step.cbuf)
+    def run(bv: Callable[[Expr, Expr], Expr], nr: int) -> None:
+        if dt == "float32":
+            acc = avx2.micro_kernel(kb, bl.mr, nr, step.kcur, av, bv)
+            avx2.accumulate_tile(kb, acc, (r0, c0), step.kblk, step.cbuf)
+            return
+        acc = _micro_kernel(kb, bl.mr, nr, dt, step.kcur, av, bv)
+        _accumulate_tile(kb, bl.mr, nr, acc, (r0, c0), step.kblk, step.cbuf)
 
     def packed(k: Expr, j: Expr) -> Expr:
         return step.bpack[k, c0 + j]
+
+    def from_pack() -> None:
+        if not _may_have_narrow_tail(step.cols, bl.nr):
+            run(packed, bl.nr)
+            return
+        with kb.if_then(step.cols - c0 <= LANES):
+            run(packed, LANES)
+        with kb.otherwise():
+            run(packed, bl.nr)
     if step.direct is None:
-        run(packed)
+        from_pack()
         return
     with kb.if_then(jp < step.full):
-        run(lambda k, j: step.direct(step.k0 + k, c0 + j))
+        run(lambda k, j: step.direct(step.k0 + k, c0 + j), bl.nr)
     with kb.otherwise():
-        run(packed)
+        from_pack()
+
+
+def _may_have_narrow_tail(cols: ExprLike, nr: int) -> bool:
+    """Whether the last column panel may have 1-8 columns (with NR > 8)."""
+    if nr <= LANES:
+        return False
+    return not isinstance(cols, int) or 0 < cols % nr <= LANES
+
+
+def padded_cols(cols: int, nr: int) -> int:
+    """Columns the micro-kernels compute for `cols` outputs (NR panels, 8-wide tail)."""
+    full = cols // nr * nr
+    rest = cols - full
+    return full + (_round_up(rest, LANES) if 0 < rest <= LANES else _round_up(rest, nr))
 
 
 def _zero_tail(kb: KernelBuilder, bl: Blocking, bpack: Buffer, cols: ExprLike) -> None:
@@ -330,13 +361,12 @@ def register_tile(kb: KernelBuilder, mr: int, nr: int,
         body(r, v * LANES + lane)
 
 
-def _micro_kernel(kb: KernelBuilder, bl: Blocking, dt: str, kcur: ExprLike,
+def _micro_kernel(kb: KernelBuilder, mr: int, nr: int, dt: str, kcur: ExprLike,
                   av: Callable[[Expr, Expr], Expr],
                   bv: Callable[[Expr, Expr], Expr]) -> Buffer:
     """acc[MR][NR] = A panel x B panel over kcur (`bv(k, j)`: the panel's B values);
     returns acc. acc starts at zero and is consumed after the loop: merging a loaded
     start value into the loop made gcc spill one of the 12 accumulators of 6 x 16."""
-    mr, nr = bl.mr, bl.nr
     acc = kb.alloc("acc", dt, (mr, nr))
     register_tile(kb, mr, nr, lambda r, j: kb.store(acc, (r, j), Const(0.0, dt)))
     with kb.for_range(kcur, name="k") as k:
@@ -349,15 +379,15 @@ def _micro_kernel(kb: KernelBuilder, bl: Blocking, dt: str, kcur: ExprLike,
     return acc
 
 
-def _accumulate_tile(kb: KernelBuilder, bl: Blocking, acc: Buffer, tile: tuple, kblk: Expr,
-                     cbuf: Buffer) -> None:
+def _accumulate_tile(kb: KernelBuilder, mr: int, nr: int, acc: Buffer, tile: tuple,
+                     kblk: Expr, cbuf: Buffer) -> None:
     """cbuf[r0:, c0:] = acc on the first K block, += acc on the others."""
     r0, c0 = tile
     with kb.if_then(eq(kblk, 0)):
-        register_tile(kb, bl.mr, bl.nr,
+        register_tile(kb, mr, nr,
                       lambda r, j: kb.store(cbuf, (r0 + r, c0 + j), acc[r, j]))
     with kb.otherwise():
-        register_tile(kb, bl.mr, bl.nr, lambda r, j: kb.store(
+        register_tile(kb, mr, nr, lambda r, j: kb.store(
             cbuf, (r0 + r, c0 + j), cbuf[r0 + r, c0 + j] + acc[r, j]))
 
 

@@ -1,0 +1,79 @@
+"""The f32 GEMM micro-kernel in AVX2/FMA intrinsics (see `microkernel.py` for the
+blocked GEMM around it).
+
+    acc[r][v] = 0                        (MR x NR/8 `float32x8` variables: ymm registers)
+    for k < kcur:
+        b[v] = loadu(&B(k, v*8))          (NR/8 vector loads of the B panel row)
+        for r < MR: a = broadcast(&A(r, k)); acc[r][v] = fmadd(a, b[v], acc[r][v])
+    tile: cbuf[r0 + r][c0 + 8v : +8] = acc[r][v] on the first K block, else
+          cbuf[...] = cbuf[...] + acc[r][v]   (a rounded add, as the scalar form)
+
+Every accumulator is its own IR variable (the loops over r and v are unrolled here, in
+Python), so gcc allocates registers exactly: MR * NR/8 accumulators + NR/8 B vectors + 1
+broadcast (6 x 16: 15 of the 16 ymm registers) and never spills or scalarizes them --
+which its auto-vectorizer did for some shapes of the plain C form. The arithmetic is
+the scalar form's (fma from zero over the K block, then one add into cbuf), so results
+match it bit for bit and `-ffp-contract=off` semantics hold (fma only where written).
+
+Assumes: `bv(k, j)` is a Load whose 8 elements j .. j+7 are contiguous (a packed row or
+a row-major B row); `av(r, k)` a Load (broadcast from memory) or any f32 expression
+(set1). The callers guarantee both in bounds for every r < MR, j < NR.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from hidetc.tir.builder import KernelBuilder
+from hidetc.tir.ir import Buffer, Call, Expr, ExprLike, Load, Var, eq
+
+VEC = "float32x8"
+LANES = 8
+
+
+def vcall(func: str, *args: Expr, dtype: str = VEC) -> Call:
+    return Call(func, tuple(args), dtype)
+
+
+def _broadcast(x: Expr) -> Call:
+    if isinstance(x, Load):
+        return vcall("_mm256_broadcast_ss", x)
+    return vcall("_mm256_set1_ps", x)
+
+
+def _vector_load(x: Expr) -> Call:
+    if not isinstance(x, Load):
+        raise TypeError(f"the AVX2 micro-kernel loads B rows from memory, got {x}")
+    return vcall("_mm256_loadu_ps", x)
+
+
+def micro_kernel(kb: KernelBuilder, mr: int, nr: int, kcur: ExprLike,
+                 av: Callable[[Expr, Expr], Expr],
+                 bv: Callable[[Expr, Expr], Expr]) -> list[list[Var]]:
+    """The MR x NR accumulators after the K loop (see the module docstring)."""
+    nv = nr // LANES
+    zero = vcall("_mm256_setzero_ps")
+    acc = [[kb.declare("acc", VEC, zero) for _ in range(nv)] for _ in range(mr)]
+    with kb.for_range(kcur, name="k") as k:
+        b = [kb.declare("b", VEC, _vector_load(bv(k, v * LANES))) for v in range(nv)]
+        for r in range(mr):
+            a = kb.declare("a", VEC, _broadcast(av(r, k)))
+            for v in range(nv):
+                kb.assign(acc[r][v], vcall("_mm256_fmadd_ps", a, b[v], acc[r][v]))
+    return acc
+
+
+def accumulate_tile(kb: KernelBuilder, acc: list[list[Var]], tile: tuple, kblk: Expr,
+                    cbuf: Buffer) -> None:
+    """cbuf[r0 + r][c0 + 8v : +8] = acc[r][v] on the first K block, += on the others."""
+    r0, c0 = tile
+    with kb.if_then(eq(kblk, 0)):
+        for r, row in enumerate(acc):
+            for v, x in enumerate(row):
+                kb.evaluate(vcall("_mm256_storeu_ps", cbuf[r0 + r, c0 + v * LANES], x,
+                                  dtype="void"))
+    with kb.otherwise():
+        for r, row in enumerate(acc):
+            for v, x in enumerate(row):
+                at = cbuf[r0 + r, c0 + v * LANES]
+                total = vcall("_mm256_add_ps", vcall("_mm256_loadu_ps", at), x)
+                kb.evaluate(vcall("_mm256_storeu_ps", at, total, dtype="void"))
