@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -56,8 +56,10 @@ def _sha256(path: Path) -> str:
 
 def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
                   config: CompileConfig | None = None, preset: str | None = None,
+                  progress: Callable[[str, int, int], None] | None = None,
                   **overrides: Any) -> CompileResult:
-    """Compile an ONNX model into the artifact directory `out_dir` and verify it."""
+    """Compile an ONNX model into the artifact directory `out_dir` and verify it.
+    `progress(label, done, total)` follows the tuning candidates."""
     cfg = config or make_config(preset, overrides)
     if config is not None and overrides:
         cfg = replace(cfg, **overrides)
@@ -69,11 +71,16 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     graph = load_model(model_path)
     optimized = optimize(graph, verify=cfg.verify_ir, dump_dir=_dump(cfg, "graph"))
     optimized = lower_precision(optimized, cfg.precision, dump_dir=_dump(cfg, "graph"))
-    plan = plan_graph(optimized, target, fuse=cfg.fuse, dump_dir=_dump(cfg, "fusion"))
     timings["frontend_s"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    choices, tuning = _tune(optimized, target, cfg, progress)
+    timings["tune_s"] = time.perf_counter() - clock
+    plan = plan_graph(optimized, target, fuse=cfg.fuse, dump_dir=_dump(cfg, "fusion"),
+                      choices=choices)
     with ArtifactWriter(out_dir) as writer:
         clock = time.perf_counter()
         manifest = _write_artifact(writer, plan, cfg, target, Path(model_path))
+        manifest["tuning"] = tuning
         timings["build_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
         if not cfg.verify:
@@ -89,6 +96,36 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     return CompileResult(Path(out_dir), manifest, timings)
 
 
+def _archs(cfg: CompileConfig) -> tuple[str, ...]:
+    return parse_archs(cfg.arch) if cfg.arch else (default_arch(),)
+
+
+def _tune(graph, target: str, cfg: CompileConfig, progress) -> tuple[dict, dict]:
+    """The configs of the anchors (records, tuning or defaults) and the manifest's
+    `tuning` record (see hidetc.tune.search)."""
+    from hidetc.tune.records import RecordStore, cpu_arch, cpu_device, toolchain_version
+    from hidetc.tune.search import tune_graph
+    present = target == "cpu" or gpu_available()
+    tune, level = cfg.tuning(target, present)
+    if target == "cuda":
+        arch, device = _archs(cfg)[0], (_gpu_name() if present else "none")
+    else:
+        arch, device = cpu_arch(), cpu_device()
+    with RecordStore(Path(cfg.records) if cfg.records else None) as store:
+        choices, summary = tune_graph(graph, target, tune=tune, level=level, arch=arch,
+                                      records=store, device=device,
+                                      toolchain=toolchain_version(target),
+                                      progress=progress)
+        record = {"enabled": tune, "space": level, "device": device, "arch": arch,
+                  "records": str(store.path), **summary.as_dict()}
+    return choices, record
+
+
+def _gpu_name() -> str:
+    from hidetc.runtime.select import gpu_name
+    return gpu_name()
+
+
 def _dump(cfg: CompileConfig, what: str) -> str | None:
     root = cfg.dump_dir or os.environ.get("HIDETC_DUMP")
     return str(Path(root) / what) if root else None
@@ -101,7 +138,7 @@ def _build_kernels(writer: ArtifactWriter, plan: ExecutionPlan, entries, cfg: Co
     if plan.target == "cpu":
         library = build_cpu_library(plan, entries, kernels, dump_dir=_dump(cfg, "tir"))
         return {"library": str(library.relative_to(writer.path))}
-    archs = parse_archs(cfg.arch) if cfg.arch else (default_arch(),)
+    archs = _archs(cfg)
     section = build_cuda_modules(plan, entries, kernels, archs, dump_dir=_dump(cfg, "tir"))
     return {"library": None, "cuda": section}
 

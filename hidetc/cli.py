@@ -64,24 +64,71 @@ def main(debug: bool) -> None:
 @click.option("--no-verify", is_flag=True, help="Skip verification against ONNX Runtime.")
 @click.option("--no-fuse", is_flag=True,
               help="One kernel per graph node (no prologue/epilogue fusion).")
+@click.option("--tune/--no-tune", default=None,
+              help="Measure the anchors' schedule candidates on this machine's device "
+                   "(default: when the target's device is here).")
+@click.option("--space", type=click.IntRange(0, 2), default=None,
+              help="Candidates per anchor: 0 the default config, 1 a short list, 2 the "
+                   "whole space (default: 2 on cuda, 1 on cpu).")
+@click.option("--records", type=click.Path(dir_okay=False), default=None,
+              help="The tuning records file (default: records.sqlite in the cache dir).")
 @click.option("--seed", type=int, default=None, help="Seed of the random verification input.")
 @_handle_errors
 def compile_cmd(model, out_dir, target, precision, arch, preset, sample, no_verify, no_fuse,
-                seed):
+                tune, space, records, seed):
     """Compile MODEL (.onnx) into the artifact directory OUT."""
     overrides = {"target": target, "precision": precision, "arch": arch, "sample": sample,
                  "seed": seed, "verify": False if no_verify else None,
-                 "fuse": False if no_fuse else None}
-    result = api.compile_model(model, out_dir, preset=preset, **overrides)
+                 "fuse": False if no_fuse else None, "tune": tune, "space": space,
+                 "records": records}
+    with _TuneProgress() as progress:
+        result = api.compile_model(model, out_dir, preset=preset, progress=progress,
+                                   **overrides)
     m = result.manifest
     t = result.timings
     click.echo(f"compiled {model} -> {out_dir} (target {m['target']}, "
                f"precision {m.get('precision', 'f32')}, "
                f"{len(m['kernels'])} kernel launches, "
                f"{len({k['name'] for k in m['kernels']})} distinct kernels)")
-    click.echo(f"  time: frontend+plan {t['frontend_s']:.1f}s, build {t['build_s']:.1f}s, "
-               f"verify {t['verify_s']:.1f}s")
+    click.echo(f"  time: frontend+plan {t['frontend_s']:.1f}s, tune {t.get('tune_s', 0):.1f}s, "
+               f"build {t['build_s']:.1f}s, verify {t['verify_s']:.1f}s")
+    if m.get("tuning"):
+        click.echo(_tuning_line(m["tuning"], t.get("tune_s", 0.0)))
     click.echo("  " + _verification_line(m["verification"]))
+
+
+class _TuneProgress:
+    """A click progress bar over the tuning candidates, opened at the first report
+    (nothing is drawn when everything comes from the records)."""
+
+    def __init__(self):
+        self.bar = None
+        self.done = 0
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label="tuning", show_eta=True,
+                                         show_pos=True, file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.label = f"tuning {label}"
+        self.bar.update(done - self.done)
+        self.done = done
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False
+
+
+def _tuning_line(t: dict, seconds: float) -> str:
+    mode = f"space {t['space']}" if t.get("enabled") else "off (defaults and records)"
+    failed = f", {t['failures']} dropped" if t.get("failures") else ""
+    return (f"  tuning: {mode}; {t['tasks']} anchor signatures, {t['from_records']} from "
+            f"records, {t['tuned']} tuned ({t['candidates']} candidates{failed}) in "
+            f"{seconds:.1f}s")
 
 
 def _verification_line(v: dict) -> str:
@@ -204,6 +251,73 @@ def inspect_cmd(out_dir, as_json, space, target, arch):
         click.echo(json.dumps(summary_json(manifest), indent=2))
     else:
         click.echo(describe(manifest))
+
+
+@main.group("records")
+def records_group() -> None:
+    """Tuning records: list, export and import (records tuned on a GPU machine let a
+    GPU-less one compile with the same winners)."""
+
+
+_RECORDS_OPTION = click.option(
+    "--records", "records_path", type=click.Path(path_type=Path), default=None,
+    help="The records store (default: records.sqlite in the cache directory, "
+         "$HIDETC_CACHE_DIR or ~/.cache/hidetc).")
+
+
+def _store_path(records_path: Path | None) -> Path:
+    from hidetc.tune.records import RecordStore
+    return Path(records_path) if records_path else RecordStore.default_path()
+
+
+@records_group.command("list")
+@_RECORDS_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@_handle_errors
+def records_list_cmd(records_path, as_json):
+    """List the records: one line per anchor task and machine."""
+    from hidetc.tune.records import RecordStore
+    path = _store_path(records_path)
+    if not path.exists():
+        entries = []
+    else:
+        with RecordStore(path, create=False) as store:
+            entries = store.entries()
+    if as_json:
+        click.echo(json.dumps(entries, indent=2))
+        return
+    click.echo(f"{len(entries)} records in {path}")
+    for e in entries:
+        time = f"{e['time_ms']:.4g} ms" if e["time_ms"] is not None else "-"
+        click.echo(f"{e['template']}  {e['signature']}\n"
+                   f"    {e['device']} {e['arch']} ({e['toolchain']}, hidetc {e['hidetc']}): "
+                   f"winner {e['winner'] or 'none'} {time}; "
+                   f"{e['measured']} measured, {e['failed']} failed")
+
+
+@records_group.command("export")
+@click.argument("file", type=click.Path(path_type=Path))
+@_RECORDS_OPTION
+@_handle_errors
+def records_export_cmd(file, records_path):
+    """Write every record to FILE (JSON Lines)."""
+    from hidetc.tune.records import RecordStore
+    with RecordStore(_store_path(records_path), create=False) as store:
+        count = store.export(file)
+    click.echo(f"exported {count} records from {store.path} to {file}")
+
+
+@records_group.command("import")
+@click.argument("file", type=click.Path(path_type=Path))
+@_RECORDS_OPTION
+@_handle_errors
+def records_import_cmd(file, records_path):
+    """Merge the records of FILE (from `hidetc records export`) into the store; they
+    replace records with the same key."""
+    from hidetc.tune.records import RecordStore
+    with RecordStore(_store_path(records_path)) as store:
+        count = store.import_file(file)
+    click.echo(f"imported {count} records from {file} into {store.path}")
 
 
 if __name__ == "__main__":

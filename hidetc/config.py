@@ -10,6 +10,7 @@ The verification tolerance (`rtol`) defaults per precision (`TOLERANCES`); an ex
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,6 +23,7 @@ TARGETS = ("auto", "cpu", "cuda")
 PRECISIONS = ("f32", "f16")
 # norm-wise relative error bound vs ONNX Runtime (f32), per precision, when `rtol` is unset
 TOLERANCES = {"f32": 1e-4, "f16": 1e-2}
+SPACE_DEFAULT = {"cpu": 1, "cuda": 2}
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
@@ -38,6 +40,11 @@ class CompileConfig:
     threads: int = 0              # OpenMP threads at run time; 0 = all cores
     arch: str | None = None       # cuda: "sm_80,sm_90"; default: the visible GPU, else sm_90
     fuse: bool = True             # post-scheduling fusion (False: one kernel per node)
+    tune: bool | None = None      # None: tune when the target's device is here (and
+                                  # HIDETC_TUNE is not 0); see `tuning`
+    space: int | None = None      # 0: default config, 1: short list, 2: whole space;
+                                  # None: SPACE_DEFAULT[target]
+    records: str | None = None    # the tuning records file (default: in the cache dir)
 
     def __post_init__(self):
         if self.target not in TARGETS:
@@ -50,6 +57,19 @@ class CompileConfig:
             raise ConfigError(f"rtol: expected a positive number, got {self.rtol!r}")
         if self.precision == "f16" and self.target == "cpu":
             raise ConfigError(f16_needs_cuda())
+        if self.space is not None and self.space not in (0, 1, 2):
+            raise ConfigError(f"space: expected 0, 1 or 2, got {self.space!r}")
+
+    def tuning(self, target: str, device_present: bool) -> tuple[bool, int]:
+        """(tune?, space level) for the resolved target. Auto: tune when the target's
+        device is here, unless the environment says HIDETC_TUNE=0 (the test suite does,
+        so that only the tuner's own tests pay for tuning). The space defaults to the
+        whole space on cuda and to the short list on the cpu, where every candidate is
+        a gcc build on a few cores."""
+        env = os.environ.get("HIDETC_TUNE", "").strip()
+        tune = self.tune if self.tune is not None else (device_present and env != "0")
+        space = self.space if self.space is not None else SPACE_DEFAULT[target]
+        return bool(tune), space
 
     @property
     def tolerance(self) -> float:

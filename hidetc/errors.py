@@ -37,3 +37,7 @@ class VerificationError(HidetcError):
 
 class ConfigError(HidetcError):
     """A compile configuration file or option is invalid."""
+
+
+class RecordsError(HidetcError):
+    """A tuning records store or an exported records file is unreadable or malformed."""

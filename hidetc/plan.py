@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Mapping
 
 from hidetc.codegen.launcher import Arg, Launch
 from hidetc.errors import UnsupportedOpError
@@ -133,7 +134,8 @@ def _group_kernel(group: FusionGroup, nodes: dict[str, Node], graph: Graph, fn: 
     return graft(fn, anchor, group, graph)
 
 
-def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None):
+def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
+             chosen: Mapping[Task, Any] | None = None):
     """[(group, kernel name, FusedKernel)] in launch order, the anchors' tasks, the
     groups that fell back to smaller ones, and each kernel's template and config.
     Each distinct anchor task is scheduled once (its config chosen without the fused
@@ -152,11 +154,16 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None):
         name = kernel_name(group_key(group, nodes, graph))
         task = task_of(nodes[group.anchor], graph)
         if task not in anchors:
-            template, config = schedules.kernel_choice(task)
+            if chosen and task in chosen:
+                template, config = chosen[task].template, chosen[task].config
+            else:
+                template, config = schedules.kernel_choice(task)
             anchors[task] = (template.build(task, config, kernel_name(task)) if template
                              else schedules.build_kernel(task, kernel_name(task)))
             choices[task] = {"template": template.name if template else "rule",
                              "config": repr(config) if template else None}
+            if chosen and task in chosen:
+                choices[task]["tuning"] = chosen[task].source
         try:
             fused = _group_kernel(group, nodes, graph, replace(anchors[task], name=name))
         except GraftError as error:
@@ -189,12 +196,16 @@ def _smaller(group: FusionGroup, position: dict[str, int]) -> list[FusionGroup]:
 
 
 def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
-               dump_dir: str | None = None) -> ExecutionPlan:
+               dump_dir: str | None = None, choices: Mapping[Task, Any] | None = None
+               ) -> ExecutionPlan:
     """The plan of `graph` for `target`; `fuse=False` gives one launch per node;
-    `dump_dir` receives each fused kernel's IR before and after grafting."""
+    `dump_dir` receives each fused kernel's IR before and after grafting; `choices`
+    (from the tuner: task -> Choice with .template, .config, .source) replaces the
+    templates' default configs."""
     _check_supported(graph, target)
     nodes = {n.name: n for n in graph.nodes}
-    kernels, tasks, fallbacks, choices = _kernels(graph, SCHEDULES[target], fuse, dump_dir)
+    kernels, tasks, fallbacks, kernel_choices = _kernels(graph, SCHEDULES[target], fuse,
+                                                         dump_dir, choices)
     steps = [(fused.args, tuple(o for o in nodes[g.output_node].outputs if o))
              for g, _, fused in kernels]
     memory = plan_memory(_lifetimes(graph, steps))
@@ -214,7 +225,7 @@ def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     weights = {name: graph.constants[name] for name in graph.constants if name in used_constants}
     return ExecutionPlan(graph, target, functions, tasks, launches, plan_nodes, values,
                          weights, memory, sources, [g for g, _, _ in kernels], fallbacks,
-                         choices)
+                         kernel_choices)
 
 
 def _arg(value: str, graph: Graph, memory: MemoryPlan, slot_of: dict[str, int]) -> Arg:

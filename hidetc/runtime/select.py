@@ -27,6 +27,20 @@ def gpu_available() -> bool:
         return False
 
 
+def gpu_name() -> str:
+    """The first GPU's name as nvidia-smi reports it ("none" when there is none): the
+    device part of a tuning record's key."""
+    if shutil.which("nvidia-smi") is None:
+        return "none"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "none"
+    names = [line.strip() for line in out.splitlines() if line.strip()]
+    return names[0] if names else "none"
+
+
 def make_executor(path: Path, manifest: dict, *, emulate: bool = False):
     target = manifest["target"]
     if target == "cpu":

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import MAX_SPACE, Target
+from hidetc.schedules.template import MAX_SPACE, Target, target_for
 
 DTYPES = {"f32": "float32", "f16": "float16"}
 
@@ -88,10 +88,7 @@ def representative_tasks(op: str, dtype: str, big: bool = False) -> dict[str, Ta
 
 
 def _target(kind: str, arch: str | None) -> Target:
-    if kind == "cpu":
-        return Target()
-    from hidetc.schedules.cuda.matmul_tc import CudaTarget
-    return CudaTarget(arch=arch) if arch else CudaTarget()
+    return target_for(kind, arch)
 
 
 def _templates(kind: str) -> dict[int, tuple[Any, list[str]]]:

@@ -28,6 +28,26 @@ class Target:
     l2_bytes: int = 1024 * 1024
 
 
+@dataclass(frozen=True)
+class CudaTarget(Target):
+    """The CUDA limits templates rely on: a Target with the architecture and per-SM and
+    per-block limits (the H200's SM count by default)."""
+    kind: str = "cuda"
+    arch: str = "sm_90"
+    sms: int = 132
+    max_threads: int = 1024
+    shared_bytes: int = 48 * 1024      # static shared memory per block
+    max_registers: int = 255           # per thread
+    registers_per_block: int = 64 * 1024
+
+
+def target_for(kind: str, arch: str | None = None) -> Target:
+    """The Target templates see for a compile target ("cpu" or "cuda" + arch)."""
+    if kind == "cpu":
+        return Target()
+    return CudaTarget(arch=arch) if arch else CudaTarget()
+
+
 class Config(Protocol):
     """A frozen dataclass; its fields are the schedule's knobs."""
 

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 from hidetc.schedules.cuda.common import ceil_div
-from hidetc.schedules.template import Target
+from hidetc.schedules.template import CudaTarget, Target
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.cuda import (
     WARP_SIZE,
@@ -62,18 +62,6 @@ LDMATRIX_X4 = spatial(2, 16)   # lane -> (chunk, row) of the row address it give
 # k chunk, row). An 8x8 [n][k] matrix without .trans gives lane l elements (n = l // 4,
 # k = 2 (l % 4) + {0, 1}): exactly the mma "col" B fragment.
 B_NK_X4 = spatial(2, 2, 8)
-
-
-@dataclass(frozen=True)
-class CudaTarget(Target):
-    """The CUDA limits these templates rely on (a Target with `arch`)."""
-    kind: str = "cuda"
-    arch: str = "sm_90"
-    sms: int = 132
-    max_threads: int = 1024
-    shared_bytes: int = 48 * 1024      # static shared memory per block
-    max_registers: int = 255           # per thread
-    registers_per_block: int = 64 * 1024
 
 
 def cuda_target(target: Target) -> CudaTarget:

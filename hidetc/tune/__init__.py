@@ -1,0 +1,1 @@
+"""The tuner: measuring schedule candidates and recording the winners."""

@@ -1,0 +1,164 @@
+"""The search: pick a config for every distinct anchor task of a graph.
+
+Which tasks: the anchors of the fusion groups that have a schedule template
+(`kernel_choice`), each distinct task once (ResNet-50 has far fewer distinct
+convolutions than convolutions); the fused neighbours never take part (tune once,
+fuse many).
+
+Per task, in order:
+1. the records: a winner measured before for the same template, task, device,
+   architecture, toolchain and hidetc version (`RecordStore.winner`), or, when tuning
+   is off or no device is here (a cross-compile), a winner for the same template, task
+   and architecture from any device (`RecordStore.find_winner`: records exported from a
+   GPU machine and imported here). A stored config the space no longer has is ignored.
+2. tuning (when on): the candidates of the space level -- 0: the template's default;
+   1: a short list (the default plus a seeded sample, SHORT_LIST in all); 2: the whole
+   hardware-centric space -- measured in isolation (`hidetc.tune.measure`), every
+   result and the winner saved to the records. A task whose candidates all fail keeps
+   the default (and says so).
+3. otherwise the template's default.
+
+`tune_graph` returns {task: Choice} for `plan_graph(choices=...)` and a `TuneSummary`.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from hidetc.fusion.partition import partition
+from hidetc.graph.ir import Graph
+from hidetc.schedules import cpu, cuda
+from hidetc.schedules.task import Task, task_of
+from hidetc.schedules.template import Target, target_for
+from hidetc.tune.measure import best, measure_candidates, prebuild
+from hidetc.tune.records import RecordStore, key_for, resolve_config
+
+SHORT_LIST = 8
+SCHEDULES = {"cpu": cpu, "cuda": cuda}
+
+
+@dataclass(frozen=True)
+class Choice:
+    template: Any
+    config: Any
+    source: str           # "default" | "records" | "imported" | "tuned" | "default (all failed)"
+    time_ms: Optional[float] = None
+
+
+@dataclass
+class TuneSummary:
+    tasks: int = 0
+    from_records: int = 0
+    tuned: int = 0
+    candidates: int = 0
+    failures: int = 0
+    seconds: float = 0.0
+    failed: list[dict] = field(default_factory=list)   # {"task", "config", "error"}
+
+    def as_dict(self) -> dict:
+        return {"tasks": self.tasks, "from_records": self.from_records, "tuned": self.tuned,
+                "candidates": self.candidates, "failures": self.failures,
+                "seconds": round(self.seconds, 2), "failed": self.failed[:20]}
+
+    def line(self) -> str:
+        return (f"tuning: {self.tasks} anchor signatures ({self.from_records} from records, "
+                f"{self.tuned} tuned), {self.candidates} candidates measured, "
+                f"{self.failures} dropped, {self.seconds:.1f}s")
+
+
+def anchor_tasks(graph: Graph, target: str) -> list[tuple[Task, Any]]:
+    """The distinct templated anchor tasks of `graph`'s fusion groups, in graph order."""
+    nodes = {n.name: n for n in graph.nodes}
+    seen: dict[Task, Any] = {}
+    for group in partition(graph):
+        task = task_of(nodes[group.anchor], graph)
+        if task in seen:
+            continue
+        template, _ = SCHEDULES[target].kernel_choice(task)
+        if template is not None:
+            seen[task] = template
+    return list(seen.items())
+
+
+def candidates(template, task: Task, target: Target, level: int) -> list:
+    """The configs a space level measures (the default first)."""
+    default = template.default(task, target)
+    if level <= 0:
+        return [default]
+    space = [c for c in template.space(task, target) if c != default]
+    if level == 1:
+        space = random.Random(0).sample(space, min(SHORT_LIST - 1, len(space)))
+    return [default] + space
+
+
+def tune_graph(graph: Graph, target: str, *, tune: bool, level: int, arch: str,
+               records: RecordStore, device: str, toolchain: str,
+               progress: Callable[[str, int, int], None] | None = None,
+               measure: Callable = measure_candidates) -> tuple[dict[Task, Choice], TuneSummary]:
+    """{task: Choice} for every templated anchor task of `graph` (see the module
+    docstring). `progress(label, done, total)` is called as candidates finish."""
+    clock = time.perf_counter()
+    summary = TuneSummary()
+    choices: dict[Task, Choice] = {}
+    limits = target_for(target, arch)
+    work = anchor_tasks(graph, target)
+    summary.tasks = len(work)
+    pending = []
+    for task, template in work:
+        key = key_for(task, template.name, device, arch, toolchain)
+        choice = _from_records(records, key, template, task, limits, exact=tune)
+        if choice is not None:
+            choices[task] = choice
+            summary.from_records += 1
+        elif tune:
+            pending.append((task, template, key, candidates(template, task, limits, level)))
+        else:
+            choices[task] = Choice(template, template.default(task, limits), "default")
+    total = sum(len(c) for *_, c in pending)
+    if measure is measure_candidates:
+        if progress and pending:
+            progress("building candidates", 0, total)
+        prebuild([(task, template, configs) for task, template, _, configs in pending],
+                 target=target)
+    done = 0
+    for n, (task, template, key, configs) in enumerate(pending):
+        label = f"{template.name} {n + 1}/{len(pending)}"
+
+        def step(k: int, base=done, label=label) -> None:
+            if progress:
+                progress(label, base + k, total)
+
+        results = measure(task, template, configs, target=target, progress=step)
+        done += len(configs)
+        summary.tuned += 1
+        summary.candidates += len(results)
+        failed = [r for r in results if r.error]
+        summary.failures += len(failed)
+        summary.failed += [{"task": task.signature(), "config": r.config, "error": r.error}
+                           for r in failed]
+        winner = best(results)
+        records.save(key, results, winner.config if winner else None)
+        if winner is None:
+            choices[task] = Choice(template, configs[0], "default (all failed)")
+        else:
+            config = next(c for c in configs if repr(c) == winner.config)
+            choices[task] = Choice(template, config, "tuned", winner.time_ms)
+    summary.seconds = time.perf_counter() - clock
+    return choices, summary
+
+
+def _from_records(records: RecordStore, key, template, task: Task, limits: Target,
+                  exact: bool) -> Choice | None:
+    stored = records.winner(key)
+    source = "records"
+    if stored is None and not exact:
+        stored = records.find_winner(key)
+        source = "imported"
+    if stored is None:
+        return None
+    config = resolve_config(template, task, limits, stored)
+    return Choice(template, config, source) if config is not None else None
+
+

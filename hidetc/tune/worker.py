@@ -1,0 +1,212 @@
+"""The measuring worker: `python -m hidetc.tune.worker JOB START [BEST_MS]`.
+
+One process measures candidate kernels of one task so that a kernel that faults or
+hangs takes down this process, never the compiler (`hidetc.tune.measure` runs it,
+watches it and restarts it after the failing candidate).
+
+Input: JOB is a pickle written by the parent: {"task": Task, "candidates": [(so_path,
+symbol), ...], "repeat", "warmup", "seed", "budget_s"}; START is the first candidate
+position to measure (a restarted worker resumes after the one that killed its
+predecessor); BEST_MS the best median measured so far (for pruning), if any.
+
+Output: JSON lines on the original stdout (fd 1 is pointed at stderr first, so whatever
+a kernel or library prints cannot corrupt the protocol):
+    {"ready": true}                               inputs and reference computed
+    {"start": k}                                  candidate k's first call begins
+    {"result": k, "time_ms": median|null, "min_ms": min|null, "error": s|null}
+then exit 0. A kernel that faults kills the process by its signal; the parent reads
+which candidate was running from the last "start".
+
+Per candidate: its library is loaded, `<symbol>_entry(void **args)` gets the buffers
+(the task's buffer inputs in order, then the outputs). Correctness first: outputs are
+filled with NaN (ints: a sentinel), one call, then each output against the numpy
+reference (`get_op(task.op).reference`) on the same inputs, the task's real shapes:
+floats by norm-wise relative error <= `RTOL[dtype]` (the metric of `hidetc.verify`),
+ints and bools exactly; a mismatch is "wrong result: ...". Then timing: `warmup` calls,
+then up to `repeat` calls each timed alone with `time.perf_counter_ns` (monotonic);
+the result is the median. When the inputs and outputs together are smaller than the
+L2 cache (`Target().l2_bytes`) the calls rotate among ROTATE_COPIES copies of them, so
+a call does not find its data left hot in L1 by the previous one; larger footprints
+evict themselves anyway. Early stopping: timing stops once the timed calls took
+`budget_s` (after at least MIN_TIMED of them; a kernel whose checked call suggests that
+MIN_TIMED + warm-up calls would overrun the budget gets no warm-up and may stop after
+one timed call), and a candidate whose fastest of its first MIN_TIMED calls is
+PRUNE_FACTOR x slower than the best median so far is cut there (its median is over
+those calls; it cannot win).
+
+Inputs: seeded normal floats; integers in [0, 2) (valid indices into any non-empty
+axis), random bools. Parameter inputs (task.params) are passed to the reference as
+arrays, not to the kernel. Assumes the task's op has a numpy reference and f32/f64 or
+integer dtypes (the cpu target).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pickle
+import signal
+import statistics
+import sys
+import time
+
+import numpy as np
+
+RTOL = {"float32": 1e-4, "float64": 1e-4, "float16": 1e-2}
+ROTATE_COPIES = 3
+MIN_TIMED = 3
+PRUNE_FACTOR = 2.0
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the parent dies (no orphaned hanging kernels)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def make_inputs(task, seed: int) -> list:
+    """Every task input: arrays for buffers, arrays of the frozen values for params."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for t, p in zip(task.inputs, task.params):
+        if t is None:
+            arrays.append(None)
+        elif p is not None:
+            arrays.append(np.asarray(p, dtype=t.dtype).reshape(t.shape))
+        elif t.dtype.startswith("float"):
+            arrays.append(rng.standard_normal(t.shape).astype(t.dtype))
+        elif t.dtype == "bool":
+            arrays.append(rng.integers(0, 2, t.shape).astype(bool))
+        else:
+            arrays.append(rng.integers(0, 2, t.shape).astype(t.dtype))
+    return arrays
+
+
+def mismatch(got: np.ndarray, ref: np.ndarray) -> str | None:
+    """Why `got` does not match `ref`, or None."""
+    ref = np.asarray(ref)
+    if got.shape != ref.shape and got.size != ref.size:
+        return f"shape {list(got.shape)} != {list(ref.shape)}"
+    ref = ref.reshape(got.shape)
+    if not np.issubdtype(ref.dtype, np.floating):
+        bad = int(np.count_nonzero(got != ref))
+        return f"{bad} mismatches" if bad else None
+    g, r = got.astype(np.float64), ref.astype(np.float64)
+    same = (np.isnan(g) & np.isnan(r)) | (np.isinf(r) & (g == r))
+    g, r = g[~same], r[~same]
+    if not (np.all(np.isfinite(g)) and np.all(np.isfinite(r))):
+        rel = float("inf")
+    else:
+        denom, err = float(np.linalg.norm(r)), float(np.linalg.norm(g - r))
+        rel = err / denom if denom > 0 else err
+    return None if rel <= RTOL.get(str(got.dtype), 1e-4) else f"rel err {rel:.3g}"
+
+
+def _fill_poison(outs: list) -> None:
+    for o in outs:
+        if np.issubdtype(o.dtype, np.floating):
+            o.fill(np.nan)
+        elif o.dtype != np.bool_:
+            o.fill(np.iinfo(o.dtype).min)
+
+
+def _pointers(arrays: list) -> ctypes.Array:
+    ptrs = (ctypes.c_void_p * max(len(arrays), 1))()
+    for i, a in enumerate(arrays):
+        ptrs[i] = a.ctypes.data
+    return ptrs
+
+
+class Measurer:
+    def __init__(self, job: dict, best_ms: float | None):
+        from hidetc.graph.ops.registry import get_op
+        from hidetc.schedules.template import Target
+        task = job["task"]
+        self.job, self.best_ms = job, best_ms
+        inputs = make_inputs(task, job["seed"])
+        self.reference = [np.asarray(r) for r in
+                          get_op(task.op).reference(inputs, dict(task.attrs))]
+        buffers = [inputs[i] for i in task.buffer_inputs]
+        self.out_specs = [(t.shape, t.dtype) for t in task.outputs]
+        footprint = sum(a.nbytes for a in buffers) + sum(r.nbytes for r in self.reference)
+        copies = ROTATE_COPIES if footprint < Target().l2_bytes else 1
+        self.inputs = [buffers] + [[a.copy() for a in buffers] for _ in range(copies - 1)]
+        self.libs: dict[str, ctypes.CDLL] = {}
+
+    def entry(self, so_path: str, symbol: str):
+        lib = self.libs.get(so_path)
+        if lib is None:
+            lib = self.libs[so_path] = ctypes.CDLL(so_path)
+        fn = getattr(lib, f"{symbol}_entry")
+        fn.restype, fn.argtypes = None, [ctypes.c_void_p]
+        return fn
+
+    def measure(self, so_path: str, symbol: str
+                ) -> tuple[float | None, float | None, str | None]:
+        """(median ms, min ms, error) of one candidate."""
+        fn = self.entry(so_path, symbol)
+        outs = [[np.empty(shape, dtype) for shape, dtype in self.out_specs]
+                for _ in self.inputs]
+        args = [_pointers(ins + o) for ins, o in zip(self.inputs, outs)]
+        _fill_poison(outs[0])
+        t0 = time.perf_counter_ns()
+        fn(args[0])
+        first = time.perf_counter_ns() - t0
+        for k, (got, ref) in enumerate(zip(outs[0], self.reference)):
+            why = mismatch(got, ref)
+            if why is not None:
+                return None, None, f"wrong result: output {k}: {why}"
+        spent, budget = 0, int(self.job["budget_s"] * 1e9)
+        slow = first * (self.job["warmup"] + MIN_TIMED) > budget   # seconds per call
+        for i in range(0 if slow else self.job["warmup"]):
+            fn(args[i % len(args)])
+        times: list[int] = []
+        min_timed = 1 if slow else MIN_TIMED
+        for i in range(self.job["repeat"]):
+            a = args[i % len(args)]
+            t0 = time.perf_counter_ns()
+            fn(a)
+            times.append(time.perf_counter_ns() - t0)
+            spent += times[-1]
+            if len(times) >= min_timed:
+                if spent > budget:
+                    break
+                if (self.best_ms is not None and len(times) == MIN_TIMED
+                        and min(times) / 1e6 > PRUNE_FACTOR * self.best_ms):
+                    break
+        ms = statistics.median(times) / 1e6
+        self.best_ms = ms if self.best_ms is None else min(self.best_ms, ms)
+        return ms, min(times) / 1e6, None
+
+
+def main(argv: list[str]) -> int:
+    _die_with_parent()
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)                       # stray prints from kernels go to stderr
+
+    def emit(**msg) -> None:
+        out.write(json.dumps(msg) + "\n")
+        out.flush()
+
+    with open(argv[0], "rb") as f:
+        job = pickle.load(f)
+    start = int(argv[1])
+    best_ms = float(argv[2]) if len(argv) > 2 else None
+    measurer = Measurer(job, best_ms)
+    emit(ready=True)
+    for k in range(start, len(job["candidates"])):
+        so_path, symbol = job["candidates"][k]
+        emit(start=k)
+        try:
+            time_ms, min_ms, error = measurer.measure(so_path, symbol)
+        except (OSError, AttributeError) as exc:     # library fails to load / no symbol
+            time_ms, min_ms, error = None, None, f"load: {exc}"
+        emit(result=k, time_ms=time_ms, min_ms=min_ms, error=error)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,86 @@
+"""Tuning through `hidetc compile`: measured once and recorded, reused by the next
+compile, two compiles sharing one store at the same time, and a GPU-less cross-compile
+for cuda taking its configs from imported records."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from helpers.fusion_graphs import graph_of, resnet_block
+
+import hidetc
+from hidetc.cli import main
+from hidetc.schedules.template import target_for
+from hidetc.tune.records import CandidateResult, RecordStore
+from hidetc.tune.search import anchor_tasks, candidates, tune_graph
+
+
+@pytest.fixture
+def block(tmp_path):
+    path = tmp_path / "block.onnx"
+    onnx.save(resnet_block(c=8, hw=5), path)
+    return path
+
+
+def test_tuned_then_reused(block, tmp_path):
+    records = tmp_path / "records.sqlite"
+    first = hidetc.compile_model(block, tmp_path / "a", tune=True, space=1, records=str(records))
+    tuning = first.manifest["tuning"]
+    assert tuning["enabled"] and tuning["tuned"] == 2 and tuning["candidates"] == 16
+    templated = [k for k in first.manifest["kernels"] if k["template"] != "rule"]
+    assert templated and all(k["tuning"] == "tuned" for k in templated)
+    assert first.manifest["verification"]["status"] == "passed"
+    second = hidetc.compile_model(block, tmp_path / "b", tune=True, records=str(records))
+    assert second.manifest["tuning"]["from_records"] == 2
+    assert second.manifest["tuning"]["candidates"] == 0
+    assert [k["config"] for k in second.manifest["kernels"]] == \
+        [k["config"] for k in first.manifest["kernels"]]
+
+
+def test_two_compiles_share_one_store(block, tmp_path):
+    records = tmp_path / "shared.sqlite"
+    env = {**os.environ, "HIDETC_TUNE": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "hidetc.cli", "compile", str(block), "-o",
+                               str(tmp_path / f"out{i}"), "--tune", "--space", "1",
+                               "--records", str(records), "--no-verify"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for i in range(2)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    with RecordStore(records) as store:
+        entries = store.entries()
+    assert len(entries) == 2 and all(e["winner"] for e in entries)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_cross_compile_uses_imported_records(block, tmp_path):
+    """Records 'measured on a GPU machine' (winners chosen by a stand-in measurement,
+    the last config of each short list) exported, imported here, and used by a
+    cross-compile for sm_90 without a GPU."""
+    graph = graph_of(resnet_block(c=8, hw=5))
+
+    def fake_measure(task, template, configs, *, target, progress=None):
+        n = len(configs)
+        return [CandidateResult(repr(c), float(n - i), None) for i, c in enumerate(configs)]
+
+    with RecordStore(tmp_path / "gpu.sqlite") as gpu:
+        tune_graph(graph, "cuda", tune=True, level=1, arch="sm_90", records=gpu,
+                   device="NVIDIA H200", toolchain="nvcc other", measure=fake_measure)
+        gpu.export(tmp_path / "winners.jsonl")
+    local = tmp_path / "local.sqlite"
+    result = CliRunner().invoke(main, ["records", "import", str(tmp_path / "winners.jsonl"),
+                                       "--records", str(local)])
+    assert result.exit_code == 0, result.output
+    out = hidetc.compile_model(block, tmp_path / "cuda", target="cuda", arch="sm_90",
+                               records=str(local), verify=False)
+    templated = [k for k in out.manifest["kernels"] if k["template"] != "rule"]
+    assert templated and all(k["tuning"] == "imported" for k in templated)
+    target = target_for("cuda", "sm_90")
+    expected = {repr(candidates(template, task, target, 1)[-1])
+                for task, template in anchor_tasks(graph, "cuda")}
+    assert {k["config"] for k in templated} == expected

@@ -1,0 +1,151 @@
+"""Measuring candidates in isolation (`hidetc.tune.measure`), cpu target: a real MatMul
+template measured and ranked; a fake template whose candidates fault (segfault, integer
+division by zero), hang, compute wrong values or fail to build -- each dropped with
+its reason in one call while the good ones are still measured; a second call is served
+from the build cache (nothing compiled or linked)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from hidetc.errors import HidetcError
+from hidetc.graph.ir import TensorType
+from hidetc.schedules.cpu import TEMPLATES
+from hidetc.schedules.cpu.microkernel import GemmConfig
+from hidetc.schedules.task import Task
+from hidetc.tir.builder import KernelBuilder
+from hidetc.tir.ir import cast, maximum
+from hidetc.tune.measure import CandidateResult, MeasureStats, best, measure_candidates
+
+F32 = "float32"
+N = 4096
+
+
+def matmul_task(m: int, k: int, n: int) -> Task:
+    return Task("MatMul", (TensorType(F32, (m, k)), TensorType(F32, (k, n))),
+                (TensorType(F32, (m, n)),), (), (None, None))
+
+
+def test_real_matmul_template_measured_and_ranked():
+    task = matmul_task(64, 96, 80)
+    configs = [GemmConfig(4, 16, 64, 128, 64), GemmConfig(5, 16, 64, 384, 256),
+               GemmConfig(3, 32, 64, 128, 256, pack_b=False),
+               GemmConfig(6, 16, 64, 128, 64, pack_a=False)]
+    stats, seen = MeasureStats(), []
+    results = measure_candidates(task, TEMPLATES["MatMul"], configs, repeat=10,
+                                 progress=seen.append, stats=stats)
+    assert [r.config for r in results] == [repr(c) for c in configs]
+    assert all(r.error is None and r.time_ms > 0 for r in results), results
+    winner = best(results)
+    assert winner.time_ms == min(r.time_ms for r in results)
+    assert seen[-1] == len(configs) and seen == sorted(seen)
+    assert stats.units == 1 and stats.worker_starts == 1
+    print(f"\nmatmul 64x96x80: build {stats.build_s:.2f}s compile {stats.compile_s:.2f}s "
+          f"(cached units {stats.units_cached}) measure {stats.measure_s:.2f}s; "
+          + ", ".join(f"{r.time_ms * 1e3:.1f}us" for r in results))
+
+
+# ---------------------------------------------------------------- a misbehaving template
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    kind: str      # good | good2 | segv | fpe | hang | wrong | raise
+
+
+class FakeReluTemplate:
+    """Relu on N floats; each config is a different way to be right or wrong."""
+    name = "test.fake_relu"
+
+    def space(self, task, target):
+        return [FakeConfig(k) for k in
+                ("good", "segv", "hang", "fpe", "wrong", "raise", "good2")]
+
+    def default(self, task, target):
+        return FakeConfig("good")
+
+    def build(self, task, config, name):
+        kind = config.kind
+        if kind == "raise":
+            raise RuntimeError("this config cannot be built")
+        kb = KernelBuilder(name)
+        x, out = kb.buffer("x", F32, (N,)), kb.buffer("out", F32, (N,))
+        if kind == "hang":   # ~4.6e18 dependent float adds: never ends
+            with kb.for_range(2**31 - 1, name="a"):
+                with kb.for_range(2**31 - 1, name="b"):
+                    kb.store(out, (0,), out[0] + 1.0)
+            return kb.finish()
+        with kb.for_range(N, kind="parallel" if kind == "good2" else "serial") as i:
+            if kind == "segv":      # 8 GiB past a 16 KiB buffer
+                kb.store(out, (i + (2**31 - 1 - N),), x[i])
+            elif kind == "fpe":     # an integer division by a zero gcc cannot see
+                zero = cast(x[0] * 0.0, "int32")
+                kb.store(out, (i,), cast(i // zero, F32))
+            elif kind == "wrong":
+                kb.store(out, (i,), maximum(x[i], 0.0) + 1e-2)
+            else:
+                kb.store(out, (i,), maximum(x[i], 0.0))
+        return kb.finish()
+
+
+def relu_task() -> Task:
+    return Task("Relu", (TensorType(F32, (N,)),), (TensorType(F32, (N,)),), (), (None,))
+
+
+def test_bad_candidates_are_dropped_with_reasons(tmp_path, monkeypatch):
+    monkeypatch.setenv("HIDETC_CACHE_DIR", str(tmp_path / "cache"))
+    template, task = FakeReluTemplate(), relu_task()
+    configs = template.space(task, None)
+    stats = MeasureStats()
+    results = measure_candidates(task, template, configs, repeat=5, timeout_s=2.0,
+                                 stats=stats)
+    by_kind = {c.kind: r for c, r in zip(configs, results)}
+    assert [r.config for r in results] == [repr(c) for c in configs]
+    for kind in ("good", "good2"):
+        assert by_kind[kind].error is None and by_kind[kind].time_ms > 0, by_kind[kind]
+    assert by_kind["segv"].error.startswith("fault: signal 11"), by_kind["segv"]
+    assert by_kind["fpe"].error.startswith("fault: signal 8"), by_kind["fpe"]
+    assert by_kind["hang"].error == "timeout after 2s"
+    assert by_kind["wrong"].error.startswith("wrong result: output 0: rel err")
+    assert by_kind["raise"].error == "build: RuntimeError: this config cannot be built"
+    assert all(r.time_ms is None for k, r in by_kind.items() if k not in ("good", "good2"))
+    assert best(results) in (by_kind["good"], by_kind["good2"])
+    assert stats.units == 1 and stats.units_cached == 0 and stats.worker_starts == 4
+
+    again = MeasureStats()
+    results2 = measure_candidates(task, template, configs, repeat=5, timeout_s=2.0,
+                                  stats=again)
+    assert again.units == 1 and again.units_cached == 1 and again.units_split == 0
+    assert again.compile_s < stats.compile_s
+    assert [r.error for r in results2] == [r.error for r in results]
+
+
+def test_failing_compile_drops_only_that_candidate(tmp_path, monkeypatch):
+    """A kernel gcc rejects (here: its C gets an `#error`, marked by the constant the
+    "wrong" kernel adds) makes its unit fail; the unit is retried kernel by kernel."""
+    import hidetc.tune.measure as measure
+
+    monkeypatch.setenv("HIDETC_CACHE_DIR", str(tmp_path / "cache"))
+    plain = measure._unit_source
+
+    def poisoned(fns):
+        text = plain(fns)
+        return text + ("#error rejected by the test\n" if "0.01f" in text else "")
+
+    monkeypatch.setattr(measure, "_unit_source", poisoned)
+    configs = [FakeConfig("good"), FakeConfig("wrong"), FakeConfig("good2")]
+    stats = MeasureStats()
+    results = measure_candidates(relu_task(), FakeReluTemplate(), configs, repeat=3,
+                                 stats=stats)
+    assert results[0].error is None and results[2].error is None, results
+    assert results[1].error.startswith("compile: gcc compiling"), results[1]
+    assert "rejected by the test" in results[1].error
+    assert stats.units == 1 and stats.units_split == 1
+
+
+def test_cuda_is_not_implemented_yet():
+    with pytest.raises(HidetcError, match="not implemented"):
+        measure_candidates(relu_task(), FakeReluTemplate(), [FakeConfig("good")],
+                           target="cuda")
+    assert best([CandidateResult("a", None, "x")]) is None

@@ -1,0 +1,106 @@
+"""The search over a graph's anchors: distinct tasks, space levels, records reused,
+cross-compiles from imported records, all-failed tasks keeping the default. The
+measurement is a stand-in here (tests/tune/test_measure.py covers the real one)."""
+from __future__ import annotations
+
+from helpers.fusion_graphs import graph_of, resnet_block
+
+from hidetc.schedules.template import target_for
+from hidetc.tune.records import CandidateResult, RecordStore
+from hidetc.tune.search import SHORT_LIST, anchor_tasks, candidates, tune_graph
+
+DEVICE, ARCH, TOOLS = "cpu:test", "x86-64-avx2", "gcc test"
+
+
+class FakeMeasure:
+    """Times each config by its repr's length (deterministic); `fail` configs error."""
+
+    def __init__(self, fail: bool = False):
+        self.calls, self.fail = [], fail
+
+    def __call__(self, task, template, configs, *, target, progress=None):
+        self.calls.append((task, len(configs)))
+        if progress:
+            progress(len(configs))
+        if self.fail:
+            return [CandidateResult(repr(c), None, "fault: signal 11") for c in configs]
+        return [CandidateResult(repr(c), float(len(repr(c)) % 7 + 1), None) for c in configs]
+
+
+def tune(graph, store, measure, **kw):
+    options = dict(tune=True, level=1, arch=ARCH, records=store, device=DEVICE,
+                   toolchain=TOOLS, measure=measure)
+    options.update(kw)
+    return tune_graph(graph, "cpu", **options)
+
+
+def test_distinct_anchor_tasks_and_levels():
+    graph = graph_of(resnet_block())
+    work = anchor_tasks(graph, "cpu")
+    assert [t.op for t, _ in work] == ["Conv", "MatMul"]   # the two convs are equal tasks
+    task, template = work[0]
+    target = target_for("cpu")
+    default = template.default(task, target)
+    assert candidates(template, task, target, 0) == [default]
+    short = candidates(template, task, target, 1)
+    assert short[0] == default and len(short) == SHORT_LIST and len(set(short)) == SHORT_LIST
+    whole = candidates(template, task, target, 2)
+    assert whole[0] == default and set(whole) >= set(template.space(task, target))
+
+
+def test_tuned_once_then_reused(tmp_path):
+    graph = graph_of(resnet_block())
+    with RecordStore(tmp_path / "records.sqlite") as store:
+        measure = FakeMeasure()
+        choices, summary = tune(graph, store, measure)
+        assert summary.tuned == 2 and summary.candidates == 2 * SHORT_LIST
+        assert all(c.source == "tuned" for c in choices.values())
+        for (task, n), choice in zip(measure.calls, choices.values()):
+            results = [CandidateResult(repr(c), float(len(repr(c)) % 7 + 1), None)
+                       for c in candidates(choice.template, task, target_for("cpu"), 1)]
+            assert choice.time_ms == min(r.time_ms for r in results)
+        again = FakeMeasure()
+        choices2, summary2 = tune(graph, store, again)
+        assert again.calls == [] and summary2.from_records == 2
+        assert {t: c.config for t, c in choices2.items()} == \
+            {t: c.config for t, c in choices.items()}
+
+
+def test_cross_compile_uses_imported_winners(tmp_path):
+    graph = graph_of(resnet_block())
+    with RecordStore(tmp_path / "gpu.sqlite") as store:
+        choices, _ = tune(graph, store, FakeMeasure(), device="gpu-machine", toolchain="nvcc A")
+        store.export(tmp_path / "winners.jsonl")
+    with RecordStore(tmp_path / "ci.sqlite") as store:
+        store.import_file(tmp_path / "winners.jsonl")
+        off = FakeMeasure()
+        cross, summary = tune(graph, store, off, tune=False, device="none", toolchain="nvcc B")
+        assert off.calls == [] and summary.from_records == 2
+        assert all(c.source == "imported" for c in cross.values())
+        assert {t: c.config for t, c in cross.items()} == {t: c.config for t, c in choices.items()}
+
+
+def test_no_tuning_and_no_records_gives_defaults(tmp_path):
+    graph = graph_of(resnet_block())
+    with RecordStore(tmp_path / "r.sqlite") as store:
+        choices, summary = tune(graph, store, FakeMeasure(), tune=False)
+    target = target_for("cpu")
+    assert all(c.source == "default" and c.config == c.template.default(t, target)
+               for t, c in choices.items())
+    assert summary.tuned == 0
+
+
+def test_all_candidates_failing_keeps_the_default(tmp_path):
+    graph = graph_of(resnet_block())
+    with RecordStore(tmp_path / "r.sqlite") as store:
+        choices, summary = tune(graph, store, FakeMeasure(fail=True), level=0)
+        assert summary.failures == 2 and len(summary.failed) == 2
+        assert all(c.source == "default (all failed)" for c in choices.values())
+        task = next(iter(choices))
+        assert store.candidates(next(k for k in [_key(task, choices[task])]))[0].error
+    assert "fault" in summary.failed[0]["error"]
+
+
+def _key(task, choice):
+    from hidetc.tune.records import key_for
+    return key_for(task, choice.template.name, DEVICE, ARCH, TOOLS)
