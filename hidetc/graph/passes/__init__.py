@@ -1,3 +1,5 @@
 """Graph passes: one pass per module, each `run(graph) -> Graph` (the same object when
-nothing changed). Their order lives in one place: `hidetc.graph.pipeline.PASSES`.
+nothing changed; `choose_layout.run` also takes the target and precision). Their order
+lives in one place, `hidetc.graph.pipeline`: `PASSES` (the optimizations) and
+`PRECISION_PASSES` (run after them per precision: `to_float16`, `choose_layout`).
 `common` holds the helpers they share (fresh names, renaming, `Rewriter`)."""
