@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_MODEL ?= resnet50
 DEMO_DIR := demo
 
-.PHONY: demo test test-slow lint venv clean gpu-check
+.PHONY: demo test test-slow lint venv clean gpu-check bench
 
 venv: $(STAMP)
 
@@ -28,6 +28,11 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m slow
 
+# The five models beside ONNX Runtime on this machine's target (tuned; records reused).
+BENCH_JSON ?= bench/results/$(shell date -u +%Y-%m-%d)-bench-$(shell uname -m).json
+bench: $(STAMP)
+	$(VENV)/bin/hidetc bench --work bench-work --json $(BENCH_JSON) $(BENCH_ARGS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hidetc tests models
 
@@ -38,4 +43,4 @@ gpu-check:
 	bash bench/gpu_check.sh $(GPU_RESULTS)
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR)
+	rm -rf $(VENV) $(DEMO_DIR) bench-work

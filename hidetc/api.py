@@ -21,7 +21,7 @@ from hidetc import __version__
 from hidetc.build import build_cpu_library
 from hidetc.build_cuda import build_cuda_modules
 from hidetc.config import CompileConfig, make_config
-from hidetc.errors import VerificationError
+from hidetc.errors import ArtifactError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.pipeline import lower_precision, optimize
 from hidetc.plan import ExecutionPlan, plan_graph
@@ -248,6 +248,17 @@ class Model:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self._executor.run(inputs)
+
+    def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 10) -> list[dict]:
+        """Per launch: kernel, op, node and median milliseconds (see the executor's
+        `profile`); ArtifactError where the executor cannot time single launches."""
+        profile = getattr(self._executor, "profile", None)
+        if profile is None:
+            raise ArtifactError(f"{self.path}: per-kernel profiling is not supported for "
+                                f"the {self.target} target yet")
+        times = profile(inputs, repeat)
+        return [{"kernel": k["name"], "op": k["op"], "node": k.get("node"), "ms": t}
+                for k, t in zip(self.manifest["kernels"], times)]
 
 
 def load(out_dir: str | os.PathLike, *, verify_checksums: bool = True,

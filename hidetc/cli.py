@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -222,6 +224,61 @@ def _save_npz(path: Path, outputs) -> None:
     np.savez(tmp, **outputs)
     tmp.replace(path)
     click.echo(f"wrote {path}")
+
+
+@main.command("bench")
+@click.argument("subjects", nargs=-1)
+@click.option("--target", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              show_default=True)
+@click.option("--precision", type=click.Choice(list(PRECISIONS)), default="f32",
+              show_default=True)
+@click.option("--repeat", type=click.IntRange(1), default=20, show_default=True,
+              help="Timed calls per runner (after warm-up), interleaved in rounds.")
+@click.option("--tiny", is_flag=True, help="The tiny variants of the benchmark models.")
+@click.option("--vs", "peers", type=click.Choice(["onnxruntime", "torch"]), multiple=True,
+              help="Peers beside ONNX Runtime (always timed when a model file is known).")
+@click.option("--profile", is_flag=True, help="Per-kernel times (cpu target).")
+@click.option("--no-memory", is_flag=True, help="Skip the peak-memory child processes.")
+@click.option("--work", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("bench-work"), show_default=True,
+              help="Where models and artifacts are written (reused between runs).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write the rows and machine facts as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="A bar chart of latency per model and system (matplotlib).")
+@click.option("--tune/--no-tune", default=None, help="As for compile (default: auto).")
+@_handle_errors
+def bench_cmd(subjects, target, precision, repeat, tiny, peers, profile, no_memory, work,
+              json_path, plot_path, tune):
+    """Time models beside ONNX Runtime (and PyTorch with --vs torch). SUBJECTS: benchmark
+    model names (default: the five), .onnx files or artifact directories."""
+    import platform
+
+    import models
+    from hidetc.bench import bench_subject, format_table, plot, profile_lines
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    click.echo(format_table([]))
+    for subject in subjects or sorted(models.REGISTRY):
+        row = bench_subject(subject, work, target=target, precision=precision, repeat=repeat,
+                            tiny=tiny, memory=not no_memory, profile=profile,
+                            vs_torch="torch" in peers, tune=tune,
+                            log=lambda m: click.echo(m, err=True))
+        rows.append(row)
+        click.echo("\n".join(format_table([row]).splitlines()[1:]))
+    if profile:
+        for row in rows:
+            click.echo("\n".join(profile_lines(row)))
+    if json_path:
+        doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "machine": platform.processor() or platform.machine(),
+               "cores": os.cpu_count(), "hidetc": __version__, "repeat": repeat,
+               "rows": rows}
+        json_path.write_text(json.dumps(doc, indent=2) + "\n")
+        click.echo(f"wrote {json_path}")
+    if plot_path:
+        plot(rows, plot_path)
+        click.echo(f"wrote {plot_path}")
 
 
 @main.command("inspect")

@@ -77,6 +77,24 @@ class CpuExecutor:
     def set_threads(self, n: int) -> None:
         self._lib.hidetc_set_threads(int(n))
 
+    def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 10) -> list[float]:
+        """Per launch (manifest order), the median milliseconds over `repeat` forward
+        passes timed launch by launch (after one warm-up pass)."""
+        fn = getattr(self._lib, "hidetc_forward_profiled", None)
+        if fn is None:
+            raise ArtifactError("this artifact has no profiling entry (compiled by an older "
+                                "hidetc): recompile it to profile")
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * 5
+        arrays = check_inputs(self.manifest["inputs"], inputs)
+        outs = [np.empty(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
+        in_ptrs, out_ptrs = _pointers(arrays), _pointers(outs)
+        seconds = np.zeros((repeat + 1, max(len(self.manifest["kernels"]), 1)), np.float64)
+        for r in range(repeat + 1):
+            fn(in_ptrs, out_ptrs, self._arena.ctypes.data, self._blob.ctypes.data,
+               seconds[r].ctypes.data)
+        return [float(v) for v in np.median(seconds[1:], axis=0) * 1e3]
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         arrays = check_inputs(self.manifest["inputs"], inputs)
         outs = [np.empty(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]

@@ -1,0 +1,230 @@
+"""`hidetc bench`: the benchmark models (or a given model or artifact) compiled for the
+available target and timed beside ONNX Runtime on the same inputs, in the same run.
+
+Per subject (a model name from `models`, an .onnx file, or an artifact directory):
+compile (tuning as `hidetc compile` would: records reused), check the outputs against
+ONNX Runtime, then time both -- warm-up, then rounds that alternate hidetc and the peer
+(each round the median of `repeat // rounds` calls), the reported latency is the median
+over all calls, so a busy moment hurts both sides alike. Peak memory: a child process
+per runtime loads the model, runs one inference and reports its peak RSS
+(`resource.getrusage`), both children importing the same libraries. Peers: ONNX
+Runtime's CPU provider on the cpu target, its CUDA provider where onnxruntime-gpu is
+installed on the cuda target; PyTorch with `--vs torch` (`hidetc.bench_torch`).
+
+`bench_subject(...) -> dict` is one row; `format_table(rows)` the printed table;
+`profile_rows(...)` the per-kernel times (`--profile`, cpu target).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from hidetc.errors import InputError
+
+MEMORY_CHILD = r"""
+import json, resource, sys
+import numpy as np
+kind, target, path = sys.argv[1], sys.argv[2], sys.argv[3]
+inputs = dict(np.load(sys.argv[4]))
+if kind == "hidetc":
+    import hidetc
+    model = hidetc.load(path)
+    model.run(inputs)
+else:
+    import onnxruntime as ort
+    providers = ["CUDAExecutionProvider"] if target == "cuda" else ["CPUExecutionProvider"]
+    session = ort.InferenceSession(path, providers=providers)
+    session.run(None, inputs)
+print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _subject(arg: str, work: Path, tiny: bool) -> tuple[str, Optional[Path], Optional[Path]]:
+    """(name, onnx path or None, artifact dir or None) of a bench subject."""
+    path = Path(arg)
+    if path.is_dir() and (path / "manifest.yaml").is_file():
+        from hidetc.runtime.artifact import read_manifest
+        model_file = path.parent / read_manifest(path)["model"]["file"]
+        return path.name, (model_file if model_file.is_file() else None), path
+    if path.suffix == ".onnx" or path.exists():
+        if not path.is_file():
+            raise InputError(f"{arg}: no such model file")
+        return path.stem, path, None
+    import models
+    if arg not in models.REGISTRY:
+        raise InputError(f"{arg}: not a model file, artifact directory or benchmark model "
+                         f"(one of {', '.join(sorted(models.REGISTRY))})")
+    out = work / f"{arg}{'-tiny' if tiny else ''}.onnx"
+    if not out.is_file():
+        models.save(models.build(arg, tiny=tiny), out)
+    return arg, out, None
+
+
+def _inputs(model, onnx_path: Optional[Path], seed: int) -> dict[str, np.ndarray]:
+    if onnx_path is not None:
+        import onnx
+
+        import models
+        return models.sample_inputs(onnx.load(str(onnx_path), load_external_data=False), seed)
+    rng = np.random.default_rng(seed)
+    return {s["name"]: (rng.standard_normal(s["shape"]).astype(s["dtype"])
+                        if s["dtype"].startswith("float") else np.zeros(s["shape"], s["dtype"]))
+            for s in model.inputs}
+
+
+def _ort_session(onnx_path: Path, target: str):
+    import onnxruntime as ort
+    if target == "cuda":
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            return None, "onnxruntime has no CUDA provider here"
+        return ort.InferenceSession(str(onnx_path), providers=["CUDAExecutionProvider"]), None
+    return ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]), None
+
+
+def alternate(runners: dict[str, Callable[[], object]], repeat: int, rounds: int = 5,
+              warmup: int = 2) -> dict[str, dict]:
+    """Median/min ms per runner, the runners interleaved round by round."""
+    for fn in runners.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    per_round = max(1, repeat // rounds)
+    for _ in range(rounds):
+        for name, fn in runners.items():
+            for _ in range(per_round):
+                start = time.perf_counter()
+                fn()
+                times[name].append((time.perf_counter() - start) * 1e3)
+    return {k: {"median_ms": float(np.median(v)), "min_ms": float(np.min(v)),
+                "calls": len(v)} for k, v in times.items()}
+
+
+def peak_memory(kind: str, target: str, path: Path, inputs: dict, work: Path) -> Optional[float]:
+    """Peak RSS (MiB) of a child that loads `path` with `kind` and runs one inference."""
+    feed = work / "bench-inputs.npz"
+    np.savez(feed, **inputs)
+    proc = subprocess.run([sys.executable, "-c", MEMORY_CHILD, kind, target, str(path),
+                           str(feed)], capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+
+
+def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str = "f32",
+                  repeat: int = 20, tiny: bool = False, memory: bool = True,
+                  profile: bool = False, vs_torch: bool = False,
+                  log: Callable[[str], None] = lambda s: None, **compile_options) -> dict:
+    """One row of the table (see the module docstring)."""
+    import hidetc
+    from hidetc.verify import compare
+    name, onnx_path, artifact = _subject(arg, work, tiny)
+    row: dict = {"model": name, "precision": precision}
+    if artifact is None:
+        artifact = work / f"{name}{'-tiny' if tiny else ''}-{precision}.out"
+        log(f"{name}: compiling")
+        start = time.perf_counter()
+        result = hidetc.compile_model(onnx_path, artifact, target=target, precision=precision,
+                                      verify=False, **compile_options)
+        row["compile_s"] = time.perf_counter() - start
+        row["tune_s"] = result.timings.get("tune_s", 0.0)
+    model = hidetc.load(artifact)
+    manifest = model.manifest
+    row.update(target=model.target, kernels=len(manifest["kernels"]),
+               arena_mb=manifest["memory"]["arena_bytes"] / 2**20,
+               intermediates_mb=manifest["memory"]["total_bytes"] / 2**20,
+               tuning=(manifest.get("tuning") or {}).get("enabled"))
+    inputs = _inputs(model, onnx_path, seed=1)
+    runners = {"hidetc": lambda: model.run(inputs)}
+    session = None
+    if onnx_path is not None:
+        session, why = _ort_session(onnx_path, model.target)
+        if session is None:
+            row["onnxruntime_note"] = why
+        else:
+            reference = dict(zip([o.name for o in session.get_outputs()],
+                                 session.run(None, inputs)))
+            tol = 1e-2 if precision == "f16" else 1e-4
+            row["check"] = compare(model.run(inputs), reference, tol)["status"]
+            runners["onnxruntime"] = lambda: session.run(None, inputs)
+    log(f"{name}: timing ({', '.join(runners)})")
+    timed = alternate(runners, repeat)
+    row["hidetc_ms"] = timed["hidetc"]["median_ms"]
+    if "onnxruntime" in timed:
+        row["onnxruntime_ms"] = timed["onnxruntime"]["median_ms"]
+        row["ratio_onnxruntime"] = row["hidetc_ms"] / row["onnxruntime_ms"]
+    if vs_torch and onnx_path is not None:
+        from hidetc.bench_torch import torch_peers
+        for peer, ms in torch_peers(name, model.target, precision, inputs, repeat).items():
+            row[f"{peer}_ms"] = ms
+            row[f"ratio_{peer}"] = row["hidetc_ms"] / ms if ms else None
+    if memory:
+        row["hidetc_peak_mb"] = peak_memory("hidetc", model.target, artifact, inputs, work)
+        if session is not None:
+            row["onnxruntime_peak_mb"] = peak_memory("onnxruntime", model.target, onnx_path,
+                                                     inputs, work)
+    if profile:
+        row["profile"] = model.profile(inputs, repeat=max(3, repeat // 2))
+    return row
+
+
+def format_table(rows: list[dict]) -> str:
+    head = (f"{'model':<16}{'target':<7}{'prec':<5}{'hidetc ms':>10}{'ORT ms':>9}{'ratio':>7}"
+            f"{'kernels':>8}{'compile s':>10}{'peak MiB':>17}  check")
+    lines = [head]
+    for r in rows:
+        ort_ms = f"{r['onnxruntime_ms']:.2f}" if "onnxruntime_ms" in r else "-"
+        ratio = f"{r['ratio_onnxruntime']:.2f}x" if "ratio_onnxruntime" in r else "-"
+        comp = f"{r['compile_s']:.1f}" if "compile_s" in r else "-"
+        mem = "-"
+        if r.get("hidetc_peak_mb"):
+            mem = f"{r['hidetc_peak_mb']:.0f}"
+            if r.get("onnxruntime_peak_mb"):
+                mem += f" vs {r['onnxruntime_peak_mb']:.0f}"
+        lines.append(f"{r['model']:<16}{r['target']:<7}{r['precision']:<5}"
+                     f"{r['hidetc_ms']:>10.2f}{ort_ms:>9}{ratio:>7}{r['kernels']:>8}"
+                     f"{comp:>10}{mem:>17}  {r.get('check', '-')}")
+        for key in sorted(k for k in r if k.startswith("ratio_torch")):
+            peer = key[len("ratio_"):]
+            lines.append(f"{'':<16}{'':<12}vs {peer}: {r[peer + '_ms']:.2f} ms, "
+                         f"ratio {r[key]:.2f}x")
+    return "\n".join(lines)
+
+
+def profile_lines(row: dict, top: int = 15) -> list[str]:
+    """The `top` slowest launches of a profiled row, with their share of the total."""
+    entries = sorted(row.get("profile", []), key=lambda e: -e["ms"])
+    total = sum(e["ms"] for e in entries) or 1.0
+    lines = [f"{row['model']}: {len(entries)} launches, {total:.2f} ms in kernels"]
+    for e in entries[:top]:
+        lines.append(f"  {e['ms']:8.3f} ms {100 * e['ms'] / total:5.1f}%  {e['op']:<20} "
+                     f"{e['kernel']:<24} {e.get('node') or ''}")
+    return lines
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """A bar chart of latency per model and system (matplotlib, an optional extra)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("--plot needs matplotlib (pip install matplotlib)") from None
+    systems = ["hidetc"] + sorted({k[:-3] for r in rows for k in r
+                                   if k.endswith("_ms") and k != "hidetc_ms"})
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(rows), 4))
+    width = 0.8 / len(systems)
+    for i, system in enumerate(systems):
+        values = [r.get(f"{system}_ms") or 0.0 for r in rows]
+        ax.bar([x + i * width for x in range(len(rows))], values, width, label=system)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))])
+    ax.set_xticklabels([f"{r['model']}\n{r['precision']}" for r in rows])
+    ax.set_ylabel("latency, ms (batch 1, median)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)

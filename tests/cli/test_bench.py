@@ -1,0 +1,42 @@
+"""`hidetc bench`: a model file and an artifact directory timed beside ONNX Runtime,
+the JSON document, per-kernel profiles, and one-line errors for bad subjects."""
+from __future__ import annotations
+
+import json
+
+import onnx
+from click.testing import CliRunner
+from helpers.fusion_graphs import resnet_block
+
+from hidetc.cli import main
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_bench_model_file_and_artifact(tmp_path):
+    path = tmp_path / "block.onnx"
+    onnx.save(resnet_block(), path)
+    out = tmp_path / "bench.json"
+    result = invoke("bench", path, "--repeat", "3", "--profile", "--json", out,
+                    "--work", tmp_path / "work")
+    assert result.exit_code == 0, result.output
+    assert "block" in result.output and "passed" in result.output
+    doc = json.loads(out.read_text())
+    row = doc["rows"][0]
+    assert row["hidetc_ms"] > 0 and row["onnxruntime_ms"] > 0 and row["check"] == "passed"
+    assert row["ratio_onnxruntime"] == row["hidetc_ms"] / row["onnxruntime_ms"]
+    assert len(row["profile"]) == row["kernels"] == 4
+    assert all(p["ms"] >= 0 for p in row["profile"])
+    assert row["hidetc_peak_mb"] > 0 and row["onnxruntime_peak_mb"] > 0
+    artifact = tmp_path / "work" / "block-f32.out"
+    again = invoke("bench", artifact, "--repeat", "2", "--no-memory", "--work", tmp_path / "w2")
+    assert again.exit_code == 0, again.output
+    assert "block-f32.out" in again.output
+
+
+def test_bench_bad_subject(tmp_path):
+    result = invoke("bench", "no_such_model", "--work", tmp_path)
+    assert result.exit_code == 2
+    assert "hidetc: error: no_such_model: not a model file" in result.output
