@@ -1,264 +1,443 @@
-"""GPU benchmark of the CUDA f32 SIMT MatMul template (hidetc.schedules.cuda.matmul_simt).
+"""GPU benchmark of the CUDA schedule templates, each case beside its PyTorch peer.
 
-    python bench/cuda_ops.py RESULTS_DIR [--dry-run] [--arch sm_90] [--configs N]
-                             [--shapes 4096x4096x4096,...] [--repeat 50] [--budget-s S]
+    python bench/cuda_ops.py RESULTS_DIR [--dry-run] [--only matmul|conv] [--filter TEXT]
+                             [--precision f16|f32] [--configs N] [--budget-s S]
+                             [--repeat 50] [--arch sm_90] [--work DIR]
 
-For each shape (M x N x K; default 4096^3, 1024^3 and the BERT-base projections
-128x768x768, 128x3072x768, 128x768x3072 -- written as M x N x K), the kernels of the
-template's default config and of every config of the space (or the first N of a seeded
-shuffle with --configs N) are built (lower -> CUDA C -> nvcc cubins for --arch, default:
-the GPU's) and then, on the GPU (pycuda, device 0, its primary context):
-- every config runs once and is checked against numpy (norm-wise relative error
-  <= 1e-4; a failing config is recorded and never chosen), then timed briefly
-  (--search-repeat runs) to find the best of the space within --budget-s;
-- the default and the best config are timed with CUDA events around each launch:
-  --warmup launches, then the median of --repeat (>= 50) launches;
-- torch.matmul (cuBLAS, TF32 off) on the same shapes, same timing, when torch imports.
-Prints a table and writes RESULTS_DIR/cuda_ops.json. `--dry-run` only builds (no GPU,
-pycuda or torch needed) and records each default kernel's ptxas report.
+Cases (bench/cuda_cases.py, which documents them and their targets): MatMul f16 on
+tensor cores (matmul_tc) and f32 on the SIMT core (matmul_simt) at 4096^3, 1024^3 and
+the BERT-base projections; every distinct ResNet-50 convolution (batch 1) in f16 as
+hidetc runs it (ConvNHWC on tensor cores, conv_tc; the 3-channel stem as NCHW Conv,
+conv_gemm) and in f32 (NCHW Conv on the SIMT core, conv_gemm).
+
+Per case: the template's default config and, with --configs N, N more configs of its
+space (a seeded sample) are built (lowering in worker processes, nvcc per kernel in
+parallel, cached; --arch defaults to the GPU's). Then on the GPU (pycuda, device 0,
+primary context), in two phases so the comparisons come first:
+1. every case: the default kernel runs once on seeded inputs and is checked against
+   numpy (norm-wise relative error <= 1e-2 for f16, 1e-4 for f32), then timed; the
+   peer (torch.matmul = cuBLAS, F.conv2d = cuDNN with cudnn.benchmark; f32 with TF32
+   off in both; f16 conv with channels_last tensors) is checked and timed the same way;
+2. the searched configs (built meanwhile in a background thread), each checked, then
+   timed with --search-repeat launches, within an equal share of what is left of
+   --budget-s per case; the best is re-timed like the default.
+Timing (both sides alike): --warmup launches, then a GPU busy-wait kernel long enough
+for the host to queue all --repeat launches, each between two CUDA events, so the
+events measure back-to-back device time, not the host's launch overhead (which is
+larger than many of these kernels); the median of --repeat (>= 50). `queued` says
+whether the queue stayed full (the wait is doubled and the run retried up to 3 times
+otherwise). Inputs stay in L2 across launches on both sides.
+
+Ratio = hidetc's time / the peer's; a case meets its target when ratio <= bound.
+Writes RESULTS_DIR/cuda_ops.json (rewritten after every case: a timeout keeps what was
+measured) and cuda_ops.md (the table). A kernel that fails to build is recorded (and
+not run); the rest go on. `--dry-run` needs no GPU, pycuda or torch: it builds every
+kernel (the search sample is seeded per case, so it builds exactly what a GPU run with
+the same --configs builds) and records each one's ptxas report (registers, shared
+memory, spills); its exit status is 1 when a kernel failed to build.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
-import random
 import statistics
 import sys
+import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module  # noqa: E402
-from hidetc.graph.ir import TensorType  # noqa: E402
-from hidetc.schedules.cuda.matmul_simt import TEMPLATE, SimtConfig  # noqa: E402
-from hidetc.schedules.task import Task  # noqa: E402
-from hidetc.schedules.template import Target  # noqa: E402
-from hidetc.tir.pipeline import lower  # noqa: E402
-from hidetc.toolchain.nvcc import (  # noqa: E402
-    compile_cubins,
-    default_arch,
-    parse_archs,
-    ptxas_resources,
+from cuda_cases import (  # noqa: E402
+    SPIN,
+    TOLERANCE,
+    Case,
+    Kernel,
+    all_cases,
+    check_buffers,
+    compile_kernels,
+    lower_kernels,
+    rel_error,
+    select_configs,
+    torch_peer,
 )
 
-SHAPES = ((4096, 4096, 4096), (1024, 1024, 1024), (128, 768, 768), (128, 3072, 768),
-          (128, 768, 3072))
-UNITS_PER_SHAPE = 16      # translation units per shape: nvcc runs them in parallel
-TOLERANCE = 1e-4
-CUDA = Target(kind="cuda")
+from hidetc.toolchain.nvcc import default_arch, parse_archs  # noqa: E402
+
+PEER = {"matmul": "torch.matmul (cuBLAS)", "conv": "torch conv2d (cuDNN)"}
 
 
-def matmul_task(m: int, n: int, k: int) -> Task:
-    f32 = "float32"
-    return Task("MatMul", (TensorType(f32, (m, k)), TensorType(f32, (k, n))),
-                (TensorType(f32, (m, n)),), (), (None, None))
+# ---------------------------------------------------------------- timing
+class Clock:
+    """CUDA events and a GPU busy-wait for one API (pycuda or torch)."""
+
+    def __init__(self, event, sync, elapsed, sleep):
+        self.event, self.sync, self.elapsed, self.sleep = event, sync, elapsed, sleep
+
+    def times(self, launch, warmup: int, repeat: int) -> tuple[list[float], bool]:
+        """(ms of each of `repeat` launches queued behind a busy-wait, whether the queue
+        stayed full: the GPU had not reached the first event when the last was queued)."""
+        events = [self.event() for _ in range(repeat + 1)]
+        start = time.perf_counter()
+        for _ in range(max(warmup, 1)):
+            launch()
+            events[0].record()
+        host_ms = (time.perf_counter() - start) * 1e3 / max(warmup, 1)
+        self.sync()
+        wait_ms = 2.0 * host_ms * repeat + 2.0
+        for _ in range(3):
+            self.sleep(wait_ms)
+            events[0].record()
+            for event in events[1:]:
+                launch()
+                event.record()
+            queued = not events[0].query()
+            events[-1].synchronize()
+            if queued:
+                break
+            wait_ms *= 2
+        return [self.elapsed(a, b) for a, b in zip(events, events[1:])], queued
 
 
-def parse_shapes(text: str) -> list[tuple[int, int, int]]:
-    shapes = []
-    for item in text.split(","):
-        m, n, k = (int(x) for x in item.lower().split("x"))
-        shapes.append((m, n, k))
-    return shapes
-
-
-def select_configs(task: Task, limit: int) -> list[SimtConfig]:
-    """The default first, then the space (all, or `limit` of a seeded shuffle)."""
-    default = TEMPLATE.default(task, CUDA)
-    space = [c for c in TEMPLATE.space(task, CUDA) if c != default]
-    if limit:
-        space = random.Random(0).sample(space, min(limit, len(space)))
-    return [default] + space
-
-
-# ---------------------------------------------------------------- building
-def build_shape(shape, limit: int, arch: str, out_dir: Path) -> dict:
-    """Kernels of one shape: {"task", "kernels": [(name, config, fn)], "cubins"}."""
-    task = matmul_task(*shape)
-    tag = "x".join(map(str, shape))
-    kernels = []
-    for i, cfg in enumerate(select_configs(task, limit)):
-        fn = lower(TEMPLATE.build(task, cfg, f"mm_{tag}_{i}"))
-        kernels.append((fn.name, cfg, fn))
-    units = {f"mm_{tag}_u{u}": print_cuda_module([k[2] for k in kernels[u::UNITS_PER_SHAPE]])
-             for u in range(min(UNITS_PER_SHAPE, len(kernels)))}
-    cubins = compile_cubins(units, arch, out_dir / tag, include_dirs=[CUDA_INCLUDE_DIR],
-                            ptx=False, keep_logs=True)[arch]
-    by_kernel = {}
-    for u, path in enumerate(cubins[name] for name in units):
-        for name, _, _ in kernels[u::UNITS_PER_SHAPE]:
-            by_kernel[name] = path
-    return {"task": task, "shape": shape, "kernels": kernels, "cubins": by_kernel}
-
-
-def ptxas_of(built: dict) -> dict:
-    name = built["kernels"][0][0]
-    return ptxas_resources(built["cubins"][name]).get(name, {})
-
-
-# ---------------------------------------------------------------- GPU timing
 class Gpu:
-    """pycuda on device 0 (primary context); modules cached per cubin."""
+    """pycuda on device 0 (primary context): modules cached per cubin, the busy-wait."""
 
-    def __init__(self):
+    def __init__(self, kernels: list[Kernel]):
         importlib.import_module("pycuda.autoprimaryctx")
-        self.drv = importlib.import_module("pycuda.driver")
+        self.drv = drv = importlib.import_module("pycuda.driver")
+        self.device = drv.Context.get_device()
+        self.name = self.device.name()
         self.modules: dict[Path, object] = {}
-        self.name = self.drv.Context.get_device().name()
+        spin = next(k for k in kernels if k.name == SPIN)
+        self.spin = self.function(spin)
 
-    def function(self, cubin: Path, name: str, params: str):
-        """The kernel, prepared (`params`: pycuda's struct codes, "P" per pointer), so a
-        launch spends as little host time as possible inside the timed window."""
-        if cubin not in self.modules:
-            self.modules[cubin] = self.drv.module_from_file(str(cubin))
-        return self.modules[cubin].get_function(name).prepare(params)
+        def sleep(ms):
+            self.spin.prepared_call((1, 1, 1), (1, 1, 1), int(ms * 1e6))
+        self.clock = Clock(drv.Event, drv.Context.synchronize,
+                           lambda a, b: float(b.time_since(a)), sleep)
 
-    def time_launches(self, launch, warmup: int, repeat: int) -> float:
-        """Median milliseconds of `repeat` launches, each between two CUDA events."""
-        for _ in range(warmup):
-            launch()
-        start, end = self.drv.Event(), self.drv.Event()
-        times = []
-        for _ in range(repeat):
-            start.record()
-            launch()
-            end.record()
-            end.synchronize()
-            times.append(start.time_till(end))
-        return statistics.median(times)
+    def function(self, kernel: Kernel):
+        if kernel.cubin not in self.modules:
+            self.modules[kernel.cubin] = self.drv.module_from_file(str(kernel.cubin))
+        codes = "Q" if kernel.name == SPIN else "P" * len(kernel.params)
+        return self.modules[kernel.cubin].get_function(kernel.name).prepare(codes)
+
+    def launcher(self, kernel: Kernel, pointers: list[int]):
+        fn, grid, block = self.function(kernel), kernel.grid, kernel.block
+        return lambda: fn.prepared_call(grid, block, *pointers)
 
 
-def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
+def torch_clock(torch, gpu: Gpu) -> Clock:
+    """torch's events; its busy-wait is torch.cuda._sleep (cycles at the GPU's clock)."""
+    khz = gpu.device.get_attribute(gpu.drv.device_attribute.CLOCK_RATE)
+
+    def sleep(ms):
+        torch.cuda._sleep(int(ms * khz))
+    return Clock(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize,
+                 lambda a, b: float(a.elapsed_time(b)), sleep)
 
 
-def launcher(gpu: Gpu, built: dict, name: str, fn, bufs):
-    kernel = gpu.function(built["cubins"][name], name, "P" * len(bufs))
-    grid, block = fn.attr("grid"), fn.attr("block")
-    return lambda: kernel.prepared_call(grid, block, *bufs)
-
-
-def measure_shape(gpu: Gpu, built: dict, args) -> dict:
-    m, n, k = built["shape"]
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((m, k), dtype=np.float32)
-    b = rng.standard_normal((k, n), dtype=np.float32)
-    ref = a @ b
-    bufs = [gpu.drv.to_device(a), gpu.drv.to_device(b), gpu.drv.mem_alloc(ref.nbytes)]
-    search, deadline = [], time.monotonic() + args.budget_s
-    for name, cfg, fn in built["kernels"]:
-        if search and time.monotonic() > deadline:
-            break
-        run = launcher(gpu, built, name, fn, bufs)
-        run()
-        err = rel_error(gpu.drv.from_device(bufs[2], ref.shape, np.float32), ref)
-        ms = gpu.time_launches(run, 1, args.search_repeat) if err <= TOLERANCE else None
-        search.append({"config": asdict(cfg), "kernel": name, "error": err, "ms": ms})
-    ok = [s for s in search if s["ms"] is not None]
-    best = min(ok, key=lambda s: s["ms"]) if ok else None
-    flops = 2.0 * m * n * k
-    rows = {"default": search[0], "best": best}
-    out = {"shape": [m, n, k], "searched": len(search), "of": len(built["kernels"]),
-           "failed": [s["kernel"] for s in search if s["ms"] is None], "search": search}
-    for key, row in rows.items():
-        if row is None or row["ms"] is None:
-            out[key] = None
-            continue
-        fn = next(f for name, _, f in built["kernels"] if name == row["kernel"])
-        ms = gpu.time_launches(launcher(gpu, built, row["kernel"], fn, bufs), args.warmup,
-                               args.repeat)
-        out[key] = {**row, "ms": ms, "tflops": flops / ms / 1e9}
-    return out
-
-
-def measure_torch(shape, args) -> dict | None:
-    """torch.matmul (cuBLAS) with TF32 off, timed like the kernels; None without torch."""
+def import_torch():
     try:
         torch = importlib.import_module("torch")
-    except ImportError:
-        return None
+    except ImportError as exc:
+        return None, f"torch is not installed ({exc})"
     if not torch.cuda.is_available():
-        return None
-    torch.backends.cuda.matmul.allow_tf32 = False
+        return None, "torch sees no CUDA GPU"
+    torch.backends.cuda.matmul.allow_tf32 = False    # f32 peers: true f32 (the 1e-4 bound)
     torch.backends.cudnn.allow_tf32 = False
-    m, n, k = shape
-    a = torch.randn(m, k, device="cuda")
-    b = torch.randn(k, n, device="cuda")
-    for _ in range(args.warmup):
-        torch.matmul(a, b)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(args.repeat):
-        start.record()
-        torch.matmul(a, b)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+    torch.backends.cudnn.benchmark = True
+    return torch, None
+
+
+# ---------------------------------------------------------------- measuring
+class Bench:
+    def __init__(self, args, cases: list[Case], planned: list[int], kernels: list[Kernel],
+                 doc: dict):
+        self.args, self.cases, self.planned, self.doc = args, cases, planned, doc
+        self.by_case: dict[int, list[Kernel]] = {}
+        for k in kernels:
+            self.by_case.setdefault(k.case, []).append(k)
+        self.gpu = Gpu(kernels)
+        self.torch, note = import_torch()
+        self.tclock = torch_clock(self.torch, self.gpu) if self.torch else None
+        doc.update(gpu=self.gpu.name, torch=note or self.torch.__version__)
+        self.state: dict[int, dict] = {}    # case -> device buffers, reference, output
+
+    def prepare(self, i: int) -> dict:
+        case, drv = self.cases[i], self.gpu.drv
+        ins, ref = case.canonical()
+        kins, kref = case.kernel_layout(ins, ref)
+        out = np.empty(kref.shape, kins[0].dtype)
+        bufs = [drv.to_device(a) for a in kins] + [drv.mem_alloc(out.nbytes)]
+        self.state[i] = {"ins": ins, "ref": ref, "kref": kref, "out": out, "bufs": bufs,
+                         "ptrs": [int(b) for b in bufs]}
+        return self.state[i]
+
+    def run_kernel(self, i: int, kernel: Kernel, repeat: int, warmup: int) -> dict:
+        """Check `kernel` once against the reference; time it when it passes."""
+        case, st, drv = self.cases[i], self.state[i], self.gpu.drv
+        if kernel.error:
+            return {"kernel": kernel.name, "config": kernel.config, "build_error": kernel.error}
+        check_buffers(case, kernel)
+        launch = self.gpu.launcher(kernel, st["ptrs"])
+        drv.memset_d8(st["ptrs"][-1], 0, st["out"].nbytes)
+        launch()
+        drv.memcpy_dtoh(st["out"], st["bufs"][-1])
+        row = {"kernel": kernel.name, "config": kernel.config,
+               "error": rel_error(st["out"], st["kref"])}
+        if row["error"] <= TOLERANCE[case.precision]:   # else: recorded, never chosen
+            row.update(timing(self.gpu.clock, launch, warmup, repeat, case.flops))
+        return row
+
+    def run_peer(self, i: int) -> dict | None:
+        if self.torch is None:
+            return None
+        case, st = self.cases[i], self.state[i]
+        run, result = torch_peer(case, self.torch, st["ins"])
+        run()
+        self.torch.cuda.synchronize()
+        row = {"what": PEER[case.group], "error": rel_error(result(), st["ref"])}
+        row.update(timing(self.tclock, run, max(self.args.warmup, 10), self.args.repeat,
+                          case.flops))
+        return row
+
+    def phase1(self, i: int) -> dict:
+        """The default config and the peer of case `i`."""
+        case, args = self.cases[i], self.args
+        kernels = self.by_case[i]
+        row = describe(case, self.planned[i])
+        try:
+            self.prepare(i)
+            row["default"] = self.run_kernel(i, kernels[0], args.repeat, args.warmup)
+            row["default"]["ptxas"] = kernels[0].ptxas()
+            row["peer"] = self.run_peer(i)
+        except Exception as exc:     # recorded; a sticky CUDA error fails the rest too
+            row["error"] = f"{type(exc).__name__}: {exc}"[:400]
+        return finish(row)
+
+    def phase2(self, i: int, row: dict, kernels: list[Kernel], seconds: float) -> dict:
+        """The searched configs of case `i` within `seconds`; the best is re-timed."""
+        args, end = self.args, time.monotonic() + seconds
+        search = [dict(row["default"], searched_ms=row["default"].get("ms"))] \
+            if row.get("default") else []
+        try:
+            for kernel in kernels:
+                if time.monotonic() > end:
+                    break
+                r = self.run_kernel(i, kernel, args.search_repeat, 2)
+                search.append(dict(r, searched_ms=r.get("ms")))
+            ok = [s for s in search if s.get("searched_ms") is not None]
+            best = min(ok, key=lambda s: s["searched_ms"]) if ok else None
+            if best is not None and best["kernel"] != row["default"]["kernel"]:
+                kernel = next(k for k in kernels if k.name == best["kernel"])
+                best = dict(best, **timing(self.gpu.clock, self.gpu.launcher(
+                    kernel, self.state[i]["ptrs"]), args.warmup, args.repeat, self.cases[i].flops))
+                best["ptxas"] = kernel.ptxas()
+            row["best"] = best
+        except Exception as exc:
+            row["search_error"] = f"{type(exc).__name__}: {exc}"[:400]
+        row["searched"] = len(search)
+        row["failed"] = [s["kernel"] for s in search if s.get("searched_ms") is None]
+        row["search"] = [{k: s.get(k) for k in ("kernel", "config", "error", "build_error",
+                                                "searched_ms")} for s in search]
+        return finish(row)
+
+
+def timing(clock: Clock, launch, warmup: int, repeat: int, flops: float) -> dict:
+    times, queued = clock.times(launch, warmup, repeat)
     ms = statistics.median(times)
-    return {"ms": ms, "tflops": 2.0 * m * n * k / ms / 1e9, "version": torch.__version__}
+    return {"ms": ms, "min_ms": min(times), "tflops": flops / ms / 1e9, "queued": queued}
+
+
+def describe(case: Case, kernels: int) -> dict:
+    return {"case": case.name, "group": case.group, "precision": case.precision,
+            "op": case.op, "template": case.template.name, "task": case.task().signature(),
+            "dims": list(case.dims), "bound": case.bound, "target": case.target,
+            "kernels": kernels}
+
+
+def finish(row: dict) -> dict:
+    """Ratios (hidetc ms / peer ms), whether the target is met, which config won."""
+    peer = (row.get("peer") or {}).get("ms")
+    default, best = row.get("default") or {}, row.get("best") or {}
+    for key, r in (("default", default), ("best", best)):
+        row[f"ratio_{key}"] = r["ms"] / peer if peer and r.get("ms") else None
+    ratio = min((r for r in (row["ratio_default"], row["ratio_best"]) if r), default=None)
+    row["met"] = None if ratio is None or row["bound"] is None else ratio <= row["bound"]
+    winner = best if best.get("ms") and best["ms"] < default.get("ms", float("inf")) else default
+    row["won"] = None if not winner.get("ms") else (
+        "default" if winner.get("kernel") == default.get("kernel") else "searched")
+    row["won_config"] = winner.get("config")
+    return row
 
 
 # ---------------------------------------------------------------- report
-def _cell(row: dict | None) -> str:
-    return "-" if not row else f"{row['ms']:.3f} ms {row['tflops']:.1f} TF"
+def cfg_text(cfg: dict | None) -> str:
+    if not cfg:
+        return "-"
+    parts = []
+    for k, v in cfg.items():
+        v = "x".join(map(str, v)) if isinstance(v, (list, tuple)) else int(v) if \
+            isinstance(v, bool) else v
+        parts.append(f"{k}={v}")
+    return " ".join(parts)
 
 
-def table(results: list[dict]) -> str:
-    lines = ["| M x N x K | default | best of space (searched) | torch (cuBLAS) | best cfg |",
-             "|---|---|---|---|---|"]
-    for r in results:
-        best = r.get("best") or {}
-        cfg = best.get("config")
-        desc = "-" if not cfg else (f"{cfg['warps']}w {cfg['lanes']}l {cfg['thread']}t "
-                                    f"bk{cfg['bk']} v{int(cfg['vector'])} s{cfg['swizzle']}")
-        lines.append(f"| {'x'.join(map(str, r['shape']))} | {_cell(r.get('default'))} | "
-                     f"{_cell(r.get('best'))} ({r.get('searched', 0)}/{r.get('of', 0)}) | "
-                     f"{_cell(r.get('torch'))} | {desc} |")
+def _ms(r: dict | None) -> str:
+    if not r:
+        return "-"
+    if r.get("ms") is None:
+        return "BUILD FAIL" if "build_error" in r else \
+            f"FAIL (err {r['error']:.1e})" if "error" in r else "-"
+    return f"{r['ms'] * 1e3:.1f} us {r['tflops']:.0f} TF" + ("" if r.get("queued", True)
+                                                            else " (unqueued)")
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def table(doc: dict) -> str:
+    lines = [f"GPU: {doc.get('gpu', '-')}; torch {doc.get('torch', '-')}; arch "
+             f"{doc.get('arch')}; median of {doc.get('repeat')} queued launches; ratio = "
+             "hidetc time / peer time", "",
+             "| case | prec | template | default | best (searched/of) | peer | default/peer "
+             "| best/peer | target | met | won: config |", "|" + "---|" * 11]
+    for r in doc.get("cases", []):
+        failed = f", {len(r['failed'])} FAIL" if r.get("failed") else ""
+        best = f"{_ms(r.get('best'))} ({r.get('searched', 0)}/{r['kernels']}{failed})" \
+            if r.get("searched") else "-"
+        met = {True: "yes", False: "NO", None: "-"}[r.get("met")]
+        won = f"{r['won']}: {cfg_text(r.get('won_config'))}" if r.get("won") else "-"
+        bound = f"<= {r['bound']:.2f}" if r.get("bound") else "-"
+        lines.append(f"| {r['case']} | {r['precision']} | {r['template']} | "
+                     f"{_ms(r.get('default'))} | {best} | {_ms(r.get('peer'))} | "
+                     f"{_ratio(r.get('ratio_default'))} | {_ratio(r.get('ratio_best'))} | "
+                     f"{bound} | {met} | {won} |")
+        if r.get("error"):
+            lines.append(f"| ^ error: {r['error']} |" + " |" * 10)
     return "\n".join(lines)
 
 
-def dry_run_row(built: dict) -> dict:
-    default = built["kernels"][0]
-    return {"shape": list(built["shape"]), "kernels": len(built["kernels"]),
-            "default": {"config": asdict(default[1]), "kernel": default[0],
-                        "ptxas": ptxas_of(built)}}
+def dry_table(doc: dict) -> str:
+    lines = ["| case | prec | template | kernels | default config | regs | smem | spills "
+             "| max spills (all) | build failures |", "|" + "---|" * 10]
+    for r in doc["cases"]:
+        p = r["default"]["ptxas"]
+        lines.append(f"| {r['case']} | {r['precision']} | {r['template']} | {r['kernels']} | "
+                     f"{cfg_text(r['default']['config'])} | {p.get('registers')} | "
+                     f"{p.get('shared_bytes')} | {p.get('spills')} | "
+                     f"{max(q.get('spills', 0) for q in r['ptxas'])} | "
+                     f"{sum(1 for q in r['ptxas'] if q.get('build_error'))} |")
+    return "\n".join(lines)
 
 
+def write(results: Path, doc: dict) -> None:
+    (results / "cuda_ops.json").write_text(json.dumps(doc, indent=1, default=str))
+    (results / "cuda_ops.md").write_text(
+        "# CUDA templates vs PyTorch\n\n" + (dry_table(doc) if doc["dry_run"] else table(doc))
+        + "\n")
+
+
+# ---------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path)
-    ap.add_argument("--dry-run", action="store_true", help="only build the kernels")
+    ap.add_argument("--dry-run", action="store_true", help="only build (no GPU needed)")
+    ap.add_argument("--only", choices=["matmul", "conv"], default=None)
+    ap.add_argument("--filter", default="", help="only cases whose name contains this")
+    ap.add_argument("--precision", choices=["f16", "f32"], default=None)
     ap.add_argument("--arch", default=None, help="default: the GPU's (nvidia-smi), else sm_90")
-    ap.add_argument("--configs", type=int, default=0, help="space configs to try (0: all)")
-    ap.add_argument("--shapes", type=parse_shapes, default=list(SHAPES))
+    ap.add_argument("--configs", type=int, default=0, help="space configs to search per case")
+    ap.add_argument("--budget-s", type=float, default=300.0,
+                    help="wall seconds for the whole run; the search gets what is left")
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--search-repeat", type=int, default=5)
-    ap.add_argument("--budget-s", type=float, default=60.0, help="search time per shape")
+    ap.add_argument("--search-repeat", type=int, default=10)
+    ap.add_argument("--work", type=Path, default=None, help="cubins (default RESULTS/cubins)")
     args = ap.parse_args(argv)
     if args.repeat < 50 and not args.dry_run:
         ap.error("--repeat must be at least 50")
+    t0 = time.monotonic()
+    deadline = t0 + args.budget_s
     arch = parse_archs(args.arch or default_arch())[0]
     args.results.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    built = [build_shape(s, args.configs, arch, args.results / "cubins") for s in args.shapes]
-    doc = {"arch": arch, "build_s": round(time.monotonic() - t0, 1), "dry_run": args.dry_run}
+    cubins = args.work or args.results / "cubins"
+    cases = [c for c in all_cases() if args.only in (None, c.group) and args.filter in c.name
+             and args.precision in (None, c.precision)]
+    plans = [select_configs(c, args.configs) for c in cases]
+    jobs = [(i, c, cfgs[0], f"k_{c.slug}_d") for i, (c, cfgs) in enumerate(zip(cases, plans))]
+    search_jobs = [(i, c, cfg, f"k_{c.slug}_{j}") for i, (c, cfgs) in
+                   enumerate(zip(cases, plans)) for j, cfg in enumerate(cfgs[1:], 1)]
+    doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "arch": arch,
+           "dry_run": args.dry_run, "configs": args.configs, "repeat": args.repeat,
+           "budget_s": args.budget_s, "cases": []}
+    lowered = lower_kernels(jobs + search_jobs)
+    kernels = compile_kernels(lowered[:len(jobs)], arch, cubins, spin=True)
     if args.dry_run:
-        doc["results"] = [dry_run_row(b) for b in built]
-    else:
-        gpu = Gpu()
-        doc["gpu"] = gpu.name
-        doc["results"] = [{**measure_shape(gpu, b, args), "torch": measure_torch(b["shape"], args)}
-                          for b in built]
-        print(table(doc["results"]))
-    (args.results / "cuda_ops.json").write_text(json.dumps(doc, indent=1, default=str))
-    print(f"wrote {args.results / 'cuda_ops.json'} ({doc['build_s']} s of builds)")
+        kernels += compile_kernels(lowered[len(jobs):], arch, cubins)
+        doc["build_s"] = round(time.monotonic() - t0, 1)
+        for i, case in enumerate(cases):
+            own = [k for k in kernels if k.case == i]
+            for k in own:
+                if not k.error:
+                    check_buffers(case, k)
+            row = describe(case, len(own))
+            row["default"] = {"kernel": own[0].name, "config": own[0].config,
+                              "ptxas": own[0].ptxas(), "build_error": own[0].error}
+            row["ptxas"] = [{"kernel": k.name, "config": k.config, "build_error": k.error,
+                             **k.ptxas()} for k in own]
+            doc["cases"].append(row)
+        write(args.results, doc)
+        print(dry_table(doc))
+        failed = [k for k in kernels if k.error]
+        for k in failed:
+            print(f"FAILED {k.name}: {k.error}")
+        print(f"dry run: built {len(kernels) - len(failed)} of {len(kernels)} kernels "
+              f"({len(cases)} cases, arch {arch}) in {doc['build_s']} s; wrote "
+              f"{args.results / 'cuda_ops.json'}")
+        return 1 if failed else 0
+    doc["build_s"] = round(time.monotonic() - t0, 1)
+    searched: dict = {}
+
+    def build_search():            # nvcc in the background while phase 1 measures
+        try:
+            searched["kernels"] = compile_kernels(lowered[len(jobs):], arch, cubins)
+        except Exception as exc:
+            searched["error"] = f"{type(exc).__name__}: {exc}"[:400]
+    builder = threading.Thread(target=build_search, daemon=True)
+    builder.start()
+    bench = Bench(args, cases, [len(p) for p in plans], kernels, doc)
+    for i, case in enumerate(cases):
+        if time.monotonic() > deadline:
+            doc["cases"].append(dict(describe(case, 0), error="skipped: out of time"))
+            continue
+        doc["cases"].append(bench.phase1(i))
+        write(args.results, doc)
+        print(f"{case.precision} {case.name}: ratio {_ratio(doc['cases'][-1]['ratio_default'])}",
+              flush=True)
+    if search_jobs:
+        builder.join(max(0.0, deadline - time.monotonic()))
+        doc["search_build"] = searched.get("error") or (
+            "not finished in time" if builder.is_alive() else "ok")
+        by_case: dict[int, list[Kernel]] = {}
+        for k in searched.get("kernels", []):
+            by_case.setdefault(k.case, []).append(k)
+        todo = [i for i in range(len(cases)) if by_case.get(i) and i in bench.state]
+        for n, i in enumerate(todo):
+            share = (deadline - time.monotonic()) / (len(todo) - n)
+            if share < 1.0:
+                break
+            doc["cases"][i] = bench.phase2(i, doc["cases"][i], by_case[i], share)
+            write(args.results, doc)
+    doc["total_s"] = round(time.monotonic() - t0, 1)
+    write(args.results, doc)
+    print(table(doc))
     return 0
 
 
