@@ -121,7 +121,7 @@ def tune_graph(graph: Graph, target: str, *, tune: bool, level: int, arch: str,
         if progress and pending:
             progress("building candidates", 0, total)
         prebuild([(task, template, configs) for task, template, _, configs in pending],
-                 target=target)
+                 target=target, arch=arch)
     done = 0
     for n, (task, template, key, configs) in enumerate(pending):
         label = f"{template.name} {n + 1}/{len(pending)}"
@@ -130,7 +130,8 @@ def tune_graph(graph: Graph, target: str, *, tune: bool, level: int, arch: str,
             if progress:
                 progress(label, base + k, total)
 
-        results = measure(task, template, configs, target=target, progress=step)
+        extra = {"arch": arch} if measure is measure_candidates else {}
+        results = measure(task, template, configs, target=target, progress=step, **extra)
         done += len(configs)
         summary.tuned += 1
         summary.candidates += len(results)

@@ -34,6 +34,11 @@ one timed call), and a candidate whose fastest of its first MIN_TIMED calls is
 PRUNE_FACTOR x slower than the best median so far is cut there (its median is over
 those calls; it cannot win).
 
+Shared with the cuda worker (`hidetc.tune.worker_cuda`): the protocol loop `serve`
+(there a candidate may also raise `Fault`: it is reported as "fault: ..." and the
+process exits at once, because its device is unusable), the timing loop `timed_runs`,
+`make_inputs` and `mismatch`.
+
 Inputs: seeded normal floats; integers in [0, 2) (valid indices into any non-empty
 axis), random bools. Parameter inputs (task.params) are passed to the reference as
 arrays, not to the kernel. Assumes the task's op has a numpy reference and f32/f64 or
@@ -49,6 +54,7 @@ import signal
 import statistics
 import sys
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -159,30 +165,54 @@ class Measurer:
             why = mismatch(got, ref)
             if why is not None:
                 return None, None, f"wrong result: output {k}: {why}"
-        spent, budget = 0, int(self.job["budget_s"] * 1e9)
-        slow = first * (self.job["warmup"] + MIN_TIMED) > budget   # seconds per call
-        for i in range(0 if slow else self.job["warmup"]):
-            fn(args[i % len(args)])
-        times: list[int] = []
-        min_timed = 1 if slow else MIN_TIMED
-        for i in range(self.job["repeat"]):
+
+        def call(i: int) -> int:
             a = args[i % len(args)]
             t0 = time.perf_counter_ns()
             fn(a)
-            times.append(time.perf_counter_ns() - t0)
-            spent += times[-1]
-            if len(times) >= min_timed:
-                if spent > budget:
-                    break
-                if (self.best_ms is not None and len(times) == MIN_TIMED
-                        and min(times) / 1e6 > PRUNE_FACTOR * self.best_ms):
-                    break
+            return time.perf_counter_ns() - t0
+
+        times = timed_runs(call, first, self.job, self.best_ms)
         ms = statistics.median(times) / 1e6
         self.best_ms = ms if self.best_ms is None else min(self.best_ms, ms)
         return ms, min(times) / 1e6, None
 
 
-def main(argv: list[str]) -> int:
+def timed_runs(call: Callable[[int], int], first_ns: int, job: dict,
+               best_ms: float | None) -> list[int]:
+    """Warm-up, then the timed calls (ns each) with early stopping and pruning (see the
+    module docstring). `call(i)` runs the candidate once on input copy i (mod the
+    copies) and returns its time in ns; `first_ns` is the checked call's time."""
+    spent, budget = 0, int(job["budget_s"] * 1e9)
+    slow = first_ns * (job["warmup"] + MIN_TIMED) > budget   # seconds per call
+    for i in range(0 if slow else job["warmup"]):
+        call(i)
+    times: list[int] = []
+    min_timed = 1 if slow else MIN_TIMED
+    for i in range(job["repeat"]):
+        times.append(call(i))
+        spent += times[-1]
+        if len(times) >= min_timed:
+            if spent > budget:
+                break
+            if (best_ms is not None and len(times) == MIN_TIMED
+                    and min(times) / 1e6 > PRUNE_FACTOR * best_ms):
+                break
+    return times
+
+
+class Fault(Exception):
+    """A candidate left the process's device unusable (a kernel fault poisons a CUDA
+    context): `serve` reports it as "fault: <message>", then the worker exits and the
+    parent restarts one for the next candidate."""
+
+
+def serve(argv: list[str], factory: Callable[[dict, float | None], Any],
+          load_errors: tuple[type[BaseException], ...]) -> int:
+    """The protocol loop (module docstring) over `factory(job, best_ms)`'s `measure(*c)`
+    for each candidate c from START on. An exception in `load_errors` is that
+    candidate's "load: ..." error; a `Fault` is reported, then the process ends at once
+    (`os._exit`: no clean-up runs against a broken device)."""
     _die_with_parent()
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)                       # stray prints from kernels go to stderr
@@ -195,17 +225,24 @@ def main(argv: list[str]) -> int:
         job = pickle.load(f)
     start = int(argv[1])
     best_ms = float(argv[2]) if len(argv) > 2 else None
-    measurer = Measurer(job, best_ms)
+    measurer = factory(job, best_ms)
     emit(ready=True)
     for k in range(start, len(job["candidates"])):
-        so_path, symbol = job["candidates"][k]
         emit(start=k)
         try:
-            time_ms, min_ms, error = measurer.measure(so_path, symbol)
-        except (OSError, AttributeError) as exc:     # library fails to load / no symbol
+            time_ms, min_ms, error = measurer.measure(*job["candidates"][k])
+        except Fault as exc:
+            emit(result=k, time_ms=None, min_ms=None, error=f"fault: {exc}")
+            sys.stderr.flush()
+            os._exit(0)
+        except load_errors as exc:     # the module fails to load / has no such kernel
             time_ms, min_ms, error = None, None, f"load: {exc}"
         emit(result=k, time_ms=time_ms, min_ms=min_ms, error=error)
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return serve(argv, Measurer, (OSError, AttributeError))
 
 
 if __name__ == "__main__":

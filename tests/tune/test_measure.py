@@ -144,8 +144,8 @@ def test_failing_compile_drops_only_that_candidate(tmp_path, monkeypatch):
     assert stats.units == 1 and stats.units_split == 1
 
 
-def test_cuda_is_not_implemented_yet():
+def test_unknown_target_is_not_implemented():
     with pytest.raises(HidetcError, match="not implemented"):
         measure_candidates(relu_task(), FakeReluTemplate(), [FakeConfig("good")],
-                           target="cuda")
+                           target="tpu")
     assert best([CandidateResult("a", None, "x")]) is None

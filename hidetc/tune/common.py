@@ -1,0 +1,251 @@
+"""What the cpu and cuda candidate measurers share (the parent side): the stats, the
+ranking, the default build parallelism, and the supervision of the measuring worker
+processes.
+
+`run_workers(module, job, n, ...)` runs `python -m <module> JOB START [BEST_MS]` (the
+protocol is in `hidetc.tune.worker`) over candidates 0..n-1: one process at a time,
+its JSON lines read with a deadline -- `timeout_s` from a candidate's "start" to its
+result, STARTUP_TIMEOUT_S plus `timeout_s` for the worker to start -- so a hanging
+candidate is killed ("timeout after Xs"), a dead worker names its signal ("fault:
+signal N (NAME)"), and either way a fresh worker resumes after that candidate, carrying
+the best median so far (for pruning). A worker may also end on its own right after
+reporting a candidate (the cuda worker does, after a fault that poisons its device
+context); it is then restarted at the next candidate like any other. A worker that
+fails outside any candidate (it cannot start) fails the remaining candidates with the
+reason ("worker: ...") rather than restarting forever.
+
+`measure_built(...)` is the common tail of a measurer: the candidates that built are
+measured by the workers, and one `CandidateResult` per config comes back, in order,
+each with a time or an error, never both; `progress(n)` hears the count finished.
+
+Guarantees: no worker outlives `run_workers` (it is killed, and the worker asks the
+kernel to kill it when its parent dies).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from hidetc.tune.records import CandidateResult
+
+log = logging.getLogger("hidetc.tune")
+
+UNIT_SIZE = 16
+STARTUP_TIMEOUT_S = 120.0
+WARMUP = 2
+SEED = 0
+NOISY = 2.0         # median / min above this: a warning that the machine is busy
+
+OnResult = Callable[[int, Optional[float], Optional[str]], None]
+
+
+@dataclass
+class MeasureStats:
+    """What one `measure_candidates` call did (pass one in to have it filled)."""
+    candidates: int = 0
+    built: int = 0              # kernels built and lowered
+    units: int = 0              # shared libraries (cpu) / modules (cuda) needed
+    units_cached: int = 0       # ... found in the cache (nothing compiled or linked)
+    units_split: int = 0        # ... whose batched compile failed (retried per kernel)
+    worker_starts: int = 0
+    build_s: float = 0.0        # template build + lowering + printing the source
+    compile_s: float = 0.0      # gcc / nvcc (+ g++ for the emulator), all units
+    measure_s: float = 0.0      # the worker processes
+
+
+def best(results: Sequence[CandidateResult]) -> Optional[CandidateResult]:
+    """The fastest result without error (the first of equals), None if all failed."""
+    ok = [r for r in results if r.error is None and r.time_ms is not None]
+    return min(ok, key=lambda r: r.time_ms) if ok else None
+
+
+def default_jobs() -> int:
+    """Parallel units: the cores, at most one per GiB of available memory, >= 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    free_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                free_gib = int(line.split()[1]) // (1024 * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    return max(1, min(cores, free_gib if free_gib is not None else cores))
+
+
+def build_error(exc: BaseException) -> str:
+    """The "build: ..." reason of a template, lowering or printing failure."""
+    return f"build: {type(exc).__name__}: {exc}".splitlines()[0]
+
+
+# ---------------------------------------------------------------- the worker process
+
+
+class WorkerProcess:
+    """One `python -m <module>` worker and a line reader with deadlines."""
+
+    def __init__(self, module: str, job_path: Path, start: int, best_ms: Optional[float],
+                 log_path: Path):
+        argv = [sys.executable, "-m", module, str(job_path), str(start)]
+        if best_ms is not None:
+            argv.append(repr(best_ms))
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        env = dict(os.environ)          # the worker imports this very hidetc
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=self._log, env=env)
+        self._buf = b""
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self.proc.stdout, selectors.EVENT_READ)
+
+    def read(self, deadline: float) -> Optional[dict]:
+        """The next message; None at EOF (the worker died); TimeoutError past deadline."""
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            if not self._sel.select(left):
+                continue
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return None
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def death(self) -> str:
+        """Why the worker ended: its signal, or its exit code and last stderr line."""
+        code = self.proc.wait()
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = "?"
+            return f"fault: signal {-code} ({name})"
+        self._log.flush()
+        tail = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln]
+        return f"worker exited with code {code}" + (f": {tail[-1]}" if tail else "")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._sel.close()
+        self.proc.stdout.close()
+        self._log.close()
+
+
+def drive(worker: WorkerProcess, pos: int, timeout_s: float, on_result: OnResult
+          ) -> tuple[int, Optional[float], Optional[str]]:
+    """Read one worker until it ends: (next position, best time seen, fatal reason --
+    set when the worker failed outside any candidate, so restarting would not help)."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S + timeout_s
+    running: Optional[int] = None
+    best_ms: Optional[float] = None
+    while True:
+        try:
+            msg = worker.read(deadline)
+        except TimeoutError:
+            if running is None:
+                return pos, best_ms, "worker stalled outside a candidate (killed)"
+            on_result(running, None, f"timeout after {timeout_s:g}s")
+            return running + 1, best_ms, None
+        if msg is None:
+            reason = worker.death()
+            if running is not None:
+                on_result(running, None, reason)
+                return running + 1, best_ms, None
+            return pos, best_ms, (reason if worker.proc.returncode != 0 else None)
+        if "start" in msg:
+            running = int(msg["start"])
+        elif "result" in msg:
+            k, t = int(msg["result"]), msg.get("time_ms")
+            if t is not None and msg.get("min_ms") and t > NOISY * msg["min_ms"]:
+                log.warning("noisy timing of candidate %d: median %.4g ms, min %.4g ms "
+                            "(is the machine busy?)", k, t, msg["min_ms"])
+            on_result(k, t, msg.get("error"))
+            if t is not None:
+                best_ms = t if best_ms is None else min(best_ms, t)
+            pos, running = k + 1, None
+        deadline = time.monotonic() + timeout_s
+
+
+def run_workers(module: str, job: dict, n: int, *, timeout_s: float, tmp: Path,
+                stats: MeasureStats, on_result: OnResult) -> None:
+    """Measure candidates 0..n-1 of `job` (pickled for the worker, which gets
+    "budget_s" = timeout_s / 2 added), restarting the worker after each fault or
+    timeout; `on_result(position, time_ms, error)` for every candidate."""
+    job_path = tmp / "job.pkl"
+    with open(job_path, "wb") as f:
+        pickle.dump({**job, "budget_s": timeout_s / 2}, f)
+    pos, best_ms = 0, None
+    while pos < n:
+        worker = WorkerProcess(module, job_path, pos, best_ms,
+                               tmp / f"worker{stats.worker_starts}.log")
+        stats.worker_starts += 1
+        try:
+            nxt, seen, fatal = drive(worker, pos, timeout_s, on_result)
+        finally:
+            worker.close()
+        if seen is not None:
+            best_ms = seen if best_ms is None else min(best_ms, seen)
+        if fatal is None and nxt == pos:
+            fatal = "the worker exited without measuring anything"
+        if fatal is not None:
+            for k in range(nxt, n):
+                on_result(k, None, f"worker: {fatal}")
+            return
+        pos = nxt
+
+
+def measure_built(configs: Sequence, errors: dict[int, str], index: list[int], *,
+                  module: str, job: dict, timeout_s: float,
+                  progress: Optional[Callable[[int], None]], stats: MeasureStats,
+                  tmp: Optional[Path] = None) -> list[CandidateResult]:
+    """Measure the built candidates -- `job["candidates"][k]` is config `index[k]` --
+    and return one result per config; `errors` holds the configs that did not build
+    (reported to `progress` first). `tmp` is where the job and worker logs go (a
+    temporary directory of its own when None)."""
+    done = len(errors)
+    if progress and done:
+        progress(done)
+    times: dict[int, float] = {}
+
+    def on_result(k: int, time_ms: Optional[float], error: Optional[str]) -> None:
+        nonlocal done
+        if error is None and time_ms is None:
+            error = "worker: no time reported"
+        if error is not None:
+            errors[index[k]] = error
+        else:
+            times[index[k]] = float(time_ms)
+        done += 1
+        if progress:
+            progress(done)
+
+    clock = time.perf_counter()
+    if index:
+        if tmp is None:
+            with tempfile.TemporaryDirectory(prefix="hidetc-tune-") as own:
+                run_workers(module, job, len(index), timeout_s=timeout_s, tmp=Path(own),
+                            stats=stats, on_result=on_result)
+        else:
+            run_workers(module, job, len(index), timeout_s=timeout_s, tmp=tmp,
+                        stats=stats, on_result=on_result)
+    stats.measure_s = time.perf_counter() - clock
+    return [CandidateResult(repr(c), times[i], None) if i in times else
+            CandidateResult(repr(c), None, errors.get(i, "not measured"))
+            for i, c in enumerate(configs)]
