@@ -108,7 +108,9 @@ def _tune(graph, target: str, cfg: CompileConfig, progress) -> tuple[dict, dict]
     present = target == "cpu" or gpu_available()
     tune, level = cfg.tuning(target, present)
     if target == "cuda":
-        arch, device = _archs(cfg)[0], (_gpu_name() if present else "none")
+        archs, local = _archs(cfg), default_arch()   # local: the visible GPU's arch
+        arch = local if local in archs else archs[0]
+        device = _gpu_name() if present else "none"
     else:
         arch, device = cpu_arch(), cpu_device()
     with RecordStore(Path(cfg.records) if cfg.records else None) as store:
