@@ -36,6 +36,16 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hidetc tests models
 
+# The ONNX node tests through hidetc's compiled CPU path (hidetc/conformance): prints the
+# pass/fail/error/crash/skip counts and the failure causes ranked, writes per-case
+# results to $(CONFORMANCE_OUT)/results.json, and compares with
+# tests/conformance/expected_failures.yaml (exit 1 on a regression or an unexpected pass).
+CONFORMANCE_OUT ?= build/conformance
+CONFORMANCE_JOBS ?= 2
+.PHONY: conformance
+conformance: $(STAMP)
+	$(PY) -m hidetc.conformance --jobs $(CONFORMANCE_JOBS) --out $(CONFORMANCE_OUT)
+
 # On the GPU test machine (see ../shared/device/README.md): system python3 with pycuda
 # wheels carried in .whl/; writes a table and JSON into GPU_RESULTS.
 GPU_RESULTS ?= bench/results/gpu-$(shell date -u +%Y%m%d-%H%M)
