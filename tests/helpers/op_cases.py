@@ -103,5 +103,7 @@ CASES = {
     "batchnorm": ("BatchNormalization", {"x": f(1, 3, 4, 5)}, {"epsilon": 1e-5},
                   {"s": f(3), "b": f(3), "m": f(3), "v": pos(3)}),
     "split": ("Split", {"x": f(2, 10)}, {"axis": 1}, {"sp": i64([3, 7])}),
+    # GPT-2 GELU's Pow(x, 3) on signed inputs (simplify_pow makes it (x*x)*x)
+    "pow_cube_signed": ("Pow", {"a": f(5, 19) * 3}, {}, {"b": np.array(3.0, np.float32)}),
 }
 N_OUTPUTS = {"split": 2}
