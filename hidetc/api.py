@@ -68,7 +68,7 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     check_output_dir(out_dir)
     timings: dict[str, float] = {}
     clock = time.perf_counter()
-    graph = load_model(model_path)
+    graph = load_model(model_path, shapes=cfg.shapes)
     optimized = optimize(graph, verify=cfg.verify_ir, dump_dir=_dump(cfg, "graph"))
     optimized = lower_precision(optimized, cfg.precision, dump_dir=_dump(cfg, "graph"))
     timings["frontend_s"] = time.perf_counter() - clock

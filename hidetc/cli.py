@@ -18,7 +18,7 @@ import numpy as np
 
 from hidetc import __version__, api
 from hidetc.config import PRECISIONS
-from hidetc.errors import HidetcError, InputError
+from hidetc.errors import ConfigError, HidetcError, InputError
 from hidetc.inspect import describe, summary_json
 from hidetc.schedules.catalog import format_spaces, template_spaces
 from hidetc.verify import compare, load_sample, run_onnxruntime, time_call, time_onnxruntime
@@ -75,14 +75,17 @@ def main(debug: bool) -> None:
 @click.option("--records", type=click.Path(dir_okay=False), default=None,
               help="The tuning records file (default: records.sqlite in the cache dir).")
 @click.option("--seed", type=int, default=None, help="Seed of the random verification input.")
+@click.option("--shape", "shape_args", multiple=True, metavar="NAME=1x3x224x224",
+              help="Bind the shape of input NAME (needed when the model leaves a dim "
+                   "symbolic or unknown); repeatable.")
 @_handle_errors
 def compile_cmd(model, out_dir, target, precision, arch, preset, sample, no_verify, no_fuse,
-                tune, space, records, seed):
+                tune, space, records, seed, shape_args):
     """Compile MODEL (.onnx) into the artifact directory OUT."""
     overrides = {"target": target, "precision": precision, "arch": arch, "sample": sample,
                  "seed": seed, "verify": False if no_verify else None,
                  "fuse": False if no_fuse else None, "tune": tune, "space": space,
-                 "records": records}
+                 "records": records, "shapes": _parse_shapes(shape_args)}
     with _TuneProgress() as progress:
         result = api.compile_model(model, out_dir, preset=preset, progress=progress,
                                    **overrides)
@@ -97,6 +100,22 @@ def compile_cmd(model, out_dir, target, precision, arch, preset, sample, no_veri
     if m.get("tuning"):
         click.echo(_tuning_line(m["tuning"], t.get("tune_s", 0.0)))
     click.echo("  " + _verification_line(m["verification"]))
+
+
+def _parse_shapes(args: tuple[str, ...]) -> dict[str, list[int]] | None:
+    """--shape NAME=1x3x224x224 (or NAME=1,3,224,224), repeatable -> {name: dims}."""
+    shapes: dict[str, list[int]] = {}
+    for arg in args:
+        name, sep, dims = arg.rpartition("=")
+        parts = dims.replace(",", "x").split("x") if dims else []
+        good = all(p.isascii() and p.isdigit() and int(p) > 0 for p in parts)
+        if not sep or not name or not parts or not good:
+            raise ConfigError(f"--shape {arg!r}: expected NAME=D0xD1x... with positive "
+                              f"dims, e.g. input=1x3x224x224")
+        if name in shapes:
+            raise ConfigError(f"--shape: input {name!r} is given twice")
+        shapes[name] = [int(p) for p in parts]
+    return shapes or None
 
 
 class _TuneProgress:

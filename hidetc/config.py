@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, fields
+from numbers import Integral
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -45,6 +46,8 @@ class CompileConfig:
     space: int | None = None      # 0: default config, 1: short list, 2: whole space;
                                   # None: SPACE_DEFAULT[target]
     records: str | None = None    # the tuning records file (default: in the cache dir)
+    shapes: dict[str, list[int]] | None = None  # input name -> shape, binding the inputs
+                                  # whose dims are symbolic or unknown in the ONNX file
 
     def __post_init__(self):
         if self.target not in TARGETS:
@@ -59,6 +62,8 @@ class CompileConfig:
             raise ConfigError(f16_needs_cuda())
         if self.space is not None and self.space not in (0, 1, 2):
             raise ConfigError(f"space: expected 0, 1 or 2, got {self.space!r}")
+        if self.shapes is not None:
+            object.__setattr__(self, "shapes", _check_shapes(self.shapes))
 
     def tuning(self, target: str, device_present: bool) -> tuple[bool, int]:
         """(tune?, space level) for the resolved target. Auto: tune when the target's
@@ -86,6 +91,22 @@ class CompileConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _check_shapes(shapes: Any) -> dict[str, list[int]]:
+    """`shapes` as {name: [positive ints]}; ConfigError naming the bad entry."""
+    if not isinstance(shapes, Mapping):
+        raise ConfigError(f"shapes: expected a mapping of input name: [dims], got {shapes!r}")
+    checked = {}
+    for name, dims in shapes.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"shapes: expected input names, got {name!r}")
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, (list, tuple)) or not all(
+                isinstance(d, Integral) and not isinstance(d, bool) and d > 0 for d in dims):
+            raise ConfigError(f"shapes: input {name!r}: expected a list of positive ints, "
+                              f"got {dims!r}")
+        checked[name] = [int(d) for d in dims]
+    return checked
 
 
 def f16_needs_cuda(note: str = "") -> str:

@@ -89,3 +89,91 @@ def test_supports_device():
     if not gpu_available():
         with pytest.raises(backend.BackendError, match="not usable here"):
             backend.prepare(_model(), "CUDA")
+
+
+def _reduce_sum_axes_input() -> onnx.ModelProto:
+    """y = ReduceSum(x, axes) + 1 with `axes` a graph input (a compile-time value)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    axes = helper.make_tensor_value_info("axes", TensorProto.INT64, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    one = numpy_helper.from_array(np.array(1, np.float32), "one")
+    nodes = [helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=0),
+             helper.make_node("Add", ["s", "one"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x, axes], [y], initializer=[one])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _reshape_shape_input() -> onnx.ModelProto:
+    """y = Reshape(x, Concat(shape_head, [-1])) * 2: the shape input reaches the slot
+    through a Concat; `x` also has a symbolic batch dim."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])
+    head = helper.make_tensor_value_info("head", TensorProto.INT64, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+             numpy_helper.from_array(np.array(2, np.float32), "two")]
+    nodes = [helper.make_node("Concat", ["head", "minus_one"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["r"]),
+             helper.make_node("Mul", ["r", "two"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x, head], [y], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+X3 = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+
+
+def test_reduce_axes_input_specializes_per_value():
+    rep = backend.prepare(_reduce_sum_axes_input())
+    assert rep.specialized and rep.compile_time_inputs == ("axes",) and rep.compiles == 0
+    assert rep.model is None and rep.input_names == ("x", "axes")
+    for axis, compiles in [(1, 1), (1, 1), (2, 2), (1, 2), (0, 3)]:
+        (y,) = rep.run([X3, np.array([axis], np.int64)])
+        np.testing.assert_allclose(y, X3.sum(axis=axis) + 1, rtol=1e-6)
+        assert rep.compiles == compiles, axis
+    (y,) = rep.run([X3 * 2, np.array([2], np.int64)])        # new data, same axes: reused
+    np.testing.assert_allclose(y, (X3 * 2).sum(axis=2) + 1, rtol=1e-6)
+    assert rep.compiles == 3
+    with pytest.raises(backend.BackendError, match="'axes' has dtype int32"):
+        rep.run([X3, np.array([1], np.int32)])
+    with pytest.raises(backend.BackendError, match="compile failed: .*out of range"):
+        rep.run([X3, np.array([7], np.int64)])
+    assert rep.compiles == 3
+    rep.close()
+    model = _reduce_sum_axes_input()
+    model.graph.node.append(helper.make_node("Einsum", ["x"], ["e"], equation="ijk->i"))
+    with pytest.raises(backend.BackendError, match="unsupported ops: Einsum"):
+        backend.prepare(model)                             # reported before any run
+
+
+def test_reshape_shape_input_and_dynamic_batch(monkeypatch):
+    monkeypatch.setattr(backend, "MAX_VARIANTS", 2)
+    with backend.prepare(_reshape_shape_input()) as rep:
+        assert rep.compile_time_inputs == ("head",) and rep.dynamic_inputs == ("x",)
+        x = np.arange(12, dtype=np.float32).reshape(2, 6)
+        runs = [(x, 3, 1), (x, 3, 1), (x, 4, 2), (np.ones((4, 6), np.float32), 3, 3),
+                (x, 3, 4)]                                 # evicted (2 kept): compiled again
+        for data, head, compiles in runs:
+            (y,) = rep.run({"x": data, "head": np.array([head], np.int64)})
+            np.testing.assert_array_equal(y, data.reshape(head, -1) * 2)
+            assert rep.compiles == compiles, (data.shape, head)
+            assert rep.artifact.is_dir()
+        assert len(list(rep.workdir.iterdir())) == 2       # the evicted variants' dirs went
+    assert not rep.workdir.exists()
+
+
+def test_compile_time_inputs_are_traced_through_value_chains():
+    assert backend.compile_time_inputs(_model()) == ()
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])
+    n = helper.make_tensor_value_info("n", TensorProto.FLOAT, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Shape", ["x"], ["sx"]),                 # type only: x stays
+             helper.make_node("Cast", ["n"], ["ni"], to=TensorProto.INT64),
+             helper.make_node("Unsqueeze", ["ni", "zero"], ["nv"]),
+             helper.make_node("Concat", ["nv", "sx"], ["sh"], axis=0),
+             helper.make_node("Slice", ["sh", "zero", "two"], ["s2"]),
+             helper.make_node("Reshape", ["x", "s2"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([2], np.int64), "two")]
+    graph = helper.make_graph(nodes, "g", [x, n], [y], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert backend.compile_time_inputs(model) == ("n",)
+    assert backend.dynamic_inputs(model) == ()

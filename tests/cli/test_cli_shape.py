@@ -1,0 +1,120 @@
+"""`hidetc compile --shape NAME=1x3x224x224`: binding the dims an ONNX file leaves symbolic
+or unknown (the `shapes` compile option), and every bad use a one-line error."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from hidetc.cli import main
+from hidetc.config import CompileConfig, make_config
+from hidetc.errors import ConfigError
+
+B = np.array([1.0, -2.0, 3.0], np.float32)
+
+
+def _symbolic_batch(unknown: bool = False) -> onnx.ModelProto:
+    """y = relu(x + b), x: [N, 3] with N symbolic (or unknown: no dim_param)."""
+    batch = None if unknown else "N"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])
+    nodes = [helper.make_node("Add", ["x", "b"], ["t"]), helper.make_node("Relu", ["t"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [y], [onnx.numpy_helper.from_array(B, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def assert_one_line_error(result, *fragments: str) -> None:
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("hidetc: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture
+def model_path(tmp_path):
+    path = tmp_path / "dyn.onnx"
+    onnx.save(_symbolic_batch(), path)
+    return path
+
+
+def test_shape_binds_the_symbolic_batch_and_runs(model_path, tmp_path):
+    out = tmp_path / "out"
+    result = invoke("compile", model_path, "-o", out, "--target", "cpu", "--shape", "x=4x3")
+    assert result.exit_code == 0, result.output + str(result.exception)
+    assert "verification: passed" in result.output
+    manifest = yaml.safe_load((out / "manifest.yaml").read_text())
+    assert manifest["inputs"] == [{"name": "x", "dtype": "float32", "shape": [4, 3]}]
+    assert manifest["config"]["shapes"] == {"x": [4, 3]}
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run = invoke("run", out, "--input", tmp_path / "x.npy", "--output", tmp_path / "y.npz",
+                 "--repeat", 1)
+    assert run.exit_code == 0, run.output
+    with np.load(tmp_path / "y.npz") as saved:
+        np.testing.assert_allclose(saved["y"], np.maximum(x + B, 0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("unknown", [False, True])
+def test_dynamic_dim_without_shape_is_a_clean_error(tmp_path, unknown):
+    onnx.save(_symbolic_batch(unknown), tmp_path / "dyn.onnx")
+    result = invoke("compile", tmp_path / "dyn.onnx", "-o", tmp_path / "out", "--target", "cpu")
+    assert_one_line_error(result, "input 'x' dim 0", "--shape")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["x", "x=", "=4x3", "x=4xa", "x=4x-3", "x=0x3", "x=4x3x",
+                                   "x=4.0x3"])
+def test_malformed_shape_is_a_one_line_usage_error(model_path, tmp_path, value):
+    result = invoke("compile", model_path, "-o", tmp_path / "out", "--shape", value)
+    assert_one_line_error(result, "--shape", "NAME=")
+    assert not (tmp_path / "out").exists()
+
+
+def test_shape_given_twice_or_for_an_unknown_input(model_path, tmp_path):
+    result = invoke("compile", model_path, "-o", tmp_path / "out", "--shape", "x=1x3",
+                    "--shape", "x=2x3")
+    assert_one_line_error(result, "--shape", "'x' is given twice")
+    result = invoke("compile", model_path, "-o", tmp_path / "out", "--target", "cpu",
+                    "--shape", "x=4x3", "--shape", "z=1x2")
+    assert_one_line_error(result, "unknown input 'z'", "model inputs: x")
+    result = invoke("compile", model_path, "-o", tmp_path / "out", "--target", "cpu",
+                    "--shape", "x=4x5")
+    assert_one_line_error(result, "input 'x'", "does not match")
+    assert not (tmp_path / "out").exists()
+
+
+def test_shape_accepts_commas_and_repeats(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "z"], ["y"])], "g", [x, z], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "two.onnx")
+    result = invoke("compile", tmp_path / "two.onnx", "-o", tmp_path / "out", "--target",
+                    "cpu", "--shape", "x=2,3", "--shape", "z=2x3")
+    assert result.exit_code == 0, result.output + str(result.exception)
+    manifest = yaml.safe_load((tmp_path / "out" / "manifest.yaml").read_text())
+    assert [i["shape"] for i in manifest["inputs"]] == [[2, 3], [2, 3]]
+
+
+def test_config_validates_shapes(tmp_path):
+    assert CompileConfig(shapes={"x": (np.int64(2), 3)}).shapes == {"x": [2, 3]}
+    for bad in ({"x": [0, 3]}, {"x": [2, -1]}, {"x": "2x3"}, {"x": [2.0]}, {"x": [True]},
+                {"": [1]}, [["x", [1]]]):
+        with pytest.raises(ConfigError, match="shapes"):
+            CompileConfig(shapes=bad)
+    preset = tmp_path / "p.yaml"
+    preset.write_text("shapes:\n  x: [4, 3]\n")
+    assert make_config(str(preset)).shapes == {"x": [4, 3]}
