@@ -11,14 +11,21 @@ pass overlapping buffers), a scalar Var is passed by value in its C type. Kernel
 return nothing. NAME is `fn.name` exactly (it must be a C identifier).
 
 Lowering of the IR: `For(kind="parallel")` gets `#pragma omp parallel for
-schedule(static)`, kind "unroll" `#pragma GCC unroll N` (N = the constant extent, else
-8); `/`, `//` and `%` on integers are C's (truncating); `%` on floats is fmod, `//` on
-floats is rejected; `min`/`max` call static helpers that propagate NaN like numpy; a
-nested Seq is a `{ }` block; a local Alloc is an aligned stack array when its size is
-a constant <= STACK_ALLOC_LIMIT bytes, else malloc'ed (`hidetc_mem_NAME`, 63 bytes more) and
-freed at the end of its block; both are 64-byte aligned (whole cache lines: the GEMM's
+schedule(dynamic, extent / PARALLEL_CHUNKS)`: with a static split, a thread the OS
+deschedules (another process on a core) makes the whole kernel wait for its share;
+in chunks, the running threads take over its remaining work. Kind "unroll" gets
+`#pragma GCC unroll N` (N = the constant extent, else 8); `/`, `//` and `%` on
+integers are C's (truncating); `%` on floats is fmod, `//` on floats is rejected;
+`min`/`max` call static helpers that propagate NaN like numpy; a nested Seq is a
+`{ }` block; a local Alloc is an aligned stack array when its size is a constant <=
+STACK_ALLOC_LIMIT bytes, else malloc'ed (`hidetc_mem_NAME`, 63 bytes more) and freed at
+the end of its block; both are 64-byte aligned (whole cache lines: the GEMM's
 packed rows must not straddle lines).
-Math Calls are mapped per argument dtype by `MATH_FUNCTIONS`. Constants print exactly:
+Math Calls are mapped per argument dtype by `MATH_FUNCTIONS`, except float32 `exp`, `tanh`,
+`erf` and `log`, which call the vectorizable inline helpers of `hidetc.codegen.c_math`
+(`FAST_FLOAT32`; their C is part of every module's helpers, and they are within 1-2 ulp,
+see that module) instead of glibc's scalar functions, which keep a loop from
+vectorizing; the float32 sigmoid helper uses `hidetc_expf` too. Constants print exactly:
 float32 as the shortest decimal that round-trips with an `f` suffix, float64 as
 Python's repr, non-finite values as INFINITY/NAN; int64/uint* with suffixes.
 
@@ -41,6 +48,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from hidetc.codegen.c_math import FAST_FLOAT32, MATH_SOURCE
 from hidetc.tir.functor import collect
 from hidetc.tir.ir import (
     FLOATS,
@@ -109,7 +117,7 @@ MATH_FUNCTIONS: dict[str, dict[str, str]] = {
 _HELPERS_FLOAT = """\
 static inline {t} hidetc_max_{d}({t} a, {t} b) {{ return (a != a || a > b) ? a : b; }}
 static inline {t} hidetc_min_{d}({t} a, {t} b) {{ return (a != a || a < b) ? a : b; }}
-static inline {t} hidetc_sigmoid_{d}({t} x) {{ return ({t})1 / (({t})1 + exp{s}(-x)); }}
+static inline {t} hidetc_sigmoid_{d}({t} x) {{ return ({t})1 / (({t})1 + {exp}(-x)); }}
 static inline {t} hidetc_rsqrt_{d}({t} x) {{ return ({t})1 / sqrt{s}(x); }}
 """
 _HELPERS_INT = """\
@@ -133,6 +141,7 @@ static struct switch typedef union unsigned void volatile while bool true false 
 malloc free abs llabs size_t main INFINITY NAN""".split())
 _RESERVED = _C_KEYWORDS | frozenset(C_TYPES.values()) | frozenset(
     v for table in MATH_FUNCTIONS.values() for v in table.values())
+PARALLEL_CHUNKS = 16   # chunks of a parallel loop (see the module docstring)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -156,9 +165,11 @@ def c_name(name: str) -> str:
 
 
 def helpers_source() -> str:
-    parts = []
+    parts = [MATH_SOURCE]
     for d in ("float32", "float64"):
-        parts.append(_HELPERS_FLOAT.format(t=C_TYPES[d], d=d, s="f" if d == "float32" else ""))
+        f32 = d == "float32"
+        parts.append(_HELPERS_FLOAT.format(t=C_TYPES[d], d=d, s="f" if f32 else "",
+                                           exp=FAST_FLOAT32["exp"] if f32 else "exp"))
     for d in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
         parts.append(_HELPERS_INT.format(t=C_TYPES[d], d=d))
     return "".join(parts)
@@ -237,7 +248,10 @@ class CPrinter:
 
     def loop_pragma(self, s: For, ind: str) -> list[str]:
         if s.kind == "parallel":
-            return [f"{ind}#pragma omp parallel for schedule(static)"]
+            if isinstance(s.extent, Const):
+                chunk = max(1, int(s.extent.value) // PARALLEL_CHUNKS)
+                return [f"{ind}#pragma omp parallel for schedule(dynamic, {chunk})"]
+            return [f"{ind}#pragma omp parallel for schedule(dynamic)"]
         if s.kind == "unroll":
             n = int(s.extent.value) if isinstance(s.extent, Const) else UNROLL_DEFAULT
             return [f"{ind}#pragma GCC unroll {max(1, min(n, 65534))}"]
@@ -281,7 +295,8 @@ class CPrinter:
             return self._x86_call(e), _ATOM
         arg_dtype = e.args[0].dtype if e.args else e.dtype
         table = MATH_FUNCTIONS.get(arg_dtype, {})
-        name = table.get(e.func)
+        name = FAST_FLOAT32.get(e.func) if arg_dtype == "float32" else None
+        name = name or table.get(e.func)
         if name is None:
             self.ctype(arg_dtype)
             raise NotImplementedError(f"no C function for {e.func!r} on {arg_dtype} "

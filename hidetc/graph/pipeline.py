@@ -14,10 +14,13 @@ Reading `PASSES` tells the story:
   6. canonicalize_shapes  Flatten/Squeeze/Unsqueeze/Reshape -> Reshape(static shape),
                           chains merged, no-ops removed, Split -> Slices.
   7. fold_constants       canonicalization may leave all-constant nodes behind.
-  8. eliminate_common_subexpressions
+  8. simplify_pow         Pow(x, c), c a constant in {1, 2, 3, 4, 0.5, -1} -> x, Mul(s),
+                          Sqrt, Reciprocal (GELU's Pow(x, 3): libm powf keeps the fused
+                          loop scalar); after folding, so computed exponents are constants.
+  9. eliminate_common_subexpressions
                           after canonicalization, equal things look equal (shape
                           constants, duplicated branches).
-  9. eliminate_dead_code  sweep everything the passes above orphaned.
+ 10. eliminate_dead_code  sweep everything the passes above orphaned.
 
 Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[precision]`
 (run by `lower_precision`, after `optimize`, by `hidetc.api.compile_model`):
@@ -53,6 +56,7 @@ from hidetc.graph.passes import (
     fold_batchnorm,
     fold_constants,
     remove_identity,
+    simplify_pow,
     to_float16,
 )
 from hidetc.graph.verify import GraphVerifyError, verify_graph
@@ -67,6 +71,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fold_batchnorm", fold_batchnorm.run),
     ("canonicalize_shapes", canonicalize_shapes.run),
     ("fold_constants", fold_constants.run),
+    ("simplify_pow", simplify_pow.run),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions.run),
     ("eliminate_dead_code", eliminate_dead_code.run),
 )
@@ -94,7 +99,7 @@ def optimize(graph: Graph, *, verify: bool = False, dump_dir: str | None = None,
 def lower_precision(graph: Graph, precision: str, *, dump_dir: str | None = None) -> Graph:
     """Run `PRECISION_PASSES[precision]` on an optimized graph. The verifier runs after
     each of them (always: they retype the whole graph); dumps continue the numbering of
-    `optimize`'s (`dump_dir/10_to_float16.txt`)."""
+    `optimize`'s (`dump_dir/11_to_float16.txt`)."""
     dump = Path(dump_dir) if dump_dir is not None else None
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
