@@ -1,16 +1,23 @@
 """Scalar definitions of elementwise ops: `UNARY[op](x, attrs)`, `BINARY[op](a, b)`.
 
 Math follows numpy/ONNX: Relu/Max/Min propagate NaN (the printers' max/min do), Sigmoid
-is 1 / (1 + exp(-x)), integer ops keep C semantics for non-negative operands.
+is 1 / (1 + exp(-x)), integer ops keep C semantics for non-negative operands. Sign keeps
+0, -0 and NaN as they are (numpy's sign); IsNaN is `x != x`; IsInf compares with +-inf
+per its detect_* attributes; Gelu is ONNX's formula (erf, or tanh with
+approximate="tanh"). Bitwise ops and integer Pow are in `hidetc.compute.integer` (the
+IR has no bitwise operators).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import onnx
 
+from hidetc.compute.integer import bitwise, bitwise_not, int_pow
 from hidetc.tir.ir import (
     FLOATS,
+    Const,
     Expr,
     as_expr,
     call,
@@ -58,6 +65,39 @@ def _hard_sigmoid(x: Expr, attrs: dict[str, Any]) -> Expr:
     return minimum(maximum(y, _float(0.0, x)), _float(1.0, x))
 
 
+def _sign(x: Expr, attrs: dict[str, Any]) -> Expr:
+    one = _float(1.0, x)
+    negative = select(x < _float(0.0, x), -one, x) if x.dtype not in _UNSIGNED else x
+    return select(x > _float(0.0, x), one, negative)
+
+
+def _gelu(x: Expr, attrs: dict[str, Any]) -> Expr:
+    half, one = _float(0.5, x), _float(1.0, x)
+    if attrs.get("approximate", "none") == "tanh":
+        inner = x + _float(0.044715, x) * x * x * x
+        return half * x * (one + call("tanh", _float(math.sqrt(2.0 / math.pi), x) * inner))
+    return half * x * (one + call("erf", x * _float(1.0 / math.sqrt(2.0), x)))
+
+
+def _isinf(x: Expr, attrs: dict[str, Any]) -> Expr:
+    found = []
+    if attrs.get("detect_positive", 1):
+        found.append(eq(x, _float(math.inf, x)))
+    if attrs.get("detect_negative", 1):
+        found.append(eq(x, _float(-math.inf, x)))
+    if not found:
+        return Const(False, "bool")
+    return found[0] if len(found) == 1 else logical_or(found[0], found[1])
+
+
+def _pow(a: Expr, b: Expr) -> Expr:
+    if a.dtype in FLOATS:
+        return call("pow", a, cast(b, a.dtype))
+    return int_pow(a, b)
+
+
+_UNSIGNED = ("bool", "uint8", "uint16", "uint32", "uint64")
+
 UNARY: dict[str, Unary] = {
     "Relu": lambda x, attrs: maximum(x, _float(0.0, x)),
     "Sigmoid": _sigmoid,
@@ -80,6 +120,11 @@ UNARY: dict[str, Unary] = {
     "LeakyRelu": _leaky_relu,
     "HardSigmoid": _hard_sigmoid,
     "Softplus": lambda x, attrs: call("log", _float(1.0, x) + call("exp", x)),
+    "Sign": _sign,
+    "Gelu": _gelu,
+    "IsNaN": lambda x, attrs: ne(x, x),
+    "IsInf": _isinf,
+    "BitwiseNot": lambda x, attrs: bitwise_not(x),
 }
 
 BINARY: dict[str, Binary] = {
@@ -87,7 +132,7 @@ BINARY: dict[str, Binary] = {
     "Sub": lambda a, b: a - b,
     "Mul": lambda a, b: a * b,
     "Div": lambda a, b: a / b,
-    "Pow": lambda a, b: call("pow", a, cast(b, a.dtype)),
+    "Pow": _pow,
     "Max": maximum,
     "Min": minimum,
     "Equal": eq,
@@ -99,4 +144,6 @@ BINARY: dict[str, Binary] = {
     "Or": logical_or,
     "Xor": ne,
     "Sum": lambda a, b: a + b,
+    **{op: (lambda a, b, op=op: bitwise(op, a, b))
+       for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor")},
 }

@@ -3,52 +3,36 @@ output element at index `idx` (one Expr per output dimension), where `load(i, in
 reads input `i` of the task at `index` (one Expr per input dimension).
 
 Covers elementwise ops with numpy broadcasting, layout ops (Transpose, Reshape and its
-aliases, Slice, Concat, Expand, Tile, Pad) and gathers. Indices read from tensors
-(Gather*) are normalized for negative values.
+aliases, Slice, Concat, Expand, Tile, Pad in its constant, edge, reflect and wrap modes),
+gathers, the per-channel and windowed ops of
+`hidetc.compute.nn` (PRelu, BatchNormalization, LRN, Trilu) and Resize
+(`hidetc.compute.resize`). Indices read from tensors (Gather*) are normalized for
+negative values; scalar operands (Clip's bounds, Pad's value, Trilu's k) may be 0-d or
+one-element tensors.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Callable, Sequence
 
 from hidetc.compute.elementwise import BINARY, UNARY
+from hidetc.compute.indexing import (  # noqa: F401  (re-exported: schedules, fusion)
+    ZERO,
+    Compute,
+    Load,
+    broadcast_index,
+    linearize,
+    load_broadcast,
+    load_scalar,
+    normalize,
+    unravel,
+)
+from hidetc.compute.nn import NN
+from hidetc.compute.resize import RESIZE
 from hidetc.schedules.task import Task
-from hidetc.tir.ir import Const, Expr, as_expr, cast, logical_and, select
+from hidetc.tir.ir import Expr, as_expr, cast, logical_and, maximum, minimum, select
 
-Load = Callable[[int, Sequence[Expr]], Expr]
-Compute = Callable[[Task, list[Expr], Load], Expr]
-ZERO = Const(0, "int32")
-
-
-def broadcast_index(idx: Sequence[Expr], shape: Sequence[int]) -> list[Expr]:
-    """numpy broadcasting: the index into an input of `shape` for output index `idx`."""
-    tail = list(idx[len(idx) - len(shape):]) if shape else []
-    return [ZERO if extent == 1 else i for i, extent in zip(tail, shape)]
-
-
-def linearize(idx: Sequence[Expr], shape: Sequence[int]) -> Expr:
-    flat: Expr = ZERO
-    for i, extent in zip(idx, shape):
-        flat = i if _is_zero(flat) else flat * extent + i
-    return flat
-
-
-def unravel(flat: Expr, shape: Sequence[int]) -> list[Expr]:
-    out = []
-    for d, extent in enumerate(shape):
-        inner = math.prod(shape[d + 1:])
-        q = flat if inner == 1 else flat // inner
-        out.append(ZERO if extent == 1 else (q if d == 0 else q % extent))
-    return out
-
-
-def _is_zero(e: Expr) -> bool:
-    return isinstance(e, Const) and e.value == 0
-
-
-def _load_broadcast(task: Task, i: int, idx: list[Expr], load: Load) -> Expr:
-    return load(i, broadcast_index(idx, task.inputs[i].shape))
+_load_broadcast = load_broadcast
+_normalize = normalize
 
 
 def _unary(task: Task, idx: list[Expr], load: Load) -> Expr:
@@ -77,10 +61,10 @@ def _where(task: Task, idx: list[Expr], load: Load) -> Expr:
 def _clip(task: Task, idx: list[Expr], load: Load) -> Expr:
     x = load(0, idx)
     if len(task.inputs) > 1 and task.inputs[1] is not None:
-        lo = load(1, [])
+        lo = load_scalar(task, 1, load)
         x = select(x < lo, lo, x)
     if len(task.inputs) > 2 and task.inputs[2] is not None:
-        hi = load(2, [])
+        hi = load_scalar(task, 2, load)
         x = select(x > hi, hi, x)
     return x
 
@@ -183,11 +167,27 @@ def _pad(task: Task, idx: list[Expr], load: Load) -> Expr:
     for j, axis in enumerate(axes):
         begin[axis % rank] = pads[j]
     src = [i - b if b else i for i, b in zip(idx, begin)]
+    mode = task.attr("mode", "constant")
+    if mode != "constant":
+        out = task.outputs[0].shape
+        return load(0, [_pad_source(mode, s, n) if b or o != n else s
+                        for s, n, b, o in zip(src, shape, begin, out)])
     valid = [logical_and(s >= 0, s < n) for s, n in zip(src, shape)]
     value = load(0, [select(ok, s, ZERO) for ok, s in zip(valid, src)])
     has_fill = len(task.inputs) > 2 and task.inputs[2] is not None
-    fill = load(2, []) if has_fill else cast(as_expr(0), value.dtype)
+    fill = load_scalar(task, 2, load) if has_fill else cast(as_expr(0), value.dtype)
     return select(logical_and(*valid), value, fill)
+
+
+def _pad_source(mode: str, s: Expr, n: int) -> Expr:
+    """The input position read at position s (in [-pad, n + pad)) of a padded axis:
+    edge clamps, wrap is periodic (n), reflect is periodic (2(n - 1)) mirrored, as numpy's
+    pad modes (any pad width)."""
+    if mode == "edge" or n == 1:
+        return minimum(maximum(s, ZERO), as_expr(n - 1))
+    period = n if mode == "wrap" else 2 * (n - 1)
+    m = (s % period + period) % period
+    return m if mode == "wrap" else select(m < n, m, period - m)
 
 
 def _unary_table() -> dict[str, Compute]:
@@ -213,9 +213,11 @@ COMPUTE: dict[str, Compute] = {
     "GatherElements": _gather_elements,
     "GatherND": _gather_nd,
     "Pad": _pad,
+    **NN,
+    **RESIZE,
 }
 
 
 def supported(task: Task) -> bool:
-    return task.op in COMPUTE and (task.op != "Pad" or task.attr("mode", "constant") == "constant")
+    return task.op in COMPUTE
 

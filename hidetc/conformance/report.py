@@ -2,7 +2,7 @@
 
 What: `cause(result)` reduces a failure's reason to a groupable cause (file prefix,
 node and value names and shapes dropped; e.g. "unsupported ops: Einsum",
-"opset 22 is not supported (supported: 13-21)", "wrong values", "crash: killed by
+"opset 29 is not supported (supported: 1-28)", "wrong values", "crash: killed by
 SIGSEGV during run data set 0"); `summary_text` prints the counts and causes ranked by
 count; the expected-failure file (YAML: groups of cases with their cause) is read by
 `load_expected`, checked against a run by `compare_expected`, and written from a run

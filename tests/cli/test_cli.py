@@ -121,11 +121,11 @@ def test_truncated_protobuf(tmp_path):
     assert_nothing_written(tmp_path, "out")
 
 
-@pytest.mark.parametrize("opset", [12, 22])
+@pytest.mark.parametrize("opset", [0, 29])
 def test_opset_out_of_range(tmp_path, opset):
     onnx.save(_mlp(opset), tmp_path / "m.onnx")
     result = invoke("compile", tmp_path / "m.onnx", "-o", tmp_path / "out")
-    assert_one_line_error(result, f"opset {opset}", "13-21")
+    assert_one_line_error(result, f"opset {opset}", "1-28")
     assert_nothing_written(tmp_path, "out")
 
 

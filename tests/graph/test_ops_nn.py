@@ -115,7 +115,7 @@ def test_kinds():
     assert REGISTRY["Gemm"].kind is OpKind.ANCHOR
     for op in ["Softmax", "LogSoftmax", "LayerNormalization", "InstanceNormalization"]:
         assert REGISTRY[op].kind is OpKind.REDUCE
-    assert REGISTRY["BatchNormalization"].kind is OpKind.OTHER
+    assert REGISTRY["BatchNormalization"].kind is OpKind.BIJECTIVE   # per-channel affine map
 
 
 @pytest.mark.parametrize("op, inputs, attrs", [

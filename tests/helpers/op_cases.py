@@ -21,6 +21,27 @@ def i64(values):
     return np.array(values, dtype=np.int64)
 
 
+def ints(dtype, low, high, *shape):
+    return R.integers(low, high, shape).astype(dtype)
+
+
+def with_ties(*shape):
+    """Floats from a few values, so arg-reductions meet ties."""
+    return R.integers(-2, 3, shape).astype(np.float32)
+
+
+def special(*shape):
+    """Floats with zeros, -0, +-inf and NaN sprinkled in."""
+    x = f(*shape)
+    flat = x.reshape(-1)
+    flat[::5] = 0.0
+    flat[1::7] = -0.0
+    flat[2::6] = np.inf
+    flat[3::8] = -np.inf
+    flat[4::9] = np.nan
+    return x
+
+
 CASES = {
     "relu": ("Relu", {"x": f(3, 7)}, {}, {}),
     "sigmoid": ("Sigmoid", {"x": f(13)}, {}, {}),
@@ -106,4 +127,102 @@ CASES = {
     # GPT-2 GELU's Pow(x, 3) on signed inputs (simplify_pow makes it (x*x)*x)
     "pow_cube_signed": ("Pow", {"a": f(5, 19) * 3}, {}, {"b": np.array(3.0, np.float32)}),
 }
+# op coverage part B: ops the importer accepted with no kernel on either target
+CASES.update({
+    "trilu_upper_k": ("Trilu", {"x": f(2, 5, 7)}, {}, {"k": i64(2)}),
+    "trilu_lower_neg_k": ("Trilu", {"x": f(6, 4)}, {"upper": 0}, {"k": i64(-1)}),
+    "trilu_lower_int": ("Trilu", {"x": ints(np.int32, -9, 9, 3, 4, 3)}, {"upper": 0}, {}),
+    "trilu_empty": ("Trilu", {"x": f(2, 0, 3)}, {}, {}),
+    "argmax_keep": ("ArgMax", {"x": f(3, 7, 5)}, {"axis": 1}, {}),
+    "argmax_last_ties": ("ArgMax", {"x": with_ties(4, 9)},
+                         {"axis": -1, "keepdims": 0, "select_last_index": 1}, {}),
+    "argmin_first_ties": ("ArgMin", {"x": with_ties(5, 3, 2)}, {"axis": 0, "keepdims": 0}, {}),
+    "argmin_int_last": ("ArgMin", {"x": ints(np.int64, -3, 3, 3, 11)},
+                        {"axis": 1, "select_last_index": 1}, {}),
+    "hardmax": ("Hardmax", {"x": with_ties(3, 5, 4)}, {"axis": 1}, {}),
+    "cumsum_mid": ("CumSum", {"x": f(3, 7, 5)}, {}, {"ax": np.array(1, np.int64)}),
+    "cumsum_excl_rev": ("CumSum", {"x": f(4, 9)}, {"exclusive": 1, "reverse": 1},
+                        {"ax": np.array(-1, np.int32)}),
+    "cumsum_int_first": ("CumSum", {"x": ints(np.int32, -50, 50, 6, 5)}, {"exclusive": 1},
+                         {"ax": np.array([0], np.int64)}),
+    # scatters: data, indices (duplicates where the reduction makes them defined), updates
+    "scatter_nd_slices": ("ScatterND", {"d": f(5, 4, 3), "i": i64([[3], [-5]]),
+                                        "u": f(2, 4, 3)}, {}, {}),
+    "scatter_nd_add_dups": ("ScatterND", {"d": f(3, 4, 5), "i": i64([[0, 1], [2, -1], [0, 1]]),
+                                          "u": f(3, 5)}, {"reduction": "add"}, {}),
+    "scatter_nd_mul_elems": ("ScatterND", {"d": f(2, 3),
+                                           "i": i64([[[1, 2], [0, 0]], [[1, 2], [1, 0]]]),
+                                           "u": f(2, 2)}, {"reduction": "mul"}, {}),
+    "scatter_nd_max": ("ScatterND", {"d": f(4, 6), "i": i64([[1], [3], [1]]), "u": f(3, 6)},
+                       {"reduction": "max"}, {}),
+    "scatter_elements_axis1": ("ScatterElements", {"d": f(4, 6),
+                                                   "i": i64([[0, 5], [-1, 2], [3, 4]]),
+                                                   "u": f(3, 2)}, {"axis": 1}, {}),
+    "scatter_elements_add_dups": ("ScatterElements",
+                                  {"d": f(3, 5), "i": i64([[1, 0, 2, 1, 1], [1, 2, 2, 0, -2]]),
+                                   "u": f(2, 5)}, {"axis": 0, "reduction": "add"}, {}),
+    "scatter_elements_min": ("ScatterElements",
+                             {"d": f(2, 3, 4),
+                              "i": i64([[[0, 0, 3], [1, 1, 1]], [[2, 3, 2], [0, 1, 2]]]),
+                              "u": f(2, 2, 3)}, {"axis": 2, "reduction": "min"}, {}),
+    "bitwise_and_i32_bcast": ("BitwiseAnd", {"a": ints(np.int32, -2**31, 2**31 - 1, 3, 5),
+                                             "b": ints(np.int32, -2**31, 2**31 - 1, 5)}, {}, {}),
+    "bitwise_or_i8": ("BitwiseOr", {"a": ints(np.int8, -128, 127, 4, 3),
+                                    "b": ints(np.int8, -128, 127, 4, 3)}, {}, {}),
+    "bitwise_xor_i64": ("BitwiseXor", {"a": ints(np.int64, -2**62, 2**62, 7),
+                                       "b": ints(np.int64, -2**62, 2**62, 2, 7)}, {}, {}),
+    "bitwise_not_u8": ("BitwiseNot", {"x": ints(np.uint8, 0, 255, 3, 5)}, {}, {}),
+    "bitwise_not_i64": ("BitwiseNot", {"x": ints(np.int64, -2**62, 2**62, 9)}, {}, {}),
+    # (Gelu is opset 20, newer than these one-node models: its node tests cover it)
+    "sign": ("Sign", {"x": special(4, 5)}, {}, {}),
+    "sign_int": ("Sign", {"x": ints(np.int32, -3, 3, 11)}, {}, {}),
+    "isnan": ("IsNaN", {"x": special(3, 7)}, {}, {}),
+    "isinf_pos": ("IsInf", {"x": special(5, 4)}, {"detect_negative": 0}, {}),
+    "prelu_channel": ("PRelu", {"x": f(2, 3, 4, 5)}, {}, {"s": f(3, 1, 1)}),
+    "prelu_input_slope": ("PRelu", {"x": f(3, 7), "s": f(7)}, {}, {}),
+    "batchnorm_runtime_params": ("BatchNormalization",
+                                 {"x": f(2, 3, 4, 5), "s": f(3), "b": f(3), "m": f(3),
+                                  "v": pos(3)}, {"epsilon": 1e-3}, {}),
+    "pow_int32": ("Pow", {"a": ints(np.int32, -6, 7, 3, 5), "b": ints(np.int32, 0, 7, 5)},
+                  {}, {}),
+    "pow_int64_float_exp": ("Pow", {"a": ints(np.int64, -9, 10, 2, 4),
+                                    "b": np.array([0.0, 1.0, 2.0, 3.0], np.float32)}, {}, {}),
+    "mvn": ("MeanVarianceNormalization", {"x": f(2, 3, 5, 7) + 3}, {}, {}),
+    "mvn_axes": ("MeanVarianceNormalization", {"x": f(3, 4, 5)}, {"axes": [0, 2]}, {}),
+    "pad_reflect": ("Pad", {"x": f(3, 5, 4)}, {"mode": "reflect"},
+                    {"p": i64([0, 2, 3, 1, 4, 0])}),
+    "pad_edge_crop": ("Pad", {"x": f(4, 6)}, {"mode": "edge"}, {"p": i64([2, -1, 1, 3])}),
+    "lrn": ("LRN", {"x": f(2, 7, 3, 5)}, {"size": 5, "alpha": 1e-2, "beta": 0.6, "bias": 1.5},
+            {}),
+    "resize_nearest_up": ("Resize", {"x": f(1, 2, 3, 4)}, {"mode": "nearest"},
+                          {"roi": np.zeros(0, np.float32),
+                           "sc": np.array([1, 1, 2.5, 1.75], np.float32)}),
+    "resize_nearest_ceil_sizes": ("Resize", {"x": f(2, 3, 5, 7)},
+                                  {"mode": "nearest", "nearest_mode": "ceil",
+                                   "coordinate_transformation_mode": "asymmetric",
+                                   "axes": [3, 2]},
+                                  {"roi": np.zeros(0, np.float32),
+                                   "sc": np.zeros(0, np.float32), "sz": i64([4, 8])}),
+    "resize_linear_down": ("Resize", {"x": f(1, 3, 11, 9)}, {"mode": "linear"},
+                           {"roi": np.zeros(0, np.float32),
+                            "sc": np.array([1, 1, 0.6, 0.8], np.float32)}),
+    "resize_linear_align_up": ("Resize", {"x": f(2, 2, 4, 5)},
+                               {"mode": "linear",
+                                "coordinate_transformation_mode": "align_corners"},
+                               {"roi": np.zeros(0, np.float32),
+                                "sc": np.zeros(0, np.float32), "sz": i64([2, 2, 7, 9])}),
+    "resize_cubic": ("Resize", {"x": f(1, 1, 6, 5)}, {"mode": "cubic", "exclude_outside": 1,
+                                                      "cubic_coeff_a": -0.5},
+                     {"roi": np.zeros(0, np.float32),
+                      "sc": np.array([1, 1, 1.5, 2], np.float32)}),
+    "resize_tf_crop": ("Resize", {"x": f(1, 2, 6, 7)},
+                       {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
+                        "extrapolation_value": 3.5, "axes": [2, 3]},
+                       {"roi": np.array([0.2, -0.1, 0.9, 1.3], np.float32),
+                        "sc": np.zeros(0, np.float32), "sz": i64([5, 4])}),
+    "resize_linear_antialias": ("Resize", {"x": f(1, 2, 13, 9)},
+                                {"mode": "linear", "antialias": 1},
+                                {"roi": np.zeros(0, np.float32),
+                                 "sc": np.zeros(0, np.float32), "sz": i64([1, 2, 5, 4])}),
+})
 N_OUTPUTS = {"split": 2}

@@ -1,7 +1,9 @@
 """ONNX model -> graph IR with static shapes.
 
-Assumes: default-domain opsets 13..21 (other domains and unknown ops are unsupported);
-every graph input has a static shape, or one is bound through `shapes`.
+Assumes: default-domain opsets `OPSET_RANGE` (1..28), each op in a schema version the
+handlers read (`versions.py`: the forms in force from opset 7 on); other domains and
+unknown ops are unsupported; every graph input has a static shape, or one is bound
+through `shapes`.
 Guarantees: every user-caused problem is a `ModelError` (or `UnsupportedOpError`, or a
 `ShapeError` from inference) with a one-line message starting with "<file>: ". The graph
 keeps ONNX value names, graph input/output order, and every node (Constant nodes and
@@ -23,12 +25,18 @@ from google.protobuf.message import DecodeError
 from hidetc.errors import HidetcError, ModelError, UnsupportedOpError
 from hidetc.frontend.onnx.handlers import Context, OnnxNode, convert, supported_extra_ops
 from hidetc.frontend.onnx.tensors import attribute_value, tensor_array, value_info_dims
+from hidetc.frontend.onnx.versions import (
+    DEFAULT_DOMAINS,
+    OPSET_RANGE,
+    check_opset,
+    check_versions,
+    is_onnx_op,
+)
 from hidetc.graph.evaluate import evaluate_node, infer_node, type_values
 from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.graph.ops.registry import REGISTRY
 
-OPSET_RANGE = (13, 21)
-DEFAULT_DOMAINS = ("", "ai.onnx")
+__all__ = ["OPSET_RANGE", "import_model", "load_model"]
 FOLD_LIMIT = 1 << 20  # elements: larger values are not computed just to know them
 
 
@@ -63,24 +71,12 @@ def import_model(proto: onnx.ModelProto, base_dir: str | None = None,
         raise type(error)(f"{source}: {error}") from None
 
 
-def _opset(proto: onnx.ModelProto) -> int:
-    if proto.ir_version == 0 and not proto.opset_import and not proto.HasField("graph"):
-        raise ModelError("not an ONNX model (no graph, no opset)")
-    versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
-    if not versions:
-        raise ModelError("the model imports no default-domain (ai.onnx) opset")
-    low, high = OPSET_RANGE
-    if not low <= versions[0] <= high:
-        raise ModelError(f"opset {versions[0]} is not supported (supported: {low}-{high})")
-    return versions[0]
-
-
 def _node_names(graph: onnx.GraphProto) -> list[str]:
     return [n.name or f"{n.op_type}_{i}" for i, n in enumerate(graph.node)]
 
 
-def _check_supported(graph: onnx.GraphProto, names: list[str]) -> None:
-    known = set(REGISTRY) | set(supported_extra_ops())
+def _check_supported(graph: onnx.GraphProto, names: list[str], opset: int) -> None:
+    known = {op for op in set(REGISTRY) | set(supported_extra_ops()) if is_onnx_op(op)}
     missing: dict[str, str] = {}
     for node, name in zip(graph.node, names):
         default = node.domain in DEFAULT_DOMAINS
@@ -90,6 +86,7 @@ def _check_supported(graph: onnx.GraphProto, names: list[str]) -> None:
     if missing:
         listing = ", ".join(f"{op} (node '{name}')" for op, name in missing.items())
         raise UnsupportedOpError(f"unsupported ops: {listing}")
+    check_versions(((node.op_type, name) for node, name in zip(graph.node, names)), opset)
 
 
 def _input_type(info: onnx.ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
@@ -149,18 +146,18 @@ class _Importer:
         self.nodes: list[Node] = []
 
     def run(self) -> Graph:
-        opset = _opset(self.proto)
+        opset = check_opset(self.proto)
         proto = self.proto
         if proto.functions:
             proto = onnx.inliner.inline_local_functions(proto)
         graph = proto.graph
         names = _node_names(graph)
-        _check_supported(graph, names)
+        _check_supported(graph, names, opset)
         inputs = self._read_inputs(graph)
         decoded = [self._decode(n, name) for n, name in zip(graph.node, names)]
         used = {i for n in decoded for i in n.inputs} | {o.name for o in graph.output}
         every = {v for n in decoded for v in n.inputs + n.outputs} | set(self.types)
-        ctx = Context(opset, self.types, used, set(every))
+        ctx = Context(opset, self.types, used, set(every), self.values)
         for node in _topological(decoded, set(self.types)):
             converted = convert(node, ctx)
             for name, array in converted.constants.items():

@@ -1,8 +1,8 @@
 """The op catalogue. Importing this package registers every op definition.
 
 Guarantees: after import, `REGISTRY` maps each supported ONNX op type (default domain,
-latest-opset form) to its `OpDef`. Families: elementwise, reduce, nn, conv, shape,
-index, misc, and the internal `layout` ops graph passes introduce (ConvNHWC);
+latest-opset form) to its `OpDef`. Families: elementwise, reduce, nn, norm, conv,
+shape, index, resize, misc, and the internal `layout` ops graph passes introduce (ConvNHWC);
 shared checks live in `common`.
 """
 from hidetc.graph.ops import (  # noqa: F401
@@ -12,7 +12,9 @@ from hidetc.graph.ops import (  # noqa: F401
     layout,
     misc,
     nn,
+    norm,
     reduce,
+    resize,
     shape,
 )
 from hidetc.graph.ops.registry import REGISTRY, OpDef, OpKind, define, get_op

@@ -1,5 +1,7 @@
 """Indexing ops: Gather, GatherElements, GatherND, Trilu (INJECTIVE) and ScatterND,
-ScatterElements (OTHER: which element lands where depends on data).
+ScatterElements (OTHER: which element lands where depends on data), NonZero (OTHER: its
+output SHAPE depends on the data, so it is accepted only with a constant input, which
+constant folding evaluates; otherwise shape inference refuses it with a ShapeError).
 
 Assumes ONNX semantics: indices may be negative (counted from the end); out-of-range
 indices are an error at run time (the reference raises ValueError; shapes do not depend
@@ -182,9 +184,26 @@ def _trilu_ref(inputs, attrs):
     return [fn(x, k).astype(x.dtype, copy=False)]
 
 
+def _nonzero_infer(types, attrs, values):
+    arity("NonZero", types, 1)
+    value = values[0] if values else None
+    if value is None:
+        fail("NonZero", "input 0 must be a constant known at compile time (the output "
+                        "shape depends on the input values: data-dependent shapes are not "
+                        "supported)")
+    count = int(np.count_nonzero(value))
+    return [TensorType("int64", (max(types[0].rank, 1), count))]
+
+
+def _nonzero_ref(inputs, attrs):
+    return [np.array(np.nonzero(np.atleast_1d(inputs[0])), dtype=np.int64)
+            .reshape(max(inputs[0].ndim, 1), -1)]
+
+
 define("Gather", OpKind.INJECTIVE, _gather_infer, _gather_ref)
 define("GatherElements", OpKind.INJECTIVE, _gather_elements_infer, _gather_elements_ref)
 define("GatherND", OpKind.INJECTIVE, _gather_nd_infer, _gather_nd_ref)
 define("Trilu", OpKind.INJECTIVE, _trilu_infer, _trilu_ref)
 define("ScatterND", OpKind.OTHER, _scatter_nd_infer, _scatter_nd_ref)
 define("ScatterElements", OpKind.OTHER, _scatter_elements_infer, _scatter_elements_ref)
+define("NonZero", OpKind.OTHER, _nonzero_infer, _nonzero_ref, value_inputs=(0,))

@@ -1,6 +1,8 @@
 """Neural-network ops other than windowed ones: MatMul, Gemm (ANCHOR), Softmax,
 LogSoftmax, LayerNormalization, InstanceNormalization (REDUCE), BatchNormalization
-(inference only, OTHER).
+(inference only, BIJECTIVE: a per-channel affine map of x, read at the element's
+channel; graph passes fold it into a Conv or into Mul + Add when its parameters are
+constants, and otherwise it runs as its elementwise compute definition).
 
 Assumes opset-13+ semantics: Softmax/LogSoftmax normalize along ONE axis (default -1).
 LayerNormalization produces only its first output (Y); Mean/InvStdDev are not supported
@@ -206,4 +208,4 @@ define("Softmax", OpKind.REDUCE, _softmax_infer("Softmax"), _softmax_ref(False))
 define("LogSoftmax", OpKind.REDUCE, _softmax_infer("LogSoftmax"), _softmax_ref(True))
 define("LayerNormalization", OpKind.REDUCE, _layernorm_infer, _layernorm_ref)
 define("InstanceNormalization", OpKind.REDUCE, _instancenorm_infer, _instancenorm_ref)
-define("BatchNormalization", OpKind.OTHER, _batchnorm_infer, _batchnorm_ref)
+define("BatchNormalization", OpKind.BIJECTIVE, _batchnorm_infer, _batchnorm_ref)

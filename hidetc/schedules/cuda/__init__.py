@@ -13,15 +13,20 @@ from typing import Any, Callable
 from hidetc.compute.injective import COMPUTE
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cpu.conv_geometry import conv_geometry
+from hidetc.schedules.cpu.empty import build_empty, is_empty
 from hidetc.schedules.cpu.reduce import REDUCERS
+from hidetc.schedules.cpu.scan import ARG_OPS
 from hidetc.schedules.cuda import (
     conv_gemm,
     conv_tc,
     injective,
     matmul_simt,
     matmul_tc,
+    norm,
     pool,
     reduce,
+    scan,
+    scatter,
 )
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target, Template
@@ -50,6 +55,12 @@ RULES: dict[str, Builder] = {
     "MatMul": lambda task, name: build_matmul(task, name),
     "Conv": conv_gemm.build_conv,
     "ConvNHWC": conv_tc.build_default,
+    **{op: scan.build_arg for op in ARG_OPS},
+    "CumSum": scan.build_cumsum,
+    "ScatterND": scatter.build_scatter,
+    "ScatterElements": scatter.build_scatter,
+    "GroupNormalization": norm.build_norm,
+    "MeanVarianceNormalization": norm.build_norm,
 }
 
 
@@ -81,6 +92,8 @@ def build_kernel(task: Task, name: str) -> Function:
     rule = RULES.get(task.op)
     if rule is None:
         raise UnsupportedOpError(f"{task.op}: no CUDA kernel for this op")
+    if is_empty(task):
+        return build_empty(task, name, "cuda")
     return rule(task, name)
 
 
