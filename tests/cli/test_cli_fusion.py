@@ -48,3 +48,22 @@ def test_inspect_space():
 def test_inspect_needs_an_artifact_or_space():
     result = invoke("inspect")
     assert result.exit_code == 2 and "--space" in result.output
+
+
+def test_half_precision_on_the_cpu_is_a_clean_error(tmp_path):
+    """An f16 tensor anywhere (here in what would be a fused group) is refused naming
+    the node, before any code is generated."""
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT, name="cast")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "half.onnx")
+    result = invoke("compile", tmp_path / "half.onnx", "-o", tmp_path / "out", "--target", "cpu")
+    assert result.exit_code == 2
+    assert "node 'relu' (Relu): dtype float16 is not supported on the cpu target" in \
+        result.output
+    assert not (tmp_path / "out").exists()

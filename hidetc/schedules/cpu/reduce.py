@@ -79,13 +79,24 @@ def build_reduce(task: Task, name: str) -> Function:
     with kb.for_range(math.prod(kept), kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(*kept), p) as oidx:
             acc = kb.declare("acc", out_type.dtype, identity_const(init, out_type.dtype))
-            with kb.for_mapping(repeat(*reduced), 0) as ridx:
+
+            def fold(ridx):
                 idx = list(oidx)
                 for d, r in zip(axes, ridx):
                     idx[d] = r
                 kb.assign(acc, combine(acc, cast(x[tuple(idx)], out_type.dtype)))
+            _over(kb, reduced, fold)
             kb.store(out, (p,), finalize(acc, math.prod(reduced)))
     return kb.finish()
+
+
+def _over(kb: KernelBuilder, reduced: list[int], body) -> None:
+    """`body(ridx)` for every index of the reduced dims; nothing when one is empty (the
+    reduction of an empty set is its identity, finalized)."""
+    if 0 in reduced:
+        return
+    with kb.for_mapping(repeat(*reduced), 0) as ridx:
+        body(ridx)
 
 
 def _build_logsumexp(task: Task, name: str) -> Function:
@@ -109,13 +120,12 @@ def _build_logsumexp(task: Task, name: str) -> Function:
     with kb.for_range(math.prod(kept), kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(*kept), p) as oidx:
             top = kb.declare("top", dt, -INF)
-            with kb.for_mapping(repeat(*reduced), 0) as ridx:
-                kb.assign(top, maximum(top, element(oidx, ridx)))
+            _over(kb, reduced, lambda ridx: kb.assign(top, maximum(top, element(oidx, ridx))))
             finite = logical_and(top > -INF, top < INF)
             kb.assign(top, select(finite, top, Const(0.0, dt)))
             acc = kb.declare("acc", dt, 0.0)
-            with kb.for_mapping(repeat(*reduced), 0) as ridx:
-                kb.assign(acc, acc + call("exp", element(oidx, ridx) - top))
+            _over(kb, reduced, lambda ridx: kb.assign(
+                acc, acc + call("exp", element(oidx, ridx) - top)))
             kb.store(out, (p,), call("log", acc) + top)
     return kb.finish()
 
