@@ -6,8 +6,9 @@ compile (tuning as `hidetc compile` would: records reused), check the outputs ag
 ONNX Runtime, then time both -- warm-up, then rounds that alternate hidetc and the peer
 (each round the median of `repeat // rounds` calls), the reported latency is the median
 over all calls, so a busy moment hurts both sides alike. Peak memory: a child process
-per runtime loads the model, runs one inference and reports its peak RSS
-(`resource.getrusage`), both children importing the same libraries. Peers: ONNX
+per runtime loads the model, runs one inference and reports its own peak RSS
+(VmHWM: ru_maxrss would include the forking parent's), both children importing the
+same libraries. Peers: ONNX
 Runtime's CPU provider on the cpu target, its CUDA provider where onnxruntime-gpu is
 installed on the cuda target; PyTorch with `--vs torch` (`hidetc.bench_torch`).
 
@@ -41,7 +42,16 @@ else:
     providers = ["CUDAExecutionProvider"] if target == "cuda" else ["CPUExecutionProvider"]
     session = ort.InferenceSession(path, providers=providers)
     session.run(None, inputs)
-print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+peak = None
+try:  # VmHWM: this process's own peak (ru_maxrss also counts the parent it was forked from)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) / 1024
+except OSError:
+    pass
+if peak is None:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"peak_rss_mb": peak}))
 """
 
 

@@ -155,12 +155,15 @@ class _Graft(Rewriter):
         self.names.add(name)
         return name
 
-    def _input(self, value: str) -> Buffer:
-        buf = self.external.get(value)
+    def _input(self, value: str, view: tuple | None = None) -> Buffer:
+        """The new buffer parameter reading graph value `value` (indexed by its own
+        shape, or by `view`: the anchor output's view, for values of that shape)."""
+        key = (value, view)
+        buf = self.external.get(key)
         if buf is None:
             t = self.graph.types[value]
-            buf = Buffer(self._fresh("in"), t.dtype, tuple(t.shape))
-            self.external[value] = buf
+            buf = Buffer(self._fresh("in"), t.dtype, tuple(view or t.shape))
+            self.external[key] = buf
         return buf
 
     # prologues ------------------------------------------------------------------------
@@ -202,30 +205,46 @@ class _Graft(Rewriter):
 
     # epilogues ------------------------------------------------------------------------
     def epilogue_store(self, idx: Sequence[Expr], value: Expr) -> Stmt:
+        """Declare the stored value, run the epilogue members on it, store the result.
+        Values shaped like the anchor's output are read and written through the
+        kernel's own view index while no index map intervened (`view`), so a view that
+        merges dims (a conv's [N, C, OH*OW]) costs no div/mod per element."""
         out_value = self.value_of[self.out_buffer]
+        out_shape = _shape(self.graph, out_value)
+        view_shape = tuple(self.out_buffer.shape)
         stmts: list[Stmt] = []
         first = Var(self._fresh("v"), value.dtype)
         stmts.append(Declare(first, value))
+        view: list[Expr] | None = list(idx) if view_shape != out_shape else None
         env: dict[str, tuple[Expr, list[Expr]]] = {
-            out_value: (first, to_logical(idx, self.out_buffer.shape,
-                                          _shape(self.graph, out_value)))}
+            out_value: (first, to_logical(idx, view_shape, out_shape))}
+
+        def read(value_name: str, index) -> Expr:
+            if view is not None and _shape(self.graph, value_name) == out_shape:
+                return Load(self._input(value_name, view_shape), tuple(view))
+            return Load(self._input(value_name), tuple(as_expr(j) for j in index))
+
         for name in self.epilogue:
             node = self.members[name]
             fused = next(v for v in node.inputs if v in env)
             expr, at = env[fused]
             if node.op in ("Reshape", "Transpose"):
                 env[node.outputs[0]] = (expr, forward_index(node, self.graph, at))
+                view = None
                 continue
             load = lambda i, index, node=node: widen(  # noqa: E731
-                env[node.inputs[i]][0] if node.inputs[i] in env
-                else Load(self._input(node.inputs[i]), tuple(as_expr(j) for j in index)))
+                env[node.inputs[i]][0] if node.inputs[i] in env else read(node.inputs[i], index))
             task = self.tasks[name]
             result = cast(COMPUTE[node.op](task, list(at), load), task.outputs[0].dtype)
             var = Var(self._fresh("v"), result.dtype)
             stmts.append(Declare(var, result))
             env[node.outputs[0]] = (var, at)
         expr, at = env[self.final_value]
-        stmts.append(Store(self.final, tuple(as_expr(i) for i in at),
+        target = at
+        if view is not None and _shape(self.graph, self.final_value) == out_shape:
+            self.final = Buffer(self.final.name, self.final.dtype, view_shape)
+            target = view
+        stmts.append(Store(self.final, tuple(as_expr(i) for i in target),
                            cast(expr, self.final.dtype)))
         return seq(*stmts)
 
@@ -272,7 +291,7 @@ def graft(fn: Function, anchor: Node, group: FusionGroup, graph: Graph) -> Fused
     g = _Graft(fn, anchor, group, graph)
     body = g.stmt(fn.body)
     ordered = [(b, v) for b, v in g.inputs if b not in g.prologue]
-    ordered += [(b, v) for v, b in g.external.items()]
+    ordered += [(b, v) for (v, _), b in g.external.items()]
     ordered += [(g.final, g.final_value)] if g.final is not None else g.outputs
     function = Function(fn.name, tuple(b for b, _ in ordered), body, fn.attrs)
     return FusedKernel(function, tuple(v for _, v in ordered))
