@@ -30,9 +30,7 @@ import functools
 import hashlib
 import json
 import platform
-import shutil
 import sqlite3
-import subprocess
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -104,21 +102,6 @@ def cpu_arch() -> str:
     """The instruction set the cpu target compiles for (gcc's fixed -mavx2 -mfma)."""
     machine = platform.machine().lower()
     return "x86-64-avx2" if machine in ("x86_64", "amd64") else machine or "unknown"
-
-
-@functools.lru_cache(maxsize=None)
-def cuda_device() -> str | None:
-    """`cuda:<name>` of the first visible GPU (nvidia-smi), None without one."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    names = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
-    return f"cuda:{names[0]}" if out.returncode == 0 and names else None
 
 
 @functools.lru_cache(maxsize=None)

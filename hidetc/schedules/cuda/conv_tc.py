@@ -59,8 +59,7 @@ from hidetc.schedules.cuda.tc_common import (
     TcKernel,
     chunk_mapping,
     copy_width,
-    cuda_target,
-    fits,
+    largest_default,
     tc_space,
 )
 from hidetc.schedules.task import Task
@@ -235,12 +234,10 @@ def build_tc_conv(task: Task, cfg: TcConfig, name: str) -> Function:
 
 def default_config(task: Task, target: Target) -> TcConfig:
     """The largest of matmul_tc's DEFAULTS that still gives every SM a block."""
-    geo, limits = conv_geometry(task), cuda_target(target)
-    for cfg in DEFAULTS:
-        blocks = ceil_div(geo.m, cfg.bm) * ceil_div(geo.ocg, cfg.bn) * geo.group
-        if blocks >= limits.sms and fits(cfg, limits):
-            return cfg
-    return DEFAULTS[-1]
+    geo = conv_geometry(task)
+    return largest_default(
+        DEFAULTS, lambda cfg: ceil_div(geo.m, cfg.bm) * ceil_div(geo.ocg, cfg.bn) * geo.group,
+        target)
 
 
 class TensorCoreConv:

@@ -79,6 +79,7 @@ from hidetc.schedules.cuda.tc_common import (  # noqa: F401  (re-exported)
     copy_width,
     cuda_target,
     fits,
+    largest_default,
     spatial_index,
     tc_space,
     xor_bits,
@@ -191,13 +192,10 @@ DEFAULTS = (TcConfig(128, 128, 32, 2, 2, 3), TcConfig(128, 64, 32, 2, 2, 4),
 
 def default_config(task: Task, target: Target) -> TcConfig:
     """The largest of DEFAULTS that still gives every SM a block (else the smallest)."""
-    geo, limits = geometry(task), cuda_target(target)
+    geo = geometry(task)
     batch = max(1, math.prod(geo.batch))
-    for cfg in DEFAULTS:
-        blocks = ceil_div(geo.m, cfg.bm) * ceil_div(geo.n, cfg.bn) * batch
-        if blocks >= limits.sms and fits(cfg, limits):
-            return cfg
-    return DEFAULTS[-1]
+    return largest_default(
+        DEFAULTS, lambda cfg: ceil_div(geo.m, cfg.bm) * ceil_div(geo.n, cfg.bn) * batch, target)
 
 
 class TensorCoreMatmul:

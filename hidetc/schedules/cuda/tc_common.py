@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.template import CudaTarget, Target
@@ -62,6 +63,17 @@ LDMATRIX_X4 = spatial(2, 16)   # lane -> (chunk, row) of the row address it give
 # k chunk, row). An 8x8 [n][k] matrix without .trans gives lane l elements (n = l // 4,
 # k = 2 (l % 4) + {0, 1}): exactly the mma "col" B fragment.
 B_NK_X4 = spatial(2, 2, 8)
+
+
+def largest_default(defaults: Sequence["TcConfig"], blocks: Callable[["TcConfig"], int],
+                    target: Target) -> "TcConfig":
+    """The largest of `defaults` whose grid (`blocks(cfg)`) still gives every SM a block
+    and which fits the target, else the last (smallest) one."""
+    limits = cuda_target(target)
+    for cfg in defaults:
+        if blocks(cfg) >= limits.sms and fits(cfg, limits):
+            return cfg
+    return defaults[-1]
 
 
 def cuda_target(target: Target) -> CudaTarget:
