@@ -27,7 +27,17 @@ from typing import Any
 import numpy as np
 
 from hidetc.errors import ModelError
-from hidetc.frontend.onnx import legacy, recent
+from hidetc.frontend.onnx import (
+    attention,
+    einsum,
+    extra_ops,
+    legacy,
+    losses,
+    normalization,
+    quantization,
+    recent,
+    spatial,
+)
 from hidetc.frontend.onnx.base import (
     OPTIONAL_OUTPUT_OPS,
     Context,
@@ -135,8 +145,16 @@ HANDLERS: dict[str, Handler] = {
     "Unsqueeze": _attr_input("axes", 1),
     **{name: _attr_input("axes", 1) for name in REDUCERS},
     **legacy.HANDLERS,
-    **recent.HANDLERS,
 }
+# Modules of decompositions and opset conversions, one family each: HANDLERS (op ->
+# handler), EXTRA_OPS (ONNX ops read only as decompositions), CHECKED/FIRST_VERSION
+# (their reviewed schema versions, merged into versions.py's).
+DECOMPOSERS = (recent, attention, losses, normalization, einsum, quantization, spatial,
+               extra_ops)
+for _module in DECOMPOSERS:
+    overlap = set(_module.HANDLERS) & set(HANDLERS)
+    assert not overlap, f"{_module.__name__} handles {sorted(overlap)} a second time"
+    HANDLERS.update(_module.HANDLERS)
 
 
 def convert(node: OnnxNode, ctx: Context) -> Converted:
@@ -147,4 +165,5 @@ def convert(node: OnnxNode, ctx: Context) -> Converted:
 def supported_extra_ops() -> tuple[str, ...]:
     """ONNX op types the importer accepts beyond the op registry's."""
     upsample = ("Upsample",) if "Resize" in REGISTRY else ()   # read as a Resize
-    return ("Constant", "CastLike") + recent.EXTRA_OPS + upsample
+    extra = tuple(op for module in DECOMPOSERS for op in module.EXTRA_OPS)
+    return ("Constant", "CastLike") + extra + upsample

@@ -144,3 +144,5 @@ HANDLERS = {
     "SwiGLU": swiglu,
 }
 EXTRA_OPS = ("RMSNormalization", "Swish", "SwiGLU")
+CHECKED: tuple[str, ...] = ()
+FIRST_VERSION: dict[str, int] = {}

@@ -58,6 +58,18 @@ CHECKED = frozenset("""
 FIRST_VERSION: dict[str, int] = {}
 
 
+def _merge_decomposers() -> None:
+    """Add what each decomposition module reviewed (handlers.DECOMPOSERS)."""
+    global CHECKED
+    from hidetc.frontend.onnx.handlers import DECOMPOSERS
+    for module in DECOMPOSERS:
+        CHECKED = CHECKED | frozenset(module.CHECKED)
+        FIRST_VERSION.update(module.FIRST_VERSION)
+
+
+_merge_decomposers()
+
+
 def is_onnx_op(op: str) -> bool:
     """Whether `op` is a default-domain ONNX op (the op catalogue also holds internal
     ops such as ConvNHWC, which a model may not use)."""
