@@ -120,7 +120,9 @@ class Builder:
 
     def const(self, what: str, array: np.ndarray) -> str:
         name = self.ctx.fresh(f"{self.base}/{what}")
-        self.constants[name] = np.ascontiguousarray(array)
+        array = np.asarray(array)
+        # (np.ascontiguousarray would turn a 0-d array into shape [1])
+        self.constants[name] = array if array.ndim == 0 else np.ascontiguousarray(array)
         return name
 
     def add(self, op: str, inputs: Iterable[str], out: str | None = None, **attrs: Any

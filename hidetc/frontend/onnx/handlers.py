@@ -36,6 +36,7 @@ from hidetc.frontend.onnx import (
     normalization,
     quantization,
     recent,
+    recurrent,
     spatial,
 )
 from hidetc.frontend.onnx.base import (
@@ -149,8 +150,8 @@ HANDLERS: dict[str, Handler] = {
 # Modules of decompositions and opset conversions, one family each: HANDLERS (op ->
 # handler), EXTRA_OPS (ONNX ops read only as decompositions), CHECKED/FIRST_VERSION
 # (their reviewed schema versions, merged into versions.py's).
-DECOMPOSERS = (recent, attention, losses, normalization, einsum, quantization, spatial,
-               extra_ops)
+DECOMPOSERS = (recent, attention, losses, normalization, einsum, quantization, recurrent,
+               spatial, extra_ops)
 for _module in DECOMPOSERS:
     overlap = set(_module.HANDLERS) & set(HANDLERS)
     assert not overlap, f"{_module.__name__} handles {sorted(overlap)} a second time"

@@ -144,6 +144,7 @@ class _Importer:
         self.values: dict[str, np.ndarray] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.nodes: list[Node] = []
+        self.node_names: set[str] = set()
 
     def run(self) -> Graph:
         opset = check_opset(self.proto)
@@ -209,6 +210,12 @@ class _Importer:
             self.types[name] = out_types[i]
             if known is not None:
                 self.values[name] = known[i]
+        if node.name in self.node_names:   # ONNX allows repeats; the passes key nodes by name
+            base, count = node.name, 1
+            while f"{base}_{count}" in self.node_names:
+                count += 1
+            node = node.with_(name=f"{base}_{count}")
+        self.node_names.add(node.name)
         self.nodes.append(node)
 
     def _foldable(self, node: Node, out_types: list[TensorType | None]) -> bool:
