@@ -27,11 +27,12 @@ class OnnxNode:
     outputs: tuple[str, ...]
     name: str
     attrs: Mapping[str, Any]
+    implicit: tuple[str, ...] = ()   # values its subgraphs read from enclosing scopes
 
     def without(self, *keys: str) -> "OnnxNode":
         """The same node without the attributes `keys`."""
         attrs = {k: v for k, v in self.attrs.items() if k not in keys}
-        return OnnxNode(self.op, self.inputs, self.outputs, self.name, attrs)
+        return OnnxNode(self.op, self.inputs, self.outputs, self.name, attrs, self.implicit)
 
     def input(self, index: int) -> str:
         """Input `index`, or "" when it is omitted."""

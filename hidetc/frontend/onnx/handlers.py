@@ -29,6 +29,7 @@ import numpy as np
 from hidetc.errors import ModelError
 from hidetc.frontend.onnx import (
     attention,
+    control_flow,
     einsum,
     extra_ops,
     legacy,
@@ -49,6 +50,7 @@ from hidetc.frontend.onnx.base import (
     label,
 )
 from hidetc.frontend.onnx.tensors import dtype_name
+from hidetc.graph.ir import NARROW_DTYPES
 from hidetc.graph.ops.reduce import REDUCERS
 from hidetc.graph.ops.registry import REGISTRY
 
@@ -96,15 +98,20 @@ def _constant_of_shape(node: OnnxNode, ctx: Context) -> Converted:
     return emit(node, ctx, value=value.reshape(()).item(), dtype=str(value.dtype))
 
 
+def _cast_attrs(node: OnnxNode, to: str) -> OnnxNode:
+    """`saturate`/`round_mode` are kept for the narrow targets they concern only."""
+    return node if to in NARROW_DTYPES else node.without(*CAST_FLOAT8_ATTRS)
+
+
 def _cast(node: OnnxNode, ctx: Context) -> Converted:
     to = dtype_name(int(node.attrs.get("to", 0)), f"{label(node)} attribute 'to'")
-    return emit(node.without(*CAST_FLOAT8_ATTRS), ctx, to=to)
+    return emit(_cast_attrs(node, to), ctx, to=to)
 
 
 def _cast_like(node: OnnxNode, ctx: Context) -> Converted:
     target = ctx.types[node.inputs[1]].dtype
     made = OnnxNode("Cast", node.inputs[:1], node.outputs, node.name,
-                    node.without(*CAST_FLOAT8_ATTRS).attrs)
+                    _cast_attrs(node, target).attrs)
     return emit(made, ctx, to=target)
 
 
@@ -149,9 +156,11 @@ HANDLERS: dict[str, Handler] = {
 }
 # Modules of decompositions and opset conversions, one family each: HANDLERS (op ->
 # handler), EXTRA_OPS (ONNX ops read only as decompositions), CHECKED/FIRST_VERSION
-# (their reviewed schema versions, merged into versions.py's).
-DECOMPOSERS = (recent, attention, losses, normalization, einsum, quantization, recurrent,
-               spatial, extra_ops)
+# (their reviewed schema versions, merged into versions.py's), optionally VALUE_INPUTS
+# (the input slots whose values the import needs: onnx_backend specializes them).
+# control_flow's ops (If/Loop/Scan) are expanded by the importer itself.
+DECOMPOSERS = (recent, control_flow, attention, losses, normalization, einsum, quantization,
+               recurrent, spatial, extra_ops)
 for _module in DECOMPOSERS:
     overlap = set(_module.HANDLERS) & set(HANDLERS)
     assert not overlap, f"{_module.__name__} handles {sorted(overlap)} a second time"

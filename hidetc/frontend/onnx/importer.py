@@ -23,6 +23,7 @@ import onnx.inliner
 from google.protobuf.message import DecodeError
 
 from hidetc.errors import HidetcError, ModelError, UnsupportedOpError
+from hidetc.frontend.onnx import control_flow
 from hidetc.frontend.onnx.handlers import Context, OnnxNode, convert, supported_extra_ops
 from hidetc.frontend.onnx.tensors import attribute_value, tensor_array, value_info_dims
 from hidetc.frontend.onnx.versions import (
@@ -75,10 +76,24 @@ def _node_names(graph: onnx.GraphProto) -> list[str]:
     return [n.name or f"{n.op_type}_{i}" for i, n in enumerate(graph.node)]
 
 
+def _with_subgraphs(graph: onnx.GraphProto, names: list[str]
+                    ) -> list[tuple[onnx.NodeProto, str]]:
+    """(node, name) of the graph's nodes and of every node of their subgraphs."""
+    pairs = []
+    for node, name in zip(graph.node, names):
+        pairs.append((node, name))
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                pairs += [(inner, f"{name}/{inner.name or inner.op_type}")
+                          for inner in control_flow.subgraph_nodes(attr.g)]
+    return pairs
+
+
 def _check_supported(graph: onnx.GraphProto, names: list[str], opset: int) -> None:
     known = {op for op in set(REGISTRY) | set(supported_extra_ops()) if is_onnx_op(op)}
     missing: dict[str, str] = {}
-    for node, name in zip(graph.node, names):
+    pairs = _with_subgraphs(graph, names)
+    for node, name in pairs:
         default = node.domain in DEFAULT_DOMAINS
         key = node.op_type if default else f"{node.domain}.{node.op_type}"
         if (not default or node.op_type not in known) and key not in missing:
@@ -86,7 +101,7 @@ def _check_supported(graph: onnx.GraphProto, names: list[str], opset: int) -> No
     if missing:
         listing = ", ".join(f"{op} (node '{name}')" for op, name in missing.items())
         raise UnsupportedOpError(f"unsupported ops: {listing}")
-    check_versions(((node.op_type, name) for node, name in zip(graph.node, names)), opset)
+    check_versions(((node.op_type, name) for node, name in pairs), opset)
 
 
 def _input_type(info: onnx.ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
@@ -121,14 +136,14 @@ def _topological(nodes: list[OnnxNode], available: set[str]) -> list[OnnxNode]:
     while pending:
         waiting = []
         for node in pending:
-            if all(i in ready for i in node.inputs):
+            if all(i in ready for i in node.inputs + node.implicit):
                 ordered.append(node)
                 ready.update(node.outputs)
             else:
                 waiting.append(node)
         if len(waiting) == len(pending):
             node = waiting[0]
-            value = next(i for i in node.inputs if i not in ready)
+            value = next(i for i in node.inputs + node.implicit if i not in ready)
             raise ModelError(f"node '{node.name}' ({node.op}): input '{value}' is not produced "
                              f"by any node, initializer or graph input (or there is a cycle)")
         pending = waiting
@@ -156,10 +171,18 @@ class _Importer:
         _check_supported(graph, names, opset)
         inputs = self._read_inputs(graph)
         decoded = [self._decode(n, name) for n, name in zip(graph.node, names)]
-        used = {i for n in decoded for i in n.inputs} | {o.name for o in graph.output}
+        used = {i for n in decoded for i in n.inputs + n.implicit}
+        used |= {o.name for o in graph.output}
         every = {v for n in decoded for v in n.inputs + n.outputs} | set(self.types)
         ctx = Context(opset, self.types, used, set(every), self.values)
-        for node in _topological(decoded, set(self.types)):
+        work = _topological(decoded, set(self.types))[::-1]   # a stack: next node last
+        while work:
+            node = work.pop()
+            expand = control_flow.EXPANDERS.get(node.op)
+            if expand is not None:   # control flow: splice the subgraph copies in
+                spliced = expand(node, ctx, self._decode)
+                work.extend(_topological(spliced, set(self.types))[::-1])
+                continue
             converted = convert(node, ctx)
             for name, array in converted.constants.items():
                 self._add_constant(name, array)
@@ -189,8 +212,15 @@ class _Importer:
 
     def _decode(self, node: onnx.NodeProto, name: str) -> OnnxNode:
         label = f"node '{name}' ({node.op_type})"
-        attrs = {a.name: attribute_value(a, self.base_dir, label) for a in node.attribute}
-        return OnnxNode(node.op_type, tuple(node.input), tuple(node.output), name, attrs)
+        attrs, implicit = {}, set()
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH and node.op_type in control_flow.GRAPH_OPS:
+                attrs[a.name] = control_flow.Subgraph(a.g)
+                implicit |= control_flow.free_values(a.g)
+            else:
+                attrs[a.name] = attribute_value(a, self.base_dir, label)
+        return OnnxNode(node.op_type, tuple(node.input), tuple(node.output), name, attrs,
+                        tuple(sorted(implicit)))
 
     def _add_constant(self, name: str, array: np.ndarray) -> None:
         self.constants[name] = array
