@@ -107,20 +107,32 @@ def _runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 def compile_time_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
     """The run-time graph inputs whose values hidetc needs at compile time: those feeding
     a registry `value_inputs` slot, directly or through the nodes that compute it (every
-    input of such a node is needed, except for Shape/Size), in graph input order."""
+    input of such a node is needed, except for Shape/Size), in graph input order. Ops the
+    importer reads as decompositions name their slots in their module's VALUE_INPUTS.
+    Nodes inside If/Loop/Scan subgraphs count, and a needed value computed by such a node
+    needs what its subgraphs read from the enclosing scopes."""
+    from hidetc.frontend.onnx.handlers import DECOMPOSERS
     from hidetc.graph.ops import REGISTRY
+    decomposed = {op: slots for module in DECOMPOSERS
+                  for op, slots in getattr(module, "VALUE_INPUTS", {}).items()}
     proto = model
     if model.functions:
         try:
             proto = onnx.inliner.inline_local_functions(model)
         except Exception:  # noqa: BLE001 - the import reports a broken model properly
             proto = model
-    nodes = list(proto.graph.node)
+    from hidetc.frontend.onnx.control_flow import free_values, subgraph_nodes
+    from hidetc.frontend.onnx.functions import value_slots
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    nodes = list(subgraph_nodes(proto.graph))     # subgraphs' nodes too (If/Loop/Scan)
     producer = {o: n for n in nodes for o in n.output if o}
     pending: list[str] = []
     for node in nodes:
         opdef = REGISTRY.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-        for k in opdef.value_inputs if opdef else ():
+        slots = tuple(opdef.value_inputs if opdef else ()) + decomposed.get(node.op_type, ())
+        if opdef is None and node.op_type not in decomposed:   # read through its function
+            slots += value_slots(node.op_type, opset)
+        for k in slots if node.domain in ("", "ai.onnx") else ():
             if k < len(node.input) and node.input[k]:
                 pending.append(node.input[k])
     needed: set[str] = set()
@@ -132,6 +144,9 @@ def compile_time_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
         node = producer.get(name)
         if node is not None and node.op_type not in _TYPE_ONLY:
             pending.extend(i for i in node.input if i)
+            for attr in node.attribute:     # what a subgraph reads from enclosing scopes
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    pending.extend(free_values(attr.g))
     return tuple(i.name for i in _runtime_inputs(model) if i.name in needed)
 
 

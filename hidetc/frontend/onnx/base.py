@@ -28,11 +28,13 @@ class OnnxNode:
     name: str
     attrs: Mapping[str, Any]
     implicit: tuple[str, ...] = ()   # values its subgraphs read from enclosing scopes
+    source: Any = field(default=None, compare=False, repr=False)   # the NodeProto
 
     def without(self, *keys: str) -> "OnnxNode":
         """The same node without the attributes `keys`."""
         attrs = {k: v for k, v in self.attrs.items() if k not in keys}
-        return OnnxNode(self.op, self.inputs, self.outputs, self.name, attrs, self.implicit)
+        return OnnxNode(self.op, self.inputs, self.outputs, self.name, attrs, self.implicit,
+                        self.source)
 
     def input(self, index: int) -> str:
         """Input `index`, or "" when it is omitted."""

@@ -116,7 +116,7 @@ def _instantiate(sub: Subgraph, inputs: list[str], tag: str, ctx: Context, decod
         rename = lambda n: names.get(n, n) if n else n   # noqa: E731
         made = OnnxNode(decoded.op, tuple(rename(i) for i in decoded.inputs),
                         tuple(rename(o) for o in decoded.outputs), decoded.name, attrs,
-                        tuple(rename(i) for i in decoded.implicit))
+                        tuple(rename(i) for i in decoded.implicit), decoded.source)
         ctx.used.update(made.inputs)
         ctx.used.update(made.implicit)
         nodes.append(made)

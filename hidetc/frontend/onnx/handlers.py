@@ -39,6 +39,7 @@ from hidetc.frontend.onnx import (
     recent,
     recurrent,
     spatial,
+    training,
 )
 from hidetc.frontend.onnx.base import (
     OPTIONAL_OUTPUT_OPS,
@@ -160,7 +161,7 @@ HANDLERS: dict[str, Handler] = {
 # (the input slots whose values the import needs: onnx_backend specializes them).
 # control_flow's ops (If/Loop/Scan) are expanded by the importer itself.
 DECOMPOSERS = (recent, control_flow, attention, losses, normalization, einsum, quantization,
-               recurrent, spatial, extra_ops)
+               recurrent, spatial, extra_ops, training)
 for _module in DECOMPOSERS:
     overlap = set(_module.HANDLERS) & set(HANDLERS)
     assert not overlap, f"{_module.__name__} handles {sorted(overlap)} a second time"

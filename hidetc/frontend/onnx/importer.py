@@ -23,7 +23,9 @@ import onnx.inliner
 from google.protobuf.message import DecodeError
 
 from hidetc.errors import HidetcError, ModelError, UnsupportedOpError
-from hidetc.frontend.onnx import control_flow
+from hidetc.frontend.onnx import control_flow, functions
+from hidetc.frontend.onnx.base import label as label_of
+from hidetc.frontend.onnx.functions import has_function
 from hidetc.frontend.onnx.handlers import Context, OnnxNode, convert, supported_extra_ops
 from hidetc.frontend.onnx.tensors import attribute_value, tensor_array, value_info_dims
 from hidetc.frontend.onnx.versions import (
@@ -89,18 +91,27 @@ def _with_subgraphs(graph: onnx.GraphProto, names: list[str]
     return pairs
 
 
-def _check_supported(graph: onnx.GraphProto, names: list[str], opset: int) -> None:
-    known = {op for op in set(REGISTRY) | set(supported_extra_ops()) if is_onnx_op(op)}
+def _known_ops() -> set[str]:
+    return {op for op in set(REGISTRY) | set(supported_extra_ops()) if is_onnx_op(op)}
+
+
+def _check_supported(graph: onnx.GraphProto, names: list[str], opset: int,
+                     pairs: list[tuple[onnx.NodeProto, str]] | None = None,
+                     inside: str = "") -> None:
+    """UnsupportedOpError naming the unsupported ops (those with an ONNX function body
+    are read through it: `functions.py`) or an unread schema version."""
+    known = _known_ops()
     missing: dict[str, str] = {}
-    pairs = _with_subgraphs(graph, names)
+    pairs = _with_subgraphs(graph, names) if pairs is None else pairs
     for node, name in pairs:
         default = node.domain in DEFAULT_DOMAINS
         key = node.op_type if default else f"{node.domain}.{node.op_type}"
-        if (not default or node.op_type not in known) and key not in missing:
+        readable = default and (node.op_type in known or has_function(node.op_type, opset))
+        if not readable and key not in missing:
             missing[key] = name
     if missing:
         listing = ", ".join(f"{op} (node '{name}')" for op, name in missing.items())
-        raise UnsupportedOpError(f"unsupported ops: {listing}")
+        raise UnsupportedOpError(f"unsupported ops: {listing}{inside}")
     check_versions(((node.op_type, name) for node, name in pairs), opset)
 
 
@@ -176,11 +187,21 @@ class _Importer:
         every = {v for n in decoded for v in n.inputs + n.outputs} | set(self.types)
         ctx = Context(opset, self.types, used, set(every), self.values)
         work = _topological(decoded, set(self.types))[::-1]   # a stack: next node last
+        known = _known_ops()
         while work:
             node = work.pop()
             expand = control_flow.EXPANDERS.get(node.op)
             if expand is not None:   # control flow: splice the subgraph copies in
                 spliced = expand(node, ctx, self._decode)
+                work.extend(_topological(spliced, set(self.types))[::-1])
+                continue
+            if node.op not in known and node.source is not None:   # a function body
+                spliced = functions.expand(
+                    node, opset, [self.types.get(i) if i else None for i in node.inputs],
+                    ctx.fresh(f"{node.name}/{node.op}"), ctx.fresh, self._decode)
+                _check_supported(graph, [], opset, [(n.source, n.name) for n in spliced],
+                                 f" (in the function body of {label_of(node)})")
+                ctx.used.update(i for n in spliced for i in n.inputs + n.implicit)
                 work.extend(_topological(spliced, set(self.types))[::-1])
                 continue
             converted = convert(node, ctx)
@@ -220,7 +241,7 @@ class _Importer:
             else:
                 attrs[a.name] = attribute_value(a, self.base_dir, label)
         return OnnxNode(node.op_type, tuple(node.input), tuple(node.output), name, attrs,
-                        tuple(sorted(implicit)))
+                        tuple(sorted(implicit)), node)
 
     def _add_constant(self, name: str, array: np.ndarray) -> None:
         self.constants[name] = array

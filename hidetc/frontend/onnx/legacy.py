@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from hidetc.errors import ModelError, UnsupportedOpError
+from hidetc.frontend.onnx import training
 from hidetc.frontend.onnx.base import Builder, Context, Converted, OnnxNode, emit, label, scalar
 
 
@@ -100,7 +101,7 @@ def slice_(node: OnnxNode, ctx: Context) -> Converted:
 
 def batch_normalization(node: OnnxNode, ctx: Context) -> Converted:
     if ctx.opset >= 14:
-        return emit(node, ctx)
+        return training.batch_normalization(node, ctx)
     version = 9 if ctx.opset >= 9 else 7
     if not node.attrs.get("spatial", 1):
         raise UnsupportedOpError(f"{label(node)}: BatchNormalization-7 with spatial=0 "
@@ -114,7 +115,7 @@ def batch_normalization(node: OnnxNode, ctx: Context) -> Converted:
 
 def dropout(node: OnnxNode, ctx: Context) -> Converted:
     if ctx.opset >= 12:
-        return emit(node, ctx)
+        return training.dropout(node, ctx)
     if len(node.outputs) > 1 and node.outputs[1] in ctx.used:
         version = 10 if ctx.opset >= 10 else 7
         raise UnsupportedOpError(f"{label(node)}: Dropout-{version}'s mask output is not "
