@@ -3,9 +3,10 @@ defines (the definition the `_expanded` node tests inline): the generic fallback
 reads AffineGrid, CenterCropPad, LinearAttention, CausalConvWithState... and any op a
 newer onnx defines as a function of ops hidetc reads.
 
-- `has_function(op, opset)`: the op's schema at `opset` has a function body (a plain
-  one, or a context-dependent one built from the node's attributes and input types) for
-  a version at most `opset`.
+- `has_function(op, opset, domain)`: the op's schema at `opset` has a function body (a
+  plain one, or a context-dependent one built from the node's attributes and input
+  types) for a version at most `opset`; default domain and ai.onnx.preview
+  (`FUNCTION_DOMAINS`, each with the model's opset for that domain).
 - `expand(node, opset, input_types, tag, decode)`: the body's nodes for this node: the
   newest body version <= opset; attribute references resolved from the node's
   attributes, else the schema's default, else dropped (the inner op's default applies);
@@ -33,17 +34,23 @@ from hidetc.graph.ir import TensorType
 Decode = Callable[[onnx.NodeProto, str], OnnxNode]
 
 
+# Domains whose function-bodied ops are read (ai.onnx.preview: FlexAttention...).
+FUNCTION_DOMAINS = ("", "ai.onnx", "ai.onnx.preview")
+
+
 @lru_cache(maxsize=None)
-def _schema(op: str, opset: int) -> onnx.defs.OpSchema | None:
+def _schema(op: str, opset: int, domain: str = "") -> onnx.defs.OpSchema | None:
     try:
-        return onnx.defs.get_schema(op, opset, "")
+        return onnx.defs.get_schema(op, opset, "" if domain == "ai.onnx" else domain)
     except onnx.defs.SchemaError:
         return None
 
 
-def _version(op: str, opset: int) -> tuple[int, bool] | None:
+def _version(op: str, opset: int, domain: str = "") -> tuple[int, bool] | None:
     """(function opset version, context dependent?) of the newest body <= opset."""
-    schema = _schema(op, opset)
+    if domain not in FUNCTION_DOMAINS or not opset:
+        return None
+    schema = _schema(op, opset, domain)
     if schema is None:
         return None
     found = [(v, False) for v in schema.function_opset_versions if v <= opset]
@@ -52,8 +59,8 @@ def _version(op: str, opset: int) -> tuple[int, bool] | None:
     return max(found) if found else None
 
 
-def has_function(op: str, opset: int) -> bool:
-    return _version(op, opset) is not None
+def has_function(op: str, opset: int, domain: str = "") -> bool:
+    return _version(op, opset, domain) is not None
 
 
 def _type_proto(t: TensorType | None) -> onnx.TypeProto:
@@ -66,8 +73,9 @@ def _type_proto(t: TensorType | None) -> onnx.TypeProto:
 
 def _body(node: OnnxNode, opset: int, input_types: Sequence[TensorType | None]
           ) -> onnx.FunctionProto:
-    version, dependent = _version(node.op, opset)
-    schema = _schema(node.op, opset)
+    domain = node.source.domain
+    version, dependent = _version(node.op, opset, domain)
+    schema = _schema(node.op, opset, domain)
     function = onnx.FunctionProto()
     try:
         if dependent:
@@ -109,7 +117,7 @@ def expand(node: OnnxNode, opset: int, input_types: Sequence[TensorType | None],
     given = {a.name: a for a in node.source.attribute}
     for default in function.attribute_proto:
         given.setdefault(default.name, default)
-    schema = _schema(node.op, opset)
+    schema = _schema(node.op, opset, node.source.domain)
     for name, attr in schema.attributes.items():
         if name not in given and attr.default_value and attr.default_value.type:
             given[name] = attr.default_value

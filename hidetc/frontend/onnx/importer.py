@@ -95,7 +95,18 @@ def _known_ops() -> set[str]:
     return {op for op in set(REGISTRY) | set(supported_extra_ops()) if is_onnx_op(op)}
 
 
-def _check_supported(graph: onnx.GraphProto, names: list[str], opset: int,
+def _opsets(proto: onnx.ModelProto) -> dict[str, int]:
+    """Imported opset per domain ("" for ai.onnx)."""
+    return {("" if o.domain in DEFAULT_DOMAINS else o.domain): o.version
+            for o in proto.opset_import}
+
+
+def _has_function(node: onnx.NodeProto, opsets: Mapping[str, int]) -> bool:
+    domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+    return has_function(node.op_type, opsets.get(domain, 0), domain)
+
+
+def _check_supported(graph: onnx.GraphProto, names: list[str], opsets: Mapping[str, int],
                      pairs: list[tuple[onnx.NodeProto, str]] | None = None,
                      inside: str = "") -> None:
     """UnsupportedOpError naming the unsupported ops (those with an ONNX function body
@@ -106,13 +117,14 @@ def _check_supported(graph: onnx.GraphProto, names: list[str], opset: int,
     for node, name in pairs:
         default = node.domain in DEFAULT_DOMAINS
         key = node.op_type if default else f"{node.domain}.{node.op_type}"
-        readable = default and (node.op_type in known or has_function(node.op_type, opset))
+        readable = (default and node.op_type in known) or _has_function(node, opsets)
         if not readable and key not in missing:
             missing[key] = name
     if missing:
         listing = ", ".join(f"{op} (node '{name}')" for op, name in missing.items())
         raise UnsupportedOpError(f"unsupported ops: {listing}{inside}")
-    check_versions(((node.op_type, name) for node, name in pairs), opset)
+    check_versions(((node.op_type, name) for node, name in pairs
+                    if node.domain in DEFAULT_DOMAINS), opsets[""])
 
 
 def _input_type(info: onnx.ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
@@ -171,6 +183,7 @@ class _Importer:
         self.constants: dict[str, np.ndarray] = {}
         self.nodes: list[Node] = []
         self.node_names: set[str] = set()
+        self.opsets = _opsets(proto)
 
     def run(self) -> Graph:
         opset = check_opset(self.proto)
@@ -179,7 +192,7 @@ class _Importer:
             proto = onnx.inliner.inline_local_functions(proto)
         graph = proto.graph
         names = _node_names(graph)
-        _check_supported(graph, names, opset)
+        _check_supported(graph, names, self.opsets)
         inputs = self._read_inputs(graph)
         decoded = [self._decode(n, name) for n, name in zip(graph.node, names)]
         used = {i for n in decoded for i in n.inputs + n.implicit}
@@ -195,11 +208,14 @@ class _Importer:
                 spliced = expand(node, ctx, self._decode)
                 work.extend(_topological(spliced, set(self.types))[::-1])
                 continue
-            if node.op not in known and node.source is not None:   # a function body
+            if node.source is not None and (node.op not in known or node.source.domain
+                                            not in DEFAULT_DOMAINS):   # a function body
+                domain = "" if node.source.domain in DEFAULT_DOMAINS else node.source.domain
                 spliced = functions.expand(
-                    node, opset, [self.types.get(i) if i else None for i in node.inputs],
+                    node, self.opsets.get(domain, 0),
+                    [self.types.get(i) if i else None for i in node.inputs],
                     ctx.fresh(f"{node.name}/{node.op}"), ctx.fresh, self._decode)
-                _check_supported(graph, [], opset, [(n.source, n.name) for n in spliced],
+                _check_supported(graph, [], self.opsets, [(n.source, n.name) for n in spliced],
                                  f" (in the function body of {label_of(node)})")
                 ctx.used.update(i for n in spliced for i in n.inputs + n.implicit)
                 work.extend(_topological(spliced, set(self.types))[::-1])
@@ -234,8 +250,10 @@ class _Importer:
     def _decode(self, node: onnx.NodeProto, name: str) -> OnnxNode:
         label = f"node '{name}' ({node.op_type})"
         attrs, implicit = {}, set()
+        keep_graphs = node.op_type in control_flow.GRAPH_OPS and node.domain in DEFAULT_DOMAINS
+        keep_graphs |= _has_function(node, self.opsets)   # (its body builder reads them)
         for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH and node.op_type in control_flow.GRAPH_OPS:
+            if a.type == onnx.AttributeProto.GRAPH and keep_graphs:
                 attrs[a.name] = control_flow.Subgraph(a.g)
                 implicit |= control_flow.free_values(a.g)
             else:
