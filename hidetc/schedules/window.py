@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hidetc.errors import UnsupportedOpError
+from hidetc.graph.ops.conv import window_geometry
 from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Buffer, Expr, cast, logical_and, maximum, minimum
+from hidetc.tir.ir import Buffer, Expr, cast, logical_and, maximum
 
 
 def begin_pads(task: Task, in_hw, out_hw, kernel, strides, dilations) -> list[int]:
@@ -37,8 +38,8 @@ class PoolGeometry:
     kernel: tuple[int, int]
     strides: tuple[int, int]
     dilations: tuple[int, int]
-    begin: tuple[int, int]            # leading pads
-    pads: tuple[int, int, int, int]   # as given (for count_include_pad)
+    begin: tuple[int, int]            # leading pads (auto_pad resolved)
+    end: tuple[int, int]              # trailing pads (auto_pad resolved; no ceil overrun)
 
 
 def pool_geometry(task: Task) -> PoolGeometry:
@@ -51,33 +52,35 @@ def pool_geometry(task: Task) -> PoolGeometry:
     kernel = tuple(task.attr("kernel_shape"))
     strides = tuple(task.attr("strides") or (1, 1))
     dilations = tuple(task.attr("dilations") or (1, 1))
-    begin = tuple(begin_pads(task, (h, w), (oh, ow), kernel, strides, dilations))
-    pads = tuple(task.attr("pads") or (0,) * 4)
-    return PoolGeometry(n, c, h, w, oh, ow, kernel, strides, dilations, begin, pads)
+    win = window_geometry(task.op, (h, w), kernel, dict(task.attrs),
+                          bool(task.attr("ceil_mode", 0)))
+    return PoolGeometry(n, c, h, w, oh, ow, kernel, strides, dilations, win.begin, win.end)
 
 
 def emit_pool_output(kb: KernelBuilder, task: Task, g: PoolGeometry, x: Buffer, out: Buffer,
                      p: Expr, y: Expr, xo: Expr) -> None:
     """Store out[p, y, xo]: max or average over the window; x and out are viewed as
     (N*C, H, W) and (N*C, OH, OW). count_include_pad divides by the window clipped to
-    the padded input, otherwise by the number of in-image taps."""
+    the padded input (the taps inside the pads, dilation included; not the ceil_mode
+    overrun: the op's reference), otherwise by the number of in-image taps."""
     is_max = task.op == "MaxPool"
     dt = out.dtype
     acc = kb.declare("acc", dt, float("-inf") if is_max else 0.0)
     cnt = kb.declare("cnt", "int32", 0)
+    padded = not is_max and task.attr("count_include_pad", 0)
     with kb.for_range(g.kernel[0], name="kh") as kh, kb.for_range(g.kernel[1], name="kw") as kw:
         ih = y * g.strides[0] - g.begin[0] + kh * g.dilations[0]
         iw = xo * g.strides[1] - g.begin[1] + kw * g.dilations[1]
         with kb.if_then(logical_and(ih >= 0, ih < g.h, iw >= 0, iw < g.w)):
             v = x[p, ih, iw]
             kb.assign(acc, maximum(acc, v) if is_max else acc + v)
-            kb.assign(cnt, cnt + 1)
+            if not padded:
+                kb.assign(cnt, cnt + 1)
+        if padded:
+            with kb.if_then(logical_and(ih >= -g.begin[0], ih < g.h + g.end[0],
+                                        iw >= -g.begin[1], iw < g.w + g.end[1])):
+                kb.assign(cnt, cnt + 1)
     if is_max:
         kb.store(out, (p, y, xo), acc)
-    elif task.attr("count_include_pad", 0):
-        hs, ws = y * g.strides[0] - g.begin[0], xo * g.strides[1] - g.begin[1]
-        rows = minimum(hs + g.kernel[0], g.h + g.pads[2]) - hs
-        cols = minimum(ws + g.kernel[1], g.w + g.pads[3]) - ws
-        kb.store(out, (p, y, xo), acc / cast(rows * cols, dt))
     else:
         kb.store(out, (p, y, xo), acc / cast(maximum(cnt, 1), dt))

@@ -100,6 +100,14 @@ CASES = {
                                                         "strides": [2, 2], "ceil_mode": 1}, {}),
     "avgpool_pad": ("AveragePool", {"x": f(1, 3, 7, 7)},
                     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}, {}),
+    # count_include_pad with auto_pad (the divisor counts the resolved pads) and the
+    # ceil_mode overrun (not counted)
+    "avgpool_pad_same": ("AveragePool", {"x": f(1, 2, 9, 8)},
+                         {"kernel_shape": [3, 4], "auto_pad": "SAME_UPPER",
+                          "count_include_pad": 1}, {}),
+    "avgpool_pad_ceil": ("AveragePool", {"x": f(1, 2, 8, 9)},
+                         {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 0, 1],
+                          "ceil_mode": 1, "count_include_pad": 1}, {}),
     "avgpool": ("AveragePool", {"x": f(1, 3, 8, 7)},
                 {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1]}, {}),
     "global_avgpool": ("GlobalAveragePool", {"x": f(2, 3, 5, 7)}, {}, {}),
