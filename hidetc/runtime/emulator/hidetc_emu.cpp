@@ -2,8 +2,8 @@
  *
  * A launch runs its blocks one after another (x fastest, then y, then z). The threads
  * of a block are fibers, each with its own stack (mmap'ed, with a guard page, reused
- * across blocks and launches), run round-robin in thread order on the calling OS
- * thread. A fiber runs until it finishes or blocks:
+ * across the launch's blocks, released when it ends), run round-robin in thread order
+ * on the calling OS thread. A fiber runs until it finishes or blocks:
  *
  * - __syncthreads(): the fiber waits until every non-exited thread of the block waits
  *   at a barrier (a thread that has exited counts as arrived, as on sm_70+); all must
@@ -412,9 +412,8 @@ extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_stack_size(size_t bytes) {
   }
 }
 
-extern "C" HIDETC_EMU_EXPORT int hidetc_emu_launch(void (*entry)(void **), unsigned gx,
-                                                   unsigned gy, unsigned gz, unsigned bx,
-                                                   unsigned by, unsigned bz, void **args) {
+static int launch(void (*entry)(void **), unsigned gx, unsigned gy, unsigned gz,
+                  unsigned bx, unsigned by, unsigned bz, void **args) {
   g_failed = false;
   g_error.clear();
   unsigned long long threads = (unsigned long long)bx * by * bz;
@@ -446,4 +445,16 @@ extern "C" HIDETC_EMU_EXPORT int hidetc_emu_launch(void (*entry)(void **), unsig
       }
   hidetc_emu_current = nullptr;
   return 0;
+}
+
+/* The stacks live for one launch: every loaded kernel library has its own emulator
+ * state, and stacks kept across launches (two mappings each, guard page included)
+ * would exhaust the process's map count (vm.max_map_count, 65530 by default) once a
+ * few dozen libraries had run 1024-thread blocks. */
+extern "C" HIDETC_EMU_EXPORT int hidetc_emu_launch(void (*entry)(void **), unsigned gx,
+                                                   unsigned gy, unsigned gz, unsigned bx,
+                                                   unsigned by, unsigned bz, void **args) {
+  int status = launch(entry, gx, gy, gz, bx, by, bz, args);
+  free_stacks();
+  return status;
 }
