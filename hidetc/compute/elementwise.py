@@ -6,6 +6,15 @@ is 1 / (1 + exp(-x)), integer ops keep C semantics for non-negative operands. Si
 per its detect_* attributes; Gelu is ONNX's formula (erf, or tanh with
 approximate="tanh"). Bitwise ops and integer Pow are in `hidetc.compute.integer` (the
 IR has no bitwise operators).
+
+The activations follow the ONNX definitions, evaluated in the input's float dtype (the
+numpy references compute in float64 and round, so results agree to a few ulps): Elu,
+Celu and Selu use expm1 for e^x - 1 (no cancellation near 0), Mish is
+x tanh(log1p(exp(x))) (log1p keeps the relative precision of its tiny results for
+negative x), Round is rint (half to even, the default rounding mode). `BINARY_ATTR`
+holds the binary ops that read attributes: Mod (integer fmod=0: the sign of the
+divisor, as Python's %; fmod=1 and floats: C's fmod, the sign of the dividend; an
+integer divisor of 0 gives 0, as numpy) and BitShift (`hidetc.compute.integer`).
 """
 from __future__ import annotations
 
@@ -14,7 +23,8 @@ from typing import Any, Callable
 
 import onnx
 
-from hidetc.compute.integer import bitwise, bitwise_not, int_pow
+from hidetc.compute import narrow_types
+from hidetc.compute.integer import bit_shift, bitwise, bitwise_not, int_mod, int_pow
 from hidetc.tir.ir import (
     FLOATS,
     Const,
@@ -96,6 +106,50 @@ def _pow(a: Expr, b: Expr) -> Expr:
     return int_pow(a, b)
 
 
+def _elu(x: Expr, attrs: dict[str, Any]) -> Expr:
+    alpha = _float(attrs.get("alpha", 1.0), x)
+    return select(x < _float(0.0, x), alpha * call("expm1", x), x)
+
+
+def _celu(x: Expr, attrs: dict[str, Any]) -> Expr:
+    alpha = float(attrs.get("alpha", 1.0))
+    zero = _float(0.0, x)
+    negative = _float(alpha, x) * call("expm1", x / _float(alpha, x))
+    return maximum(x, zero) + minimum(zero, negative)
+
+
+def _selu(x: Expr, attrs: dict[str, Any]) -> Expr:
+    alpha = _float(attrs.get("alpha", 1.67326319217681884765625), x)
+    gamma = _float(attrs.get("gamma", 1.05070102214813232421875), x)
+    return select(x > _float(0.0, x), gamma * x, gamma * (alpha * call("expm1", x)))
+
+
+def _shrink(x: Expr, attrs: dict[str, Any]) -> Expr:
+    bias = _float(attrs.get("bias", 0.0), x)
+    lambd = float(attrs.get("lambd", 0.5))
+    inner = select(x > _float(lambd, x), x - bias, _float(0.0, x))
+    return select(x < _float(-lambd, x), x + bias, inner)
+
+
+def _thresholded_relu(x: Expr, attrs: dict[str, Any]) -> Expr:
+    return select(x > _float(attrs.get("alpha", 1.0), x), x, _float(0.0, x))
+
+
+def _mish(x: Expr, attrs: dict[str, Any]) -> Expr:
+    return x * call("tanh", call("log1p", call("exp", x)))
+
+
+def _hard_swish(x: Expr, attrs: dict[str, Any]) -> Expr:
+    gate = x * _float(1.0 / 6.0, x) + _float(0.5, x)
+    return x * minimum(maximum(gate, _float(0.0, x)), _float(1.0, x))
+
+
+def _mod(a: Expr, b: Expr, attrs: dict[str, Any]) -> Expr:
+    if a.dtype in FLOATS:
+        return a % b
+    return int_mod(a, b, python=not attrs.get("fmod", 0))
+
+
 _UNSIGNED = ("bool", "uint8", "uint16", "uint32", "uint64")
 
 UNARY: dict[str, Unary] = {
@@ -116,7 +170,7 @@ UNARY: dict[str, Unary] = {
     "Not": lambda x, attrs: logical_not(x),
     "Identity": lambda x, attrs: x,
     "Dropout": lambda x, attrs: x,
-    "Cast": lambda x, attrs: cast(x, dtype_name(attrs["to"])),
+    "Cast": lambda x, attrs: narrow_types.convert(x, dtype_name(attrs["to"]), attrs),
     "LeakyRelu": _leaky_relu,
     "HardSigmoid": _hard_sigmoid,
     "Softplus": lambda x, attrs: call("log", _float(1.0, x) + call("exp", x)),
@@ -125,6 +179,24 @@ UNARY: dict[str, Unary] = {
     "IsNaN": lambda x, attrs: ne(x, x),
     "IsInf": _isinf,
     "BitwiseNot": lambda x, attrs: bitwise_not(x),
+    "Tan": _math("tan"),
+    "Asin": _math("asin"),
+    "Acos": _math("acos"),
+    "Atan": _math("atan"),
+    "Sinh": _math("sinh"),
+    "Cosh": _math("cosh"),
+    "Asinh": _math("asinh"),
+    "Acosh": _math("acosh"),
+    "Atanh": _math("atanh"),
+    "Round": _math("round"),
+    "Softsign": lambda x, attrs: x / (_float(1.0, x) + call("abs", x)),
+    "Shrink": _shrink,
+    "Elu": _elu,
+    "Celu": _celu,
+    "Selu": _selu,
+    "ThresholdedRelu": _thresholded_relu,
+    "Mish": _mish,
+    "HardSwish": _hard_swish,
 }
 
 BINARY: dict[str, Binary] = {
@@ -146,4 +218,10 @@ BINARY: dict[str, Binary] = {
     "Sum": lambda a, b: a + b,
     **{op: (lambda a, b, op=op: bitwise(op, a, b))
        for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor")},
+}
+
+BinaryAttr = Callable[[Expr, Expr, dict[str, Any]], Expr]
+BINARY_ATTR: dict[str, BinaryAttr] = {
+    "Mod": _mod,
+    "BitShift": lambda a, b, attrs: bit_shift(a, b, attrs.get("direction", "")),
 }

@@ -2,9 +2,12 @@
 output element at index `idx` (one Expr per output dimension), where `load(i, index)`
 reads input `i` of the task at `index` (one Expr per input dimension).
 
-Covers elementwise ops with numpy broadcasting, layout ops (Transpose, Reshape and its
-aliases, Slice, Concat, Expand, Tile, Pad in its constant, edge, reflect and wrap modes),
-gathers, the per-channel and windowed ops of
+Covers elementwise ops with numpy broadcasting (the attribute-reading binary ops Mod
+and BitShift too), layout ops (Transpose, Reshape and its aliases, Slice, Concat,
+Expand, Tile, Pad in its constant, edge, reflect and wrap modes, DepthToSpace in DCR
+and CRD modes, SpaceToDepth), OneHot (indices truncated to int64, negative ones
+counted from depth; an index outside [-depth, depth) selects no class), gathers, the
+per-channel and windowed ops of
 `hidetc.compute.nn` (PRelu, BatchNormalization, LRN, Trilu) and Resize
 (`hidetc.compute.resize`). Indices read from tensors (Gather*) are normalized for
 negative values; scalar operands (Clip's bounds, Pad's value, Trilu's k) may be 0-d or
@@ -14,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from hidetc.compute.elementwise import BINARY, UNARY
+from hidetc.compute.elementwise import BINARY, BINARY_ATTR, UNARY
+from hidetc.compute.grid_sample import GRID_SAMPLE
 from hidetc.compute.indexing import (  # noqa: F401  (re-exported: schedules, fusion)
     ZERO,
     Compute,
@@ -29,7 +33,7 @@ from hidetc.compute.indexing import (  # noqa: F401  (re-exported: schedules, fu
 from hidetc.compute.nn import NN
 from hidetc.compute.resize import RESIZE
 from hidetc.schedules.task import Task
-from hidetc.tir.ir import Expr, as_expr, cast, logical_and, maximum, minimum, select
+from hidetc.tir.ir import Expr, as_expr, cast, eq, logical_and, maximum, minimum, select
 
 _load_broadcast = load_broadcast
 _normalize = normalize
@@ -46,6 +50,11 @@ def _variadic(task: Task, idx: list[Expr], load: Load) -> Expr:
     for i in present[1:]:
         value = fn(value, _load_broadcast(task, i, idx, load))
     return value
+
+
+def _binary_attr(task: Task, idx: list[Expr], load: Load) -> Expr:
+    a, b = (_load_broadcast(task, i, idx, load) for i in range(2))
+    return BINARY_ATTR[task.op](a, b, dict(task.attrs))
 
 
 def _mean(task: Task, idx: list[Expr], load: Load) -> Expr:
@@ -190,6 +199,42 @@ def _pad_source(mode: str, s: Expr, n: int) -> Expr:
     return m if mode == "wrap" else select(m < n, m, period - m)
 
 
+def _depth_to_space(task: Task, idx: list[Expr], load: Load) -> Expr:
+    b = int(task.attr("blocksize"))
+    channels = task.outputs[0].shape[1]
+    n, c, h, w = idx
+    bh, bw = h % b, w % b
+    if task.attr("mode", "DCR") == "CRD":
+        source = c * (b * b) + bh * b + bw
+    else:
+        source = (bh * b + bw) * channels + c
+    return load(0, [n, source, h // b, w // b])
+
+
+def _space_to_depth(task: Task, idx: list[Expr], load: Load) -> Expr:
+    b = int(task.attr("blocksize"))
+    channels = task.inputs[0].shape[1]
+    n, c, h, w = idx
+    block = c // channels
+    return load(0, [n, c % channels, h * b + block // b, w * b + block % b])
+
+
+def _one_hot(task: Task, idx: list[Expr], load: Load) -> Expr:
+    depth = _scalar(task.param(1))
+    axis = task.attr("axis", -1) % len(task.outputs[0].shape)
+    index = cast(load(0, idx[:axis] + idx[axis + 1:]), "int64")
+    index = select(index < as_expr(0, index), index + as_expr(depth, index), index)
+    hot = eq(index, cast(idx[axis], "int64"))
+    return select(hot, load(2, [as_expr(1)]), load(2, [ZERO]))   # values: [off, on]
+
+
+def _scalar(value) -> int:
+    """A frozen parameter holding one number (0-d: the number; [1]: a 1-tuple)."""
+    while isinstance(value, tuple):
+        (value,) = value
+    return int(value)
+
+
 def _unary_table() -> dict[str, Compute]:
     return {op: _unary for op in UNARY}
 
@@ -213,8 +258,13 @@ COMPUTE: dict[str, Compute] = {
     "GatherElements": _gather_elements,
     "GatherND": _gather_nd,
     "Pad": _pad,
+    "DepthToSpace": _depth_to_space,
+    "SpaceToDepth": _space_to_depth,
+    "OneHot": _one_hot,
+    **{op: _binary_attr for op in BINARY_ATTR},
     **NN,
     **RESIZE,
+    **GRID_SAMPLE,
 }
 
 

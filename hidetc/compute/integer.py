@@ -13,6 +13,16 @@ Results are exact for every input; the cost is O(W) operations per element (Bitw
 on int64: 64 terms), acceptable for these rare ops. A native bitwise BinOp in the IR
 and printers would make them one instruction.
 
+BitShift (`bit_shift`) multiplies (LEFT) or divides (RIGHT) by 2^b in the unsigned type,
+2^b built from b's low bits as a product of selects (log2(W) of them, exact); uint8 and
+uint16 multiply in uint32 (C would promote them to a signed int, which may overflow)
+and truncate back. A shift by b >= W gives 0; a negative signed value shifted right
+is -1 - ((-1 - a) >> b) (arithmetic shift: -1 past the width), as numpy's shifts.
+Integer Mod (`int_mod`): C's remainder (sign of the dividend) for fmod=1, plus the
+divisor where the signs differ for Python's (fmod=0); a divisor of 0 gives 0 as numpy
+does (the C remainder runs on 1 instead: no trap), and so does -1 (INT_MIN % -1 traps
+on x86).
+
 Integer Pow (`int_pow`) follows the reference: the power in float64 (`pow(double,
 double)`), converted to the base's integer type; when the exponent is integral the
 power is rounded to nearest first (the exact power is an integer, or below 1/2 in
@@ -24,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hidetc.tir.ir import Const, Expr, call, cast, eq, select
+from hidetc.tir.ir import Const, Expr, call, cast, eq, logical_and, logical_or, ne, select
 
 _UNSIGNED = {"int8": "uint8", "int16": "uint16", "int32": "uint32", "int64": "uint64",
              "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64"}
@@ -74,3 +84,50 @@ def int_pow(a: Expr, b: Expr) -> Expr:
     power = call("pow", wa, wb)
     integral = eq(call("floor", wb), wb)
     return cast(select(integral, call("round", power), power), a.dtype)
+
+
+def int_mod(a: Expr, b: Expr, python: bool) -> Expr:
+    """a mod b for integers of one dtype: Python's sign (of b) when `python`, else C's."""
+    dtype = a.dtype
+    one = Const(1, dtype)
+    if dtype.startswith("uint"):
+        return a % select(eq(b, Const(0, dtype)), one, b)
+    trivial = logical_or(eq(b, Const(0, dtype)), eq(b, Const(-1, dtype)))
+    r = cast(a % select(trivial, one, b), dtype)
+    if not python:
+        return r
+    zero = Const(0, dtype)
+    differ = logical_and(ne(r, zero), ne(r < zero, b < zero))
+    return select(differ, cast(r + b, dtype), r)
+
+
+def _power_of_two(b: Expr, width: int, work: str) -> Expr:
+    """2^b (in `work`) for 0 <= b < width, from the bits of b (unsigned)."""
+    power: Expr = Const(1, work)
+    k = 0
+    while (1 << k) < width:
+        bit = eq((b // Const(1 << k, b.dtype)) % Const(2, b.dtype), Const(1, b.dtype))
+        power = power * select(bit, Const(1 << (1 << k), work), Const(1, work))
+        k += 1
+    return power
+
+
+def bit_shift(a: Expr, b: Expr, direction: str) -> Expr:
+    """a << b (direction "LEFT") or a >> b ("RIGHT", arithmetic for signed a), in a's
+    dtype; shifts by b >= the width give 0 (-1 for a negative a shifted right)."""
+    dtype = a.dtype
+    u = _UNSIGNED[dtype]
+    width = _bits(dtype)
+    work = u if width >= 32 else "uint32"
+    ub = cast(b, u)
+    in_range = ub < Const(width, u)
+    power = _power_of_two(ub, width, work)
+    zero = Const(0, work)
+    if direction == "LEFT":
+        return cast(select(in_range, cast(a, work) * power, zero), dtype)
+    if dtype == u:
+        return cast(select(in_range, cast(a, work) // power, zero), dtype)
+    nonneg = a >= Const(0, dtype)
+    magnitude = select(nonneg, a, Const(-1, dtype) - a)   # >= 0, no overflow
+    shifted = cast(select(in_range, cast(magnitude, work) // power, zero), dtype)
+    return select(nonneg, shifted, Const(-1, dtype) - shifted)

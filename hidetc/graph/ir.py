@@ -13,10 +13,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
+import ml_dtypes  # noqa: F401  (registers the bfloat16 and narrow dtype names with numpy)
 import numpy as np
 
+# the narrow ONNX types, named as ml_dtypes names them and stored one element per byte;
+# only Cast and data-movement ops take them (see hidetc.compute.narrow_types)
+NARROW_DTYPES = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                 "float8_e8m0fnu", "float4_e2m1fn", "int4", "uint4", "int2", "uint2")
 DTYPES = ("float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64",
-          "uint8", "uint16", "uint32", "uint64", "bool")
+          "uint8", "uint16", "uint32", "uint64", "bool") + NARROW_DTYPES
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 

@@ -34,6 +34,10 @@ Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[prec
                        so a ResNet block stays NHWC between convolutions (f16 implies
                        the cuda target; f32 graphs stay NCHW: the CPU templates and the
                        SIMT GEMM are NCHW).
+Then the target's passes `TARGET_PASSES[target]` (when `lower_precision` is given one):
+  cpu:  widen_half_cpu  MatMul/Conv on float16/bfloat16 -> float32 between Casts (the
+                        CPU templates are float32-only; numpy sums half products in f32).
+  cuda: nothing.
 Kept apart from PASSES so the optimizations see the model's own dtypes (folding in
 float32) and each precision's list stays explicit.
 
@@ -58,6 +62,7 @@ from hidetc.graph.passes import (
     remove_identity,
     simplify_pow,
     to_float16,
+    widen_half_cpu,
 )
 from hidetc.graph.verify import GraphVerifyError, verify_graph
 
@@ -84,6 +89,12 @@ PRECISION_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
 }
 
 
+TARGET_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
+    "cpu": (("widen_half_cpu", widen_half_cpu.run),),
+    "cuda": (),
+}
+
+
 def optimize(graph: Graph, *, verify: bool = False, dump_dir: str | None = None,
              passes: tuple[tuple[str, Pass], ...] = PASSES) -> Graph:
     """Run `passes` in order and return the optimized graph."""
@@ -96,14 +107,17 @@ def optimize(graph: Graph, *, verify: bool = False, dump_dir: str | None = None,
     return _run(graph, passes, 1, verify, dump)
 
 
-def lower_precision(graph: Graph, precision: str, *, dump_dir: str | None = None) -> Graph:
-    """Run `PRECISION_PASSES[precision]` on an optimized graph. The verifier runs after
-    each of them (always: they retype the whole graph); dumps continue the numbering of
-    `optimize`'s (`dump_dir/11_to_float16.txt`)."""
+def lower_precision(graph: Graph, precision: str, *, dump_dir: str | None = None,
+                    target: str | None = None) -> Graph:
+    """Run `PRECISION_PASSES[precision]`, then `TARGET_PASSES[target]` (none without a
+    target) on an optimized graph. The verifier runs after each of them (always: they
+    retype the graph); dumps continue the numbering of `optimize`'s
+    (`dump_dir/11_to_float16.txt`)."""
     dump = Path(dump_dir) if dump_dir is not None else None
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
-    return _run(graph, PRECISION_PASSES[precision], len(PASSES) + 1, True, dump)
+    passes = PRECISION_PASSES[precision] + TARGET_PASSES.get(target or "", ())
+    return _run(graph, passes, len(PASSES) + 1, True, dump)
 
 
 def _run(graph: Graph, passes: tuple[tuple[str, Pass], ...], start: int, verify: bool,

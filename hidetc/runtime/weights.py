@@ -11,6 +11,9 @@ maps the file once (read-only `np.memmap`, or one `np.fromfile` read) and return
 zero-copy views into that one blob; it checks every entry against the file length, the
 dtype and the shape first and raises a one-line `ArtifactError` naming the file and the
 weight when the file is too short or an entry is malformed.
+Dtypes: numpy's bool/int/uint/float, plus the ml_dtypes types hidetc's graphs use
+(`ML_DTYPES`: bfloat16 and the narrow float8/float4/int4/int2 types, one element per
+byte), written as their bytes and named by their ml_dtypes name.
 Assumes: a little-endian host (x86-64, aarch64), as the executors do.
 """
 from __future__ import annotations
@@ -20,11 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+import ml_dtypes  # noqa: F401  (registers the bfloat16/float8/int4 dtype names with numpy)
 import numpy as np
 
 from hidetc.errors import ArtifactError
 
 _ENTRY_KEYS = ("offset", "nbytes", "dtype", "shape")
+ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+             "float8_e8m0fnu", "float4_e2m1fn", "int4", "uint4", "int2", "uint2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,8 @@ def _all_ints(xs: list) -> bool:
 
 def _as_little_endian(name: str, array: Any) -> np.ndarray:
     a = np.asarray(array)
+    if a.dtype.name in ML_DTYPES:
+        return np.ascontiguousarray(a)
     if a.dtype.kind not in "biuf":
         raise ValueError(f"weight {name!r} has unsupported dtype {a.dtype}")
     if np.dtype(a.dtype.name) != a.dtype.newbyteorder("="):

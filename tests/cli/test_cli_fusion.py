@@ -50,9 +50,8 @@ def test_inspect_needs_an_artifact_or_space():
     assert result.exit_code == 2 and "--space" in result.output
 
 
-def test_half_precision_on_the_cpu_is_a_clean_error(tmp_path):
-    """An f16 tensor anywhere (here in what would be a fused group) is refused naming
-    the node, before any code is generated."""
+def test_half_precision_tensors_compile_on_the_cpu(tmp_path):
+    """float16 tensors (here in a fused group) compile for the cpu target and verify."""
     from onnx import TensorProto, helper
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
@@ -63,7 +62,5 @@ def test_half_precision_on_the_cpu_is_a_clean_error(tmp_path):
     model.ir_version = 8
     onnx.save(model, tmp_path / "half.onnx")
     result = invoke("compile", tmp_path / "half.onnx", "-o", tmp_path / "out", "--target", "cpu")
-    assert result.exit_code == 2
-    assert "node 'relu' (Relu): dtype float16 is not supported on the cpu target" in \
-        result.output
-    assert not (tmp_path / "out").exists()
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out").exists()

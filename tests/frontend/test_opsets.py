@@ -297,17 +297,18 @@ def test_range_27_stash_type():
     assert ops_of(graph) == ["Range"] and not graph.nodes[0].attr_dict
 
 
-def test_cast_float8_attributes_dropped_and_new_types_refused():
+def test_cast_float8_attributes_kept_for_narrow_targets_only():
     graph = import_model(one("Cast", {"to": F, "saturate": 1, "round_mode": "up"}, opset=24))
     assert graph.nodes[0].attr_dict == {"to": "float32"}
-    with pytest.raises(ModelError, match=r"attribute 'to' has unsupported element type "
-                                         r"FLOAT8E8M0"):
-        import_model(one("Cast", {"to": TensorProto.FLOAT8E8M0}, opset=24))
-    with pytest.raises(ModelError, match=r"input 'x' has unsupported element type FLOAT4E2M1"):
-        import_model(one("Cast", {"to": F}, inputs=(("x", TensorProto.FLOAT4E2M1, [4]),),
-                         opset=23))
-    with pytest.raises(ModelError, match="unsupported element type FLOAT8E4M3FN"):
-        import_model(one("Dropout", inputs=(("x", TensorProto.FLOAT8E4M3FN, [4]),), opset=22))
+    graph = import_model(one("Cast", {"to": TensorProto.FLOAT8E8M0, "round_mode": "down"},
+                             opset=24))
+    assert graph.nodes[0].attr_dict == {"to": "float8_e8m0fnu", "round_mode": "down"}
+    graph = import_model(one("Cast", {"to": F}, inputs=(("x", TensorProto.FLOAT4E2M1, [4]),),
+                             opset=23))
+    assert graph.types["x"].dtype == "float4_e2m1fn"
+    with pytest.raises(ModelError, match="unsupported element type FLOAT6E2M3"):
+        import_model(one("Cast", {"to": F}, inputs=(("x", TensorProto.FLOAT6E2M3, [4]),),
+                         opset=28))
 
 
 def test_bitshift_28_signed_semantics():

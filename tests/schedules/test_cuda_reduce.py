@@ -84,7 +84,9 @@ def reduce_problem(op, shape, axes, keepdims=1, dtype=F32, scale=1.0, offset=0.0
            "ReduceL1": lambda v, axis, keepdims: np.sum(np.abs(v), axis, keepdims=keepdims),
            "ReduceL2": lambda v, axis, keepdims: np.sqrt(np.sum(v * v, axis,
                                                                 keepdims=keepdims)),
-           "ReduceLogSumExp": _logsumexp}[op]
+           "ReduceLogSumExp": _logsumexp,
+           "ReduceLogSum": lambda v, axis, keepdims: np.log(np.sum(v, axis,
+                                                                   keepdims=keepdims))}[op]
 
     def make(rng):
         if dtype == "bool":
@@ -172,7 +174,8 @@ PROBLEMS = [
     R("ReduceSum", (3, 4099), [1], dtype=F16), R("ReduceMax", (1, 33), [1], dtype=F16),
     R("ReduceL2", (7, 31, 3), [1], dtype=F16), R("ReduceMin", (130, 33), [1], dtype=I64),
     R("ReduceMax", (3, 129), [1], dtype="bool"), R("ReduceMin", (7, 31, 3), [1], dtype="bool"),
-    R("ReduceSum", (0, 5), [1]), S("Softmax", (3, 33), -1, dtype=F64),
+    R("ReduceSum", (0, 5), [1]), R("ReduceLogSum", (7, 129), [1], scale=0.5, offset=3.0),
+    S("Softmax", (3, 33), -1, dtype=F64),
     S("Softmax", (130, 128), -1, scale=1e4), S("Softmax", (3, 129), -1, offset=1e4, scale=3),
     S("Softmax", (3, 1000), -1), S("Softmax", (1, 4099), -1), S("Softmax", (2, 33, 7), 1),
     S("Softmax", (130, 31), -1, dtype=F16), S("Softmax", (130, 1), -1),

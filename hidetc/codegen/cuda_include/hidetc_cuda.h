@@ -40,6 +40,7 @@ HIDETC_MINMAX_INT(int8, int8_t) HIDETC_MINMAX_INT(int16, int16_t)
 HIDETC_MINMAX_INT(int32, int32_t) HIDETC_MINMAX_INT(int64, int64_t)
 HIDETC_MINMAX_INT(uint8, uint8_t) HIDETC_MINMAX_INT(uint16, uint16_t)
 HIDETC_MINMAX_INT(uint32, uint32_t) HIDETC_MINMAX_INT(uint64, uint64_t)
+HIDETC_MINMAX_INT(bool, bool)
 __device__ __forceinline__ float hidetc_sigmoid_float32(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ double hidetc_sigmoid_float64(double x) { return 1.0 / (1.0 + exp(-x)); }
 __device__ __forceinline__ float hidetc_rsqrt_float32(float x) { return 1.0f / sqrtf(x); }

@@ -35,6 +35,7 @@ from hidetc.frontend.onnx import (
     legacy,
     losses,
     normalization,
+    optional,
     quantization,
     recent,
     recurrent,
@@ -153,15 +154,14 @@ HANDLERS: dict[str, Handler] = {
     "Squeeze": _attr_input("axes", 1),
     "Unsqueeze": _attr_input("axes", 1),
     **{name: _attr_input("axes", 1) for name in REDUCERS},
-    **legacy.HANDLERS,
 }
 # Modules of decompositions and opset conversions, one family each: HANDLERS (op ->
 # handler), EXTRA_OPS (ONNX ops read only as decompositions), CHECKED/FIRST_VERSION
 # (their reviewed schema versions, merged into versions.py's), optionally VALUE_INPUTS
 # (the input slots whose values the import needs: onnx_backend specializes them).
 # control_flow's ops (If/Loop/Scan) are expanded by the importer itself.
-DECOMPOSERS = (recent, control_flow, attention, losses, normalization, einsum, quantization,
-               recurrent, spatial, extra_ops, training)
+DECOMPOSERS = (legacy, recent, control_flow, attention, losses, normalization, einsum, quantization,
+               recurrent, spatial, extra_ops, training, optional)
 for _module in DECOMPOSERS:
     overlap = set(_module.HANDLERS) & set(HANDLERS)
     assert not overlap, f"{_module.__name__} handles {sorted(overlap)} a second time"

@@ -188,3 +188,9 @@ HANDLERS = {
     "Resize": resize,
     "Upsample": upsample,
 }
+# The DECOMPOSERS interface (handlers.py); Upsample's scales shape its output, so the
+# backend binds them at compile time.
+EXTRA_OPS: tuple[str, ...] = ()
+CHECKED: tuple[str, ...] = ()
+FIRST_VERSION: dict[str, int] = {}
+VALUE_INPUTS: dict[str, tuple[int, ...]] = {"Upsample": (1,)}

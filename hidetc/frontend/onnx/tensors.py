@@ -1,6 +1,10 @@
 """ONNX protobuf leaves -> Python/numpy: element types, tensors (incl. external data),
 attributes, value-info shapes.
 
+Element types: the numpy ones, bfloat16, and the narrow types (float8/float4/float8e8m0,
+int4/uint4/int2/uint2) under their ml_dtypes names (`ir.NARROW_DTYPES`), which
+`numpy_helper.to_array` returns unpacked, one element per byte.
+
 Assumes onnx >= 1.15 (`numpy_helper.to_array(tensor, base_dir)` reads external data).
 Guarantees: every problem raises `ModelError` with a one-line message WITHOUT the file
 prefix (the importer adds "<file>: "); dtypes come out as names from `ir.DTYPES`;
@@ -26,6 +30,14 @@ _ONNX_TO_NAME = {
     onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.UINT16: "uint16",
     onnx.TensorProto.UINT32: "uint32", onnx.TensorProto.UINT64: "uint64",
     onnx.TensorProto.BOOL: "bool",
+    onnx.TensorProto.FLOAT8E4M3FN: "float8_e4m3fn",
+    onnx.TensorProto.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+    onnx.TensorProto.FLOAT8E5M2: "float8_e5m2",
+    onnx.TensorProto.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+    onnx.TensorProto.FLOAT8E8M0: "float8_e8m0fnu",
+    onnx.TensorProto.FLOAT4E2M1: "float4_e2m1fn",
+    onnx.TensorProto.INT4: "int4", onnx.TensorProto.UINT4: "uint4",
+    onnx.TensorProto.INT2: "int2", onnx.TensorProto.UINT2: "uint2",
 }
 assert set(_ONNX_TO_NAME.values()) == set(DTYPES)
 

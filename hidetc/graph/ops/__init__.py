@@ -8,6 +8,7 @@ shared checks live in `common`.
 from hidetc.graph.ops import (  # noqa: F401
     conv,
     elementwise,
+    grid_sample,
     index,
     layout,
     misc,
@@ -16,6 +17,7 @@ from hidetc.graph.ops import (  # noqa: F401
     reduce,
     resize,
     shape,
+    topk,
 )
 from hidetc.graph.ops.registry import REGISTRY, OpDef, OpKind, define, get_op
 

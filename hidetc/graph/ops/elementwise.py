@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from hidetc.compute.narrow_types import reference_cast
 from hidetc.graph.ir import DTYPES, FLOAT_DTYPES, TensorType
 from hidetc.graph.ops.common import (
     INTS,
@@ -306,7 +307,8 @@ def _cast_infer(types, attrs, values):
 
 
 def _cast_ref(inputs, attrs):
-    return [np.asarray(inputs[0]).astype(attrs["to"])]
+    return [reference_cast(inputs[0], attrs["to"], bool(attrs.get("saturate", 1)),
+                           str(attrs.get("round_mode", "up")))]
 
 
 def _register() -> None:

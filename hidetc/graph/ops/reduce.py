@@ -1,5 +1,5 @@
 """Reductions: Reduce{Mean,Sum,Max,Min,Prod,L1,L2,SumSquare,LogSum,LogSumExp}, ArgMax,
-ArgMin, CumSum.
+ArgMin, CumSum, CumProd.
 
 Assumes the opset-18 form: `axes` is an optional second INPUT (the frontend turns the
 older attribute into a constant input) and must be a compile-time constant; attributes
@@ -34,7 +34,11 @@ Reducer = Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
 
 
 def _acc(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float64) if x.dtype.kind == "f" else x
+    return x.astype(np.float64) if _is_float(x) else x
+
+
+def _is_float(x: np.ndarray) -> bool:
+    return x.dtype.kind == "f" or x.dtype.name == "bfloat16"   # ml_dtypes' kind is "V"
 
 
 def _sum(x, axes):
@@ -45,7 +49,7 @@ def _extreme(x: np.ndarray, high: bool):
     """The identity of max (high=False) or min (high=True): an empty set reduces to it."""
     if x.dtype == np.bool_:
         return high
-    if x.dtype.kind == "f":
+    if _is_float(x):
         return np.inf if high else -np.inf
     info = np.iinfo(x.dtype)
     return info.max if high else info.min
@@ -146,25 +150,30 @@ def _arg_ref(fn: Callable[..., np.ndarray]):
     return reference
 
 
-def _cumsum_infer(types, attrs, values):
-    arity("CumSum", types, 2)
-    dtype = dtype_in("CumSum", types, 0, NUMERIC)
-    dtype_in("CumSum", types, 1, INDEX)
-    if types[1].size != 1:
-        fail("CumSum", f"input 1 (axis) has shape {fmt(types[1].shape)}, expected a scalar")
-    return [TensorType(dtype, types[0].shape)]
+def _cum_infer(op: str):
+    def infer(types, attrs, values):
+        arity(op, types, 2)
+        dtype = dtype_in(op, types, 0, NUMERIC)
+        dtype_in(op, types, 1, INDEX)
+        if types[1].size != 1:
+            fail(op, f"input 1 (axis) has shape {fmt(types[1].shape)}, expected a scalar")
+        return [TensorType(dtype, types[0].shape)]
+    return infer
 
 
-def _cumsum_ref(inputs, attrs):
-    x = inputs[0]
-    axis = int(inputs[1].reshape(())) % max(x.ndim, 1)
-    data = np.flip(x, axis) if attrs.get("reverse", 0) else x
-    out = np.cumsum(_acc(data), axis=axis)
-    if attrs.get("exclusive", 0):
-        out = np.concatenate([np.zeros_like(np.take(out, [0], axis)),
-                              np.take(out, range(out.shape[axis] - 1), axis)], axis)
-    out = np.flip(out, axis) if attrs.get("reverse", 0) else out
-    return [out.astype(x.dtype)]
+def _cum_ref(scan: Callable[..., np.ndarray], identity: int):
+    """CumSum (np.cumsum, 0) / CumProd (np.cumprod, 1): exclusive shifts the identity in."""
+    def reference(inputs, attrs):
+        x = inputs[0]
+        axis = int(inputs[1].reshape(())) % max(x.ndim, 1)
+        data = np.flip(x, axis) if attrs.get("reverse", 0) else x
+        out = scan(_acc(data), axis=axis)
+        if attrs.get("exclusive", 0):
+            out = np.concatenate([np.full_like(np.take(out, [0], axis), identity),
+                                  np.take(out, range(out.shape[axis] - 1), axis)], axis)
+        out = np.flip(out, axis) if attrs.get("reverse", 0) else out
+        return [out.astype(x.dtype)]
+    return reference
 
 
 def _register() -> None:
@@ -173,7 +182,8 @@ def _register() -> None:
                value_inputs=(1,))
     define("ArgMax", OpKind.REDUCE, _arg_infer("ArgMax"), _arg_ref(np.argmax))
     define("ArgMin", OpKind.REDUCE, _arg_infer("ArgMin"), _arg_ref(np.argmin))
-    define("CumSum", OpKind.REDUCE, _cumsum_infer, _cumsum_ref)
+    define("CumSum", OpKind.REDUCE, _cum_infer("CumSum"), _cum_ref(np.cumsum, 0))
+    define("CumProd", OpKind.REDUCE, _cum_infer("CumProd"), _cum_ref(np.cumprod, 1))
 
 
 _register()

@@ -7,13 +7,22 @@ Identity, Dropout, ...) are folded or removed by the graph passes before this.
 `TEMPLATES` maps the ops that have a schedule template (space / default / build, see
 `hidetc.schedules.template`) to it, for the tuner; their `RULES` entry builds the
 template's default config. A task with an empty output gets an empty kernel
-(`empty.build_empty`); float16/bfloat16 tasks are refused cleanly (`check_dtypes`).
+(`empty.build_empty`).
+
+float16/bfloat16: the C printer computes each operation in float and rounds it to the
+half type (numpy's semantics), so the rules work on them as on float32. The templated
+kernels (MatMul, Conv: AVX2 float32 micro-kernels) never see them: the cpu-only graph
+pass `hidetc.graph.passes.widen_half_cpu` computes them in float32 between Casts; a
+half-typed task for them that gets here anyway is refused cleanly (`check_dtypes`).
+The narrow types (`hidetc.compute.narrow_types`) are moved and converted only: a task
+with one is refused unless its op is a data-movement or Cast rule (`NARROW_OK`).
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from hidetc.compute.injective import COMPUTE
+from hidetc.compute.narrow_types import NARROW_DTYPES
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cpu import (
     conv,
@@ -25,6 +34,7 @@ from hidetc.schedules.cpu import (
     reduce,
     scan,
     scatter,
+    topk,
 )
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target, Template
@@ -51,12 +61,22 @@ RULES: dict[str, Builder] = {
     "Conv": conv.build_conv,
     **{op: scan.build_arg for op in scan.ARG_OPS},
     "CumSum": scan.build_cumsum,
+    "CumProd": scan.build_cumsum,
+    "TopK": topk.build_topk,
     "ScatterND": scatter.build_scatter,
     "ScatterElements": scatter.build_scatter,
     "GroupNormalization": norm.build_norm,
+    "InstanceNormalization": norm.build_norm,
     "MeanVarianceNormalization": norm.build_norm,
 }
-NO_CPU_DTYPES = ("float16", "bfloat16")   # the C printer has no half-precision arithmetic
+HALF_DTYPES = ("float16", "bfloat16")
+NO_CPU_DTYPES: tuple[str, ...] = ()   # dtypes refused in every node (hidetc.plan): none now
+FLOAT32_ONLY = frozenset(TEMPLATES)      # ops whose kernels are float32-only templates
+# ops whose CPU kernels only move (or Cast) elements: the ones narrow types may enter
+NARROW_OK = frozenset(("Cast", "Reshape", "Transpose", "Identity", "Concat", "Slice",
+                       "Gather", "Expand", "Squeeze", "Unsqueeze", "Flatten", "Tile",
+                       "Pad", "Where", "Split", "DepthToSpace", "SpaceToDepth",
+                       "GatherElements", "GatherND", "ReverseSequence"))
 
 
 def supports(op: str) -> bool:
@@ -64,12 +84,17 @@ def supports(op: str) -> bool:
 
 
 def check_dtypes(task: Task) -> None:
-    """Refuse float16/bfloat16 tensors cleanly (UnsupportedOpError): the cpu target has
-    no half-precision arithmetic (compile such models for cuda)."""
+    """Refuse cleanly (UnsupportedOpError) float16/bfloat16 tensors of the float32-only
+    templates and narrow-typed tensors of ops that would compute on them."""
     for t in (*task.inputs, *task.outputs):
-        if t is not None and t.dtype in NO_CPU_DTYPES:
-            raise UnsupportedOpError(f"{task.op}: dtype {t.dtype} is not supported on the "
-                                     f"cpu target (use --target cuda)")
+        if t is None:
+            continue
+        if t.dtype in HALF_DTYPES and task.op in FLOAT32_ONLY:
+            raise UnsupportedOpError(f"{task.op}: dtype {t.dtype} is not supported by the "
+                                     f"cpu {task.op} kernel (float32 only)")
+        if t.dtype in NARROW_DTYPES and task.op not in NARROW_OK:
+            raise UnsupportedOpError(f"{task.op}: dtype {t.dtype} is only supported by Cast "
+                                     f"and data-movement ops on the cpu target")
 
 
 def build_kernel(task: Task, name: str) -> Function:
@@ -88,4 +113,5 @@ def kernel_choice(task: Task) -> tuple[Template | None, Any]:
     template = TEMPLATES.get(task.op)
     if template is None:
         return None, None
+    check_dtypes(task)
     return template, template.default(task, Target())

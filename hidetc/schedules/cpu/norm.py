@@ -1,19 +1,20 @@
-"""Rules for GroupNormalization and MeanVarianceNormalization, for both targets
-(`build_norm(task, name, target)`; the CUDA rules in `hidetc.schedules.cuda.norm` call it
-with "cuda").
+"""Rules for GroupNormalization, InstanceNormalization and MeanVarianceNormalization,
+for both targets (`build_norm(task, name, target)`; the CUDA rules in
+`hidetc.schedules.cuda.norm` call it with "cuda").
 
 Schedule: one row per worker -- cpu: rows in parallel (OpenMP); cuda: one thread per
 row (256-thread blocks, tail guarded) -- each row three serial passes: a shifted mean,
 the mean of squared deviations, then each output stored once (never read back, so
 epilogues can be grafted). Rows: GroupNormalization's (n, group) pairs over the group's
 C / num_groups channels x spatial elements, then `* scale[c] + bias[c]` per channel
-(or per group for the opset-18 [num_groups] form); MeanVarianceNormalization's kept
+(or per group for the opset-18 [num_groups] form); InstanceNormalization is
+GroupNormalization with one group per channel; MeanVarianceNormalization's kept
 positions over the `axes` elements (default [0, 2, 3]).
 
 Numerics: statistics in the arithmetic dtype (float32 for float32 and float16 storage,
 float64 for float64) with the first element of the row as shift: d = mean(x - s),
 var = mean(((x - s) - d)^2) (no cancellation when |mean| >> std, unlike E[x^2] -
-E[x]^2). GroupNormalization: y = (x - mean) / sqrt(var + epsilon); MVN follows ONNX's
+E[x]^2). Group/InstanceNormalization: y = (x - mean) / sqrt(var + epsilon); MVN follows ONNX's
 function body, y = (x - mean) / (sqrt(var) + 1e-9), with var computed as above
 (mathematically E[x^2] - E[x]^2, never negative here).
 """
@@ -76,7 +77,7 @@ def build_norm(task: Task, name: str, target: str = "cpu") -> Function:
     dt = x_type.dtype
     wide = WIDE.get(dt, dt) if target == "cuda" else dt
     kb = KernelBuilder(name, target)
-    if task.op == "GroupNormalization":
+    if task.op in ("GroupNormalization", "InstanceNormalization"):
         return _groupnorm(kb, task, target, wide)
     shape = tuple(x_type.shape)
     axes = mvn_axes(len(shape), dict(task.attrs))
@@ -109,7 +110,7 @@ def _groupnorm(kb: KernelBuilder, task: Task, target: str, wide: str) -> Functio
     dt = x_type.dtype
     n, c = x_type.shape[:2]
     spatial_size = math.prod(x_type.shape[2:])
-    groups = int(task.attr("num_groups"))
+    groups = c if task.op == "InstanceNormalization" else int(task.attr("num_groups"))
     per_channel = c // groups
     m = per_channel * spatial_size
     per_group = task.inputs[1].shape == (groups,) and groups != c

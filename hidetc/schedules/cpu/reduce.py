@@ -30,6 +30,8 @@ from hidetc.tir.ir import (
 from hidetc.tir.mapping import repeat, spatial
 
 INF = float("inf")
+# float16/bfloat16 sums accumulate in float32 and round once, as numpy's do
+HALF_ACC = {"float16": "float32", "bfloat16": "float32"}
 # op -> (initial value, combine, finalize(acc, count))
 REDUCERS = {
     "ReduceSum": (0.0, lambda a, x: a + x, lambda a, n: a),
@@ -41,6 +43,7 @@ REDUCERS = {
     "ReduceL1": (0.0, lambda a, x: a + call("abs", x), lambda a, n: a),
     "ReduceL2": (0.0, lambda a, x: a + x * x, lambda a, n: call("sqrt", a)),
     "ReduceLogSumExp": (0.0, lambda a, x: a + call("exp", x), lambda a, n: call("log", a)),
+    "ReduceLogSum": (0.0, lambda a, x: a + x, lambda a, n: call("log", a)),
 }
 
 
@@ -78,15 +81,16 @@ def build_reduce(task: Task, name: str) -> Function:
     out = kb.buffer("out", out_type.dtype, (math.prod(kept),))
     with kb.for_range(math.prod(kept), kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(*kept), p) as oidx:
-            acc = kb.declare("acc", out_type.dtype, identity_const(init, out_type.dtype))
+            acc_dt = HALF_ACC.get(out_type.dtype, out_type.dtype)
+            acc = kb.declare("acc", acc_dt, identity_const(init, acc_dt))
 
             def fold(ridx):
                 idx = list(oidx)
                 for d, r in zip(axes, ridx):
                     idx[d] = r
-                kb.assign(acc, combine(acc, cast(x[tuple(idx)], out_type.dtype)))
+                kb.assign(acc, combine(acc, cast(x[tuple(idx)], acc_dt)))
             _over(kb, reduced, fold)
-            kb.store(out, (p,), finalize(acc, math.prod(reduced)))
+            kb.store(out, (p,), cast(finalize(acc, math.prod(reduced)), out_type.dtype))
     return kb.finish()
 
 
@@ -157,12 +161,13 @@ def build_softmax(task: Task, name: str) -> Function:
             top = kb.declare("top", dt, -INF)
             with kb.for_range(n, name="k") as k:
                 kb.assign(top, maximum(top, x[o, k, i]))
-            total = kb.declare("total", dt, 0.0)
+            total = kb.declare("total", HALF_ACC.get(dt, dt), 0.0)
             with kb.for_range(n, name="k") as k:
                 e = call("exp", x[o, k, i] - top)
                 if scratch is not None:
                     kb.store(scratch, (k,), e)
-                kb.assign(total, total + e)
+                kb.assign(total, total + cast(e, total.dtype))
+            total = cast(total, dt)
             with kb.for_range(n, name="k") as k:
                 if task.op == "Softmax":
                     e = scratch[k] if scratch is not None else call("exp", x[o, k, i] - top)

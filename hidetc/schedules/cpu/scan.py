@@ -1,4 +1,4 @@
-"""CPU rules for the scans along one axis: ArgMax, ArgMin, Hardmax and CumSum.
+"""CPU rules for the scans along one axis: ArgMax, ArgMin, Hardmax, CumSum and CumProd.
 
 Schedule: the independent lines along the axis run in parallel (OpenMP), each line is
 one serial loop. The line bodies (`emit_arg`, `emit_hardmax`, `emit_cumsum_line`) are
@@ -11,12 +11,13 @@ Semantics (the numpy references of `hidetc.graph.ops.reduce` / `norm`):
   the first NaN (the last NaN with select_last_index) wins. keepdims only changes the
   output view (the kernel stores a flat buffer of the kept positions).
 - Hardmax stores 1 at ArgMax's position (first extreme) and 0 elsewhere on the line.
-- CumSum reads its axis from input 1 AT RUN TIME (a graph input in ONNX's tests, a
+- CumSum/CumProd read the axis from input 1 AT RUN TIME (a graph input in ONNX's tests, a
   constant in models): the kernel derives the line length n and stride from it with a
   select chain over the (static) rank, walks `size / n` lines, and within a line
-  accumulates forward or backward (reverse) and stores the sum before (exclusive) or
-  after adding each element. Floats accumulate in float64 and round once per element
-  (the reference's float64 cumsum); integers in their dtype (wrapping like numpy).
+  accumulates (sum, or product from 1) forward or backward (reverse) and stores the
+  running value before (exclusive) or after combining each element. Floats accumulate
+  in float64 and round once per element (the reference's float64 cumsum/cumprod);
+  integers in their dtype (wrapping like numpy).
   Every output element is stored exactly once and never read back, so the kernel
   accepts grafted prologues and epilogues.
 """
@@ -142,17 +143,19 @@ def emit_cumsum_line(kb: KernelBuilder, task: Task, line: Expr, n: Var, inner: V
                      x_at: At, store: Callable[[Expr, Expr], None], dtype: str) -> None:
     """Scan line `line` (of size/n lines); x_at/store take flat element offsets."""
     base = kb.declare("base", "int32", line // inner * (n * inner) + line % inner)
-    acc = kb.declare("acc", dtype, as_expr(0, Const(0, dtype)))
+    product = task.op == "CumProd"
+    acc = kb.declare("acc", dtype, as_expr(int(product), Const(0, dtype)))
     reverse, exclusive = task.attr("reverse", 0), task.attr("exclusive", 0)
     with kb.for_range(n, name="k") as k:
         step = (n - 1 - k) if reverse else k
         offset = kb.declare("off", "int32", base + step * inner)
         value = cast(x_at(offset), dtype)
+        combined = acc * value if product else acc + value
         if exclusive:
             store(offset, acc)
-            kb.assign(acc, acc + value)
+            kb.assign(acc, combined)
         else:
-            kb.assign(acc, acc + value)
+            kb.assign(acc, combined)
             store(offset, acc)
 
 

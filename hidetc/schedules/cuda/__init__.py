@@ -27,6 +27,7 @@ from hidetc.schedules.cuda import (
     reduce,
     scan,
     scatter,
+    topk,
 )
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target, Template
@@ -57,9 +58,12 @@ RULES: dict[str, Builder] = {
     "ConvNHWC": conv_tc.build_default,
     **{op: scan.build_arg for op in ARG_OPS},
     "CumSum": scan.build_cumsum,
+    "CumProd": scan.build_cumsum,
+    "TopK": topk.build_topk,
     "ScatterND": scatter.build_scatter,
     "ScatterElements": scatter.build_scatter,
     "GroupNormalization": norm.build_norm,
+    "InstanceNormalization": norm.build_norm,
     "MeanVarianceNormalization": norm.build_norm,
 }
 

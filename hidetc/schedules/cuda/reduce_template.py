@@ -339,6 +339,8 @@ def _reduce(k: _RowKernel, op: str) -> None:
         elif op == "ReduceL2":
             result = call("sqrt", acc) if is_float else cast(
                 call("sqrt", cast(acc, "float64")), cdt)
+        elif op == "ReduceLogSum":
+            result = call("log", acc)
     with kb.if_then(logical_and(k.lane < 1, k.valid)):
         kb.store(out, (k.row,), cast(result, out.dtype))
 

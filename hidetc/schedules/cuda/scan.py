@@ -1,4 +1,4 @@
-"""CUDA rules for the scans along one axis: ArgMax, ArgMin, Hardmax and CumSum.
+"""CUDA rules for the scans along one axis: ArgMax, ArgMin, Hardmax, CumSum and CumProd.
 
 Schedule: one thread per line (256-thread blocks over the global thread index, the tail
 guarded), each line one serial loop: the line bodies are the CPU rules' own
