@@ -2,11 +2,16 @@
 with the user's inputs, freshly allocated outputs and one preallocated arena.
 
 Assumes the manifest was read (and checksums checked) by `runtime.artifact`. Input
-checking lives in `check_inputs` so every target shares the same messages.
+checking lives in `check_inputs` so every target shares the same messages. The library
+is opened through `load_library`, so an artifact rebuilt at the same path and loaded
+again in the same process runs its own kernels, never the earlier ones.
 """
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Mapping
@@ -15,6 +20,7 @@ import numpy as np
 
 from hidetc.errors import ArtifactError, InputError
 from hidetc.runtime.weights import WeightEntry, read_weights
+from hidetc.toolchain.cache import default_cache_dir
 
 
 def check_inputs(specs: list[dict], inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -58,6 +64,35 @@ def _pointers(arrays: list[np.ndarray]) -> ctypes.Array:
     return ptrs
 
 
+def load_library(path: Path) -> ctypes.CDLL:
+    """dlopen the library at `path` under a file name that stands for its content.
+
+    The dynamic loader hands back the library it already mapped for a file name, even
+    when the file was replaced since (an artifact recompiled into the same directory and
+    loaded again in one process): the old kernels would run on the new shapes. So the
+    library is opened from a copy named by its sha256, `<cache>/libraries/<sha>.so`
+    (the build cache's root, where the emulator's libraries are opened from too): one
+    name only ever means one content. Written atomically; when the cache cannot be
+    written the library is opened in place."""
+    data = path.read_bytes()
+    target = default_cache_dir() / "libraries" / f"{hashlib.sha256(data).hexdigest()}.so"
+    try:
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".lib-", suffix=".tmp", dir=target.parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.chmod(tmp, 0o755)
+                os.replace(tmp, target)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+    except OSError:
+        target = path
+    return ctypes.CDLL(str(target))
+
+
 class CpuExecutor:
     def __init__(self, path: Path, manifest: dict):
         self.manifest = manifest
@@ -65,7 +100,7 @@ class CpuExecutor:
         entries = {k: WeightEntry(**v) for k, v in weights["entries"].items()}
         self._blob, self.constants = read_weights(path / weights["file"], entries)
         try:
-            self._lib = ctypes.CDLL(str(path / manifest["library"]))
+            self._lib = load_library(path / manifest["library"])
         except OSError as exc:
             raise ArtifactError(f"{path / manifest['library']}: cannot load ({exc})") from None
         self._lib.hidetc_forward.restype = None
