@@ -4,8 +4,11 @@ available target and timed beside ONNX Runtime on the same inputs, in the same r
 Per subject (a model name from `models`, an .onnx file, or an artifact directory):
 compile (tuning as `hidetc compile` would: records reused), check the outputs against
 ONNX Runtime, then time both -- warm-up, then rounds that alternate hidetc and the peer
-(each round the median of `repeat // rounds` calls), the reported latency is the median
-over all calls, so a busy moment hurts both sides alike. Peak memory: a child process
+(each round `repeat // rounds` calls of one runner, after an idle pause that lets the
+other runtime's spinning worker threads go to sleep: interleaved back to back, ONNX
+Runtime's spinning pool took the cores from hidetc's OpenMP threads and doubled its
+latency), the reported latency is the median over all calls, so a busy moment hurts
+both sides alike. Peak memory: a child process
 per runtime loads the model, runs one inference and reports its own peak RSS
 (VmHWM: ru_maxrss would include the forking parent's), both children importing the
 same libraries. Peers: ONNX
@@ -97,9 +100,17 @@ def _ort_session(onnx_path: Path, target: str):
     return ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]), None
 
 
+# Before each runner's block: an idle pause, so the other runtime's worker threads (ONNX
+# Runtime's spin after each run, OpenMP's after each parallel region) have gone to sleep
+# instead of competing for the cores, then one untimed call (the block's own threads
+# awake, as in a serving loop).
+BLOCK_PAUSE_S = 0.05
+
+
 def alternate(runners: dict[str, Callable[[], object]], repeat: int, rounds: int = 5,
-              warmup: int = 2) -> dict[str, dict]:
-    """Median/min ms per runner, the runners interleaved round by round."""
+              warmup: int = 2, pause: float = BLOCK_PAUSE_S) -> dict[str, dict]:
+    """Median/min ms per runner, the runners interleaved round by round, each block of
+    calls after an idle pause and an untimed call (`BLOCK_PAUSE_S`)."""
     for fn in runners.values():
         for _ in range(warmup):
             fn()
@@ -107,6 +118,8 @@ def alternate(runners: dict[str, Callable[[], object]], repeat: int, rounds: int
     per_round = max(1, repeat // rounds)
     for _ in range(rounds):
         for name, fn in runners.items():
+            time.sleep(pause)
+            fn()
             for _ in range(per_round):
                 start = time.perf_counter()
                 fn()
