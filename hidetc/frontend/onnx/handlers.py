@@ -41,6 +41,7 @@ from hidetc.frontend.onnx import (
     recurrent,
     spatial,
     training,
+    transposed_conv,
 )
 from hidetc.frontend.onnx.base import (
     OPTIONAL_OUTPUT_OPS,
@@ -161,7 +162,7 @@ HANDLERS: dict[str, Handler] = {
 # (the input slots whose values the import needs: onnx_backend specializes them).
 # control_flow's ops (If/Loop/Scan) are expanded by the importer itself.
 DECOMPOSERS = (legacy, recent, control_flow, attention, losses, normalization, einsum, quantization,
-               recurrent, spatial, extra_ops, training, optional)
+               recurrent, spatial, transposed_conv, extra_ops, training, optional)
 for _module in DECOMPOSERS:
     overlap = set(_module.HANDLERS) & set(HANDLERS)
     assert not overlap, f"{_module.__name__} handles {sorted(overlap)} a second time"
