@@ -1,0 +1,131 @@
+"""C types, constants and helper functions of the cpu printer (`hidetc.codegen.c`).
+
+`C_TYPES` (shared with the CUDA printer) and the cpu-only `CPU_TYPES` (float16 as gcc's
+`_Float16`, bfloat16 as its uint16_t bits, a narrow type as its byte); `c_type(dtype)`;
+`const_text(Const)` (floats round-trip exactly, NaN/inf as macros, the most negative
+integers as expressions, float16 exact through float, bfloat16 as its rounded bits);
+`helpers_source()`: the static inline helpers every cpu translation unit carries (NaN
+propagating min/max per type, sigmoid, the bfloat16 conversions, the vectorizable float32
+math of `c_math` and the narrow-type conversions of `compute.narrow_types`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hidetc.codegen.c_math import FAST_FLOAT32, MATH_SOURCE
+from hidetc.compute.narrow_types import C_SOURCE as NARROW_SOURCE
+from hidetc.compute.narrow_types import NARROW_DTYPES
+from hidetc.tir.ir import FLOATS, Const
+
+C_TYPES = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
+           "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t",
+           "uint32": "uint32_t", "uint64": "uint64_t", "float32": "float",
+           "float64": "double"}
+# cpu-only storage types (C_TYPES is shared with the CUDA printer, which types these its
+# own way): float16 is gcc's _Float16, bfloat16 its bits, a narrow type its byte
+CPU_TYPES = {**C_TYPES, "float16": "_Float16", "bfloat16": "uint16_t",
+             **{d: "uint8_t" for d in NARROW_DTYPES}}
+HALF = ("float16", "bfloat16")   # computed in float, rounded to the half type per operation
+
+_HELPERS_FLOAT = """\
+static inline {t} hidetc_max_{d}({t} a, {t} b) {{ return (a != a || a > b) ? a : b; }}
+static inline {t} hidetc_min_{d}({t} a, {t} b) {{ return (a != a || a < b) ? a : b; }}
+static inline {t} hidetc_sigmoid_{d}({t} x) {{ return ({t})1 / (({t})1 + {exp}(-x)); }}
+static inline {t} hidetc_rsqrt_{d}({t} x) {{ return ({t})1 / sqrt{s}(x); }}
+"""
+_HELPERS_INT = """\
+static inline {t} hidetc_max_{d}({t} a, {t} b) {{ return a > b ? a : b; }}
+static inline {t} hidetc_min_{d}({t} a, {t} b) {{ return a < b ? a : b; }}
+"""
+_HELPERS_HALF = """\
+static inline float hidetc_bf2f(uint16_t h) {
+  union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
+}
+static inline uint16_t hidetc_f2bf(float f) {
+  union { float f; uint32_t u; } v; v.f = f;
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+static inline _Float16 hidetc_max_float16(_Float16 a, _Float16 b) {
+  return (a != a || a > b) ? a : b;
+}
+static inline _Float16 hidetc_min_float16(_Float16 a, _Float16 b) {
+  return (a != a || a < b) ? a : b;
+}
+static inline uint16_t hidetc_max_bfloat16(uint16_t a, uint16_t b) {
+  float x = hidetc_bf2f(a), y = hidetc_bf2f(b); return (x != x || x > y) ? a : b;
+}
+static inline uint16_t hidetc_min_bfloat16(uint16_t a, uint16_t b) {
+  float x = hidetc_bf2f(a), y = hidetc_bf2f(b); return (x != x || x < y) ? a : b;
+}
+"""
+
+def c_type(dtype: str) -> str:
+    ctype = CPU_TYPES.get(dtype)
+    if ctype is None:
+        raise NotImplementedError(f"dtype {dtype!r} has no C type")
+    return ctype
+
+
+
+def helpers_source() -> str:
+    parts = [MATH_SOURCE]
+    for d in ("float32", "float64"):
+        f32 = d == "float32"
+        parts.append(_HELPERS_FLOAT.format(t=C_TYPES[d], d=d, s="f" if f32 else "",
+                                           exp=FAST_FLOAT32["exp"] if f32 else "exp"))
+    for d in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+              "uint64"):
+        parts.append(_HELPERS_INT.format(t=C_TYPES[d], d=d))
+    parts.append(_HELPERS_HALF)
+    parts.append(NARROW_SOURCE)
+    return "".join(parts)
+
+
+
+# constants -------------------------------------------------------------------------------
+def _float_text(value: float, dtype: str) -> str:
+    v = np.dtype(dtype).type(value)
+    if np.isnan(v):
+        return "NAN" if dtype == "float32" else "((double)NAN)"
+    if np.isinf(v):
+        inf = "INFINITY" if dtype == "float32" else "((double)INFINITY)"
+        return inf if v > 0 else f"(-{inf})"
+    text = str(v) if dtype == "float32" else repr(float(v))
+    if not any(ch in text for ch in ".en"):
+        text += ".0"
+    text += "f" if dtype == "float32" else ""
+    return f"({text})" if text.startswith("-") else text
+
+
+_INT_SUFFIX = {"int32": "", "int64": "LL", "uint32": "u", "uint64": "ull"}
+
+
+def _int_text(value: int, dtype: str) -> str:
+    value = int(value)
+    info = np.iinfo(dtype)
+    if not info.min <= value <= info.max:
+        raise ValueError(f"constant {value} does not fit {dtype}")
+    if dtype not in _INT_SUFFIX:
+        return f"(({c_type(dtype)}){value})"
+    if value == info.min and value < 0:  # -2**31 is not a literal in C
+        return f"({value + 1}{_INT_SUFFIX[dtype]} - 1)"
+    text = f"{value}{_INT_SUFFIX[dtype]}"
+    return f"({text})" if value < 0 else text
+
+
+def const_text(c: Const) -> str:
+    if c.dtype == "bool":
+        return "true" if c.value else "false"
+    if c.dtype == "float16":   # every float16 value is a float32 one: exact
+        return f"((_Float16){_float_text(float(np.float16(c.value)), 'float32')})"
+    if c.dtype == "bfloat16":  # the bits (round to nearest even, as ml_dtypes)
+        bits = int(np.array(c.value, np.float32).astype("bfloat16").view(np.uint16))
+        return f"((uint16_t)0x{bits:04x})"
+    if c.dtype in NARROW_DTYPES:
+        raise NotImplementedError(f"a {c.dtype} constant in a kernel (narrow types are "
+                                  "only moved and converted)")
+    if c.dtype in FLOATS:
+        c_type(c.dtype)
+        return _float_text(c.value, c.dtype)
+    return _int_text(c.value, c.dtype)
