@@ -71,7 +71,6 @@ from hidetc.errors import HidetcError
 _RUNNER_KWARGS = ("rtol", "atol")
 _FIXED = ("target", "verify", "tune")
 MAX_VARIANTS = 8          # compiled specializations kept per rep (least recently used go)
-_TYPE_ONLY = ("Shape", "Size")   # outputs depend on the input's type, not its value
 
 
 class BackendError(HidetcError):
@@ -121,32 +120,20 @@ def compile_time_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
             proto = onnx.inliner.inline_local_functions(model)
         except Exception:  # noqa: BLE001 - the import reports a broken model properly
             proto = model
-    from hidetc.frontend.onnx.control_flow import free_values, subgraph_nodes
+    from hidetc.frontend.onnx.control_flow import needed_values, subgraph_nodes
     from hidetc.frontend.onnx.functions import value_slots
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     nodes = list(subgraph_nodes(proto.graph))     # subgraphs' nodes too (If/Loop/Scan)
-    producer = {o: n for n in nodes for o in n.output if o}
-    pending: list[str] = []
+    seeds: list[str] = []
     for node in nodes:
-        opdef = REGISTRY.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        opdef = REGISTRY.get(node.op_type)
         slots = tuple(opdef.value_inputs if opdef else ()) + decomposed.get(node.op_type, ())
         if opdef is None and node.op_type not in decomposed:   # read through its function
             slots += value_slots(node.op_type, opset)
-        for k in slots if node.domain in ("", "ai.onnx") else ():
-            if k < len(node.input) and node.input[k]:
-                pending.append(node.input[k])
-    needed: set[str] = set()
-    while pending:
-        name = pending.pop()
-        if name in needed:
-            continue
-        needed.add(name)
-        node = producer.get(name)
-        if node is not None and node.op_type not in _TYPE_ONLY:
-            pending.extend(i for i in node.input if i)
-            for attr in node.attribute:     # what a subgraph reads from enclosing scopes
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    pending.extend(free_values(attr.g))
+        seeds += [node.input[k] for k in slots if k < len(node.input) and node.input[k]]
+    needed = needed_values(nodes, seeds)
     return tuple(i.name for i in _runtime_inputs(model) if i.name in needed)
 
 

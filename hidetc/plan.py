@@ -72,12 +72,8 @@ def _check_supported(graph: Graph, target: str) -> None:
         raise UnsupportedOpError(f"no {target} kernel for: {listed}")
     if target == "cpu":   # fused members never reach build_kernel's own dtype check
         for node in graph.nodes:
-            for value in (*node.inputs, *node.outputs):
-                if value and graph.types[value].dtype in cpu.NO_CPU_DTYPES:
-                    raise UnsupportedOpError(
-                        f"node {node.name!r} ({node.op}): dtype "
-                        f"{graph.types[value].dtype} is not supported on the cpu target "
-                        f"(use --target cuda)")
+            cpu.check_op_dtypes(node.op, (graph.types[v].dtype for v in (*node.inputs,
+                                          *node.outputs) if v), f"node {node.name!r}")
 
 
 def _lifetimes(graph: Graph, steps: list[tuple[tuple[str, ...], tuple[str, ...]]]

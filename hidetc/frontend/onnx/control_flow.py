@@ -65,6 +65,31 @@ def free_values(graph: onnx.GraphProto) -> set[str]:
     return read - bound
 
 
+# ops whose outputs depend on their input's type only, not its values
+TYPE_ONLY = ("Shape", "Size")
+
+
+def needed_values(nodes, seeds) -> set[str]:
+    """The values `seeds` are computed from: traced back through their producers among
+    `nodes` (NodeProtos; every input, and what a producer's subgraphs read from enclosing
+    scopes), except through Shape/Size. The backend's compile-time inputs and a function
+    body's value slots both use it."""
+    producer = {o: n for n in nodes for o in n.output if o}
+    pending, needed = list(seeds), set()
+    while pending:
+        name = pending.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type not in TYPE_ONLY:
+            pending.extend(i for i in node.input if i)
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    pending.extend(free_values(attr.g))
+    return needed
+
+
 def subgraph_nodes(graph: onnx.GraphProto):
     """Every node of a graph and of its nested subgraphs (for the up-front op checks)."""
     for node in graph.node:
@@ -111,18 +136,26 @@ def _instantiate(sub: Subgraph, inputs: list[str], tag: str, ctx: Context, decod
                 names[out] = ctx.fresh(f"{tag}/{out}")
     for index, proto in enumerate(graph.node):
         decoded = decode(proto, f"{tag}/{proto.name or f'{proto.op_type}_{index}'}")
-        attrs = {k: Subgraph(v.graph, dict(names)) if isinstance(v, Subgraph) else v
-                 for k, v in decoded.attrs.items()}
-        rename = lambda n: names.get(n, n) if n else n   # noqa: E731
-        made = OnnxNode(decoded.op, tuple(rename(i) for i in decoded.inputs),
-                        tuple(rename(o) for o in decoded.outputs), decoded.name, attrs,
-                        tuple(rename(i) for i in decoded.implicit), decoded.source)
+        made = renamed(decoded, names)
         ctx.used.update(made.inputs)
         ctx.used.update(made.implicit)
         nodes.append(made)
     outputs = [names.get(o.name, o.name) for o in graph.output]
     ctx.used.update(outputs)
     return nodes, outputs
+
+
+def renamed(node: OnnxNode, names: Mapping[str, str]) -> OnnxNode:
+    """A decoded subgraph/function-body node in its copy: its inputs, outputs and implicit
+    reads renamed by `names` (names not in it are the enclosing scopes'), and its own
+    subgraphs resolving their free names through `names` too."""
+    def rename(n: str) -> str:
+        return names.get(n, n) if n else n
+    attrs = {k: Subgraph(v.graph, {**v.outer, **names}) if isinstance(v, Subgraph) else v
+             for k, v in node.attrs.items()}
+    return OnnxNode(node.op, tuple(rename(i) for i in node.inputs),
+                    tuple(rename(o) for o in node.outputs), node.name, attrs,
+                    tuple(rename(i) for i in node.implicit), node.source)
 
 
 def _copy(node: OnnxNode, source: str, target: str) -> OnnxNode:

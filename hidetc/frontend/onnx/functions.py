@@ -28,7 +28,7 @@ from onnx import helper
 
 from hidetc.errors import ModelError
 from hidetc.frontend.onnx.base import OnnxNode, label
-from hidetc.frontend.onnx.control_flow import Subgraph, free_values
+from hidetc.frontend.onnx.control_flow import needed_values, renamed
 from hidetc.graph.ir import TensorType
 
 Decode = Callable[[onnx.NodeProto, str], OnnxNode]
@@ -131,17 +131,9 @@ def expand(node: OnnxNode, opset: int, input_types: Sequence[TensorType | None],
         for out in inner.output:
             if out and out not in names:
                 names[out] = fresh(f"{tag}/{out}")
-    made = []
-    for index, inner in enumerate(function.node):
-        decoded = decode(_resolve_attributes(inner, given),
-                         f"{tag}/{inner.name or f'{inner.op_type}_{index}'}")
-        attrs = {k: Subgraph(v.graph, {**v.outer, **names}) if isinstance(v, Subgraph) else v
-                 for k, v in decoded.attrs.items()}
-        rename = lambda n: names.get(n, n) if n else n   # noqa: E731
-        made.append(OnnxNode(decoded.op, tuple(rename(i) for i in decoded.inputs),
-                             tuple(rename(o) for o in decoded.outputs), decoded.name, attrs,
-                             tuple(rename(i) for i in decoded.implicit), decoded.source))
-    return made
+    return [renamed(decode(_resolve_attributes(inner, given),
+                           f"{tag}/{inner.name or f'{inner.op_type}_{index}'}"), names)
+            for index, inner in enumerate(function.node)]
 
 
 @lru_cache(maxsize=None)
@@ -155,18 +147,7 @@ def value_slots(op: str, opset: int) -> tuple[int, ...]:
         return ()
     function = onnx.FunctionProto()
     function.ParseFromString(_schema(op, opset).get_function_with_opset_version(found[0]))
-    producer = {o: n for n in function.node for o in n.output if o}
-    pending = [n.input[k] for n in function.node if n.op_type in REGISTRY
-               for k in REGISTRY[n.op_type].value_inputs if k < len(n.input) and n.input[k]]
-    needed: set[str] = set()
-    while pending:
-        name = pending.pop()
-        if name not in needed:
-            needed.add(name)
-            node = producer.get(name)
-            if node is not None and node.op_type not in ("Shape", "Size"):
-                pending.extend(i for i in node.input if i)
-                for attr in node.attribute:
-                    if attr.type == onnx.AttributeProto.GRAPH:
-                        pending.extend(free_values(attr.g))
+    seeds = [n.input[k] for n in function.node if n.op_type in REGISTRY
+             for k in REGISTRY[n.op_type].value_inputs if k < len(n.input) and n.input[k]]
+    needed = needed_values(function.node, seeds)
     return tuple(k for k, name in enumerate(function.input) if name in needed)

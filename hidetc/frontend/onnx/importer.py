@@ -15,6 +15,7 @@ exporter Shape->Gather->Concat->Reshape chains resolve to static shapes.
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -91,8 +92,10 @@ def _with_subgraphs(graph: onnx.GraphProto, names: list[str]
     return pairs
 
 
-def _known_ops() -> set[str]:
-    return {op for op in set(REGISTRY) | set(supported_extra_ops()) if is_onnx_op(op)}
+@lru_cache(maxsize=1)
+def _known_ops() -> frozenset[str]:
+    """ONNX ops read by a handler or the catalogue (fixed once the modules are imported)."""
+    return frozenset(op for op in set(REGISTRY) | set(supported_extra_ops()) if is_onnx_op(op))
 
 
 def _opsets(proto: onnx.ModelProto) -> dict[str, int]:

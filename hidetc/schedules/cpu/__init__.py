@@ -19,7 +19,7 @@ with one is refused unless its op is a data-movement or Cast rule (`NARROW_OK`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from hidetc.compute.injective import COMPUTE
 from hidetc.compute.narrow_types import NARROW_DTYPES
@@ -70,7 +70,6 @@ RULES: dict[str, Builder] = {
     "MeanVarianceNormalization": norm.build_norm,
 }
 HALF_DTYPES = ("float16", "bfloat16")
-NO_CPU_DTYPES: tuple[str, ...] = ()   # dtypes refused in every node (hidetc.plan): none now
 FLOAT32_ONLY = frozenset(TEMPLATES)      # ops whose kernels are float32-only templates
 # ops whose CPU kernels only move (or Cast) elements: the ones narrow types may enter
 NARROW_OK = frozenset(("Cast", "Reshape", "Transpose", "Identity", "Concat", "Slice",
@@ -83,18 +82,23 @@ def supports(op: str) -> bool:
     return op in RULES
 
 
-def check_dtypes(task: Task) -> None:
+def check_op_dtypes(op: str, dtypes: Iterable[str], where: str = "") -> None:
     """Refuse cleanly (UnsupportedOpError) float16/bfloat16 tensors of the float32-only
-    templates and narrow-typed tensors of ops that would compute on them."""
-    for t in (*task.inputs, *task.outputs):
-        if t is None:
-            continue
-        if t.dtype in HALF_DTYPES and task.op in FLOAT32_ONLY:
-            raise UnsupportedOpError(f"{task.op}: dtype {t.dtype} is not supported by the "
-                                     f"cpu {task.op} kernel (float32 only)")
-        if t.dtype in NARROW_DTYPES and task.op not in NARROW_OK:
-            raise UnsupportedOpError(f"{task.op}: dtype {t.dtype} is only supported by Cast "
-                                     f"and data-movement ops on the cpu target")
+    templates and narrow-typed tensors of ops that would compute on them. `hidetc.plan`
+    runs it on every node (fused members never reach `build_kernel`); `where` names the
+    node in the message."""
+    label = f"{where} ({op})" if where else op
+    for dtype in dtypes:
+        if dtype in HALF_DTYPES and op in FLOAT32_ONLY:
+            raise UnsupportedOpError(f"{label}: dtype {dtype} is not supported by the cpu "
+                                     f"{op} kernel (float32 only)")
+        if dtype in NARROW_DTYPES and op not in NARROW_OK:
+            raise UnsupportedOpError(f"{label}: dtype {dtype} is only supported by Cast and "
+                                     f"data-movement ops on the cpu target")
+
+
+def check_dtypes(task: Task) -> None:
+    check_op_dtypes(task.op, (t.dtype for t in (*task.inputs, *task.outputs) if t is not None))
 
 
 def build_kernel(task: Task, name: str) -> Function:
