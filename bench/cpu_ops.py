@@ -57,6 +57,12 @@ def matmul(name, m, k, n, batch=(), const_b=True) -> Case:
     return Case(name, "MatMul", {"a": a, "b": b})
 
 
+def pool(name, op, c, hw, k, stride, pad, **attrs) -> Case:
+    return Case(name, op, {"x": (1, c, hw, hw)}, {},
+                {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4,
+                 **attrs})
+
+
 CASES = [
     matmul("matmul 1024^3", 1024, 1024, 1024),
     conv("resnet50 conv1 7x7 s2", 3, 64, 224, 7, stride=2),
@@ -91,6 +97,10 @@ CASES = [
     matmul("bert attn QK^T 12x128x64x128", 128, 64, 128, batch=(1, 12), const_b=False),
     matmul("bert attn PV 12x128x128x64", 128, 128, 64, batch=(1, 12), const_b=False),
     matmul("gpt2 c_attn 128x768x2304", 128, 768, 2304, batch=(1,)),
+    pool("resnet50 maxpool 3x3 s2", "MaxPool", 64, 112, 3, 2, 1),
+    pool("inception_v3 maxpool 3x3 s2 288", "MaxPool", 288, 35, 3, 2, 0),
+    pool("inception_v3 avgpool 3x3 192", "AveragePool", 192, 35, 3, 1, 1, count_include_pad=1),
+    Case("bert softmax 12x128x128", "Softmax", {"x": (1, 12, 128, 128)}, {}, {"axis": -1}),
 ]
 BIG = [matmul("gpt2 lm_head 128x768x50257", 128, 768, 50257, batch=(1,))]
 
@@ -109,6 +119,9 @@ def onnx_model(case: Case, arrays: dict[str, np.ndarray]) -> onnx.ModelProto:
 
 
 def flops(case: Case, out_shape: tuple) -> float:
+    """Multiply-adds x 2 of a MatMul or Conv; 0 for the other ops (not compute-bound)."""
+    if case.op not in ("MatMul", "Conv"):
+        return 0.0
     if case.op == "MatMul":
         return 2.0 * np.prod(out_shape) * case.inputs["a"][-1]
     _, cg, kh, kw = case.consts["w"]
@@ -177,9 +190,10 @@ def main() -> None:
         t_ours, t_ort = interleaved([ours, theirs], args.rounds)
         gflops = flops(case, out_shape) / t_ours / 1e6
         rows.append({"case": case.name, "hidetc_ms": t_ours, "onnxruntime_ms": t_ort,
-                     "ratio": t_ours / t_ort, "hidetc_gflops": gflops})
-        print(f"{case.name:<36}{t_ours:>10.3f}{t_ort:>9.3f}{t_ours / t_ort:>7.2f}"
-              f"{gflops:>9.1f}", flush=True)
+                     "ratio": t_ours / t_ort, "hidetc_gflops": gflops or None})
+        rate = f"{gflops:>9.1f}" if gflops else f"{'-':>9}"
+        print(f"{case.name:<36}{t_ours:>10.3f}{t_ort:>9.3f}{t_ours / t_ort:>7.2f}{rate}",
+              flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

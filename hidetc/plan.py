@@ -7,7 +7,10 @@ A group's kernel is its anchor's kernel, built from the anchor's task alone by t
 target's template or rule (so one schedule serves every fused variant), with the
 prologues and epilogues grafted on (`hidetc.fusion.graft`). A group whose kernel
 refuses grafting (GraftError: e.g. it reads its output back) runs unfused, one
-launch per node, and `fusion_fallbacks` records why. Values inside a group are never
+launch per node, and `fusion_fallbacks` records why. On the cpu target a Conv whose
+weights are a graph constant gets them packed for its micro-kernel here, once
+(`_prepacked_weights`: a new constant `<weight>.packed_mr<MR>` replaces the original
+in its launch, so the kernel does not repack them on every call). Values inside a group are never
 materialized: they get no memory.
 
 Assumes the graph passes ran: no Shape/Constant*/Identity/Dropout nodes remain and every
@@ -27,7 +30,7 @@ from hidetc.codegen.launcher import Arg, Launch
 from hidetc.errors import UnsupportedOpError
 from hidetc.fusion.graft import FusedKernel, GraftError, graft
 from hidetc.fusion.partition import FusionGroup, partition
-from hidetc.graph.ir import Graph, Node
+from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
 from hidetc.schedules import cpu, cuda
 from hidetc.schedules.task import Task, task_of
@@ -139,15 +142,17 @@ def _group_kernel(group: FusionGroup, nodes: dict[str, Node], graph: Graph, fn: 
 
 
 def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
-             chosen: Mapping[Task, Any] | None = None):
+             chosen: Mapping[Task, Any] | None = None,
+             packed_weights: dict[str, Any] | None = None):
     """[(group, kernel name, FusedKernel)] in launch order, the anchors' tasks, the
     groups that fell back to smaller ones, and each kernel's template and config.
     Each distinct anchor task is scheduled once (its config chosen without the fused
     neighbours) and that kernel is reused by every group with that anchor: tune once,
-    fuse many."""
+    fuse many. `packed_weights` receives the pre-packed constants the kernels read
+    (`_prepacked_weights`), by name."""
     nodes = {n.name: n for n in graph.nodes}
     position = {n.name: i for i, n in enumerate(graph.nodes)}
-    anchors: dict[Task, Function] = {}
+    anchors: dict[tuple[Task, bool], Function] = {}
     choices: dict[Task, dict] = {}
     tasks: dict[str, Task] = {}
     kernels: list[tuple[FusionGroup, str, FusedKernel]] = []
@@ -155,30 +160,67 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
     pending = list(partition(graph, fuse))
     while pending:
         group = pending.pop(0)
-        name = kernel_name(group_key(group, nodes, graph))
-        task = task_of(nodes[group.anchor], graph)
-        if task not in anchors:
+        key = group_key(group, nodes, graph)
+        anchor = nodes[group.anchor]
+        task = task_of(anchor, graph)
+        if task not in choices:
             if chosen and task in chosen:
                 template, config = chosen[task].template, chosen[task].config
             else:
                 template, config = schedules.kernel_choice(task)
-            anchors[task] = (template.build(task, config, kernel_name(task)) if template
-                             else schedules.build_kernel(task, kernel_name(task)))
             choices[task] = {"template": template.name if template else "rule",
-                             "config": repr(config) if template else None}
+                             "config": repr(config) if template else None,
+                             "_choice": (template, config)}
             if chosen and task in chosen:
                 choices[task]["tuning"] = chosen[task].source
+        template, config = choices[task]["_choice"]
+        packed = _prepacked_weights(schedules, task, template, config, anchor, graph,
+                                    packed_weights if packed_weights is not None else {})
+        if packed is not None:
+            key = key + (("prepacked", None, ()),)
+        if (task, packed is not None) not in anchors:
+            anchors[task, packed is not None] = (
+                template.build(task, config, kernel_name(task), prepacked=True)
+                if packed is not None else
+                template.build(task, config, kernel_name(task)) if template
+                else schedules.build_kernel(task, kernel_name(task)))
+        name = kernel_name(key)
         try:
-            fused = _group_kernel(group, nodes, graph, replace(anchors[task], name=name))
+            fused = _group_kernel(group, nodes, graph,
+                                  replace(anchors[task, packed is not None], name=name))
         except GraftError as error:
             fallbacks.append({"anchor": group.anchor, "op": task.op, "reason": str(error)})
             pending[:0] = _smaller(group, position)
             continue
+        if packed is not None:
+            weight, packed_name = anchor.inputs[1], packed
+            fused = replace(fused, args=tuple(packed_name if v == weight else v
+                                              for v in fused.args))
         if dump_dir and group.fused and name not in tasks:
-            _dump_graft(dump_dir, name, anchors[task], fused.function)
+            _dump_graft(dump_dir, name, anchors[task, packed is not None], fused.function)
         tasks[name] = task
         kernels.append((group, name, fused))
-    return kernels, tasks, fallbacks, {name: choices[t] for name, t in tasks.items()}
+    public = {t: {k: v for k, v in c.items() if k != "_choice"} for t, c in choices.items()}
+    return kernels, tasks, fallbacks, {name: public[t] for name, t in tasks.items()}
+
+
+def _prepacked_weights(schedules, task: Task, template, config, anchor: Node,
+                       graph: Graph, packed_weights: dict[str, Any]) -> str | None:
+    """For a cpu Conv template kernel whose weights are a graph constant: the name of
+    a constant holding them pre-packed for `config` (put in `packed_weights` on first
+    use),
+    so the kernel reads its A panels in place of packing the weights on every call
+    (`hidetc.schedules.cpu.conv.prepack_weights`). None otherwise."""
+    if schedules is not cpu or template is not cpu.conv.TEMPLATE:
+        return None
+    weight = anchor.inputs[1] if len(anchor.inputs) > 1 else None
+    if weight not in graph.constants or not cpu.conv.can_prepack(task, config):
+        return None
+    mr = max(1, min(config.mr, cpu.conv.conv_geometry(task).ocg))
+    name = f"{weight}.packed_mr{mr}"
+    if name not in packed_weights:
+        packed_weights[name] = cpu.conv.prepack_weights(task, config, graph.constants[weight])
+    return name
 
 
 def _dump_graft(dump_dir: str, name: str, before: Function, after: Function) -> None:
@@ -208,8 +250,14 @@ def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     templates' default configs."""
     _check_supported(graph, target)
     nodes = {n.name: n for n in graph.nodes}
+    packed: dict[str, Any] = {}
     kernels, tasks, fallbacks, kernel_choices = _kernels(graph, SCHEDULES[target], fuse,
-                                                         dump_dir, choices)
+                                                         dump_dir, choices, packed)
+    if packed:   # the pre-packed weights join the constants (the originals may go unused)
+        graph = graph.replace(
+            constants={**graph.constants, **packed},
+            types={**graph.types, **{k: TensorType(str(v.dtype), tuple(v.shape))
+                                     for k, v in packed.items()}})
     steps = [(fused.args, tuple(o for o in nodes[g.output_node].outputs if o))
              for g, _, fused in kernels]
     memory = plan_memory(_lifetimes(graph, steps))

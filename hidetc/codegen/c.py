@@ -110,7 +110,7 @@ VECTOR_TYPES = {"float32x8": "__m256"}
 # AVX2/FMA intrinsic -> positions of its operands passed by address (a Load there)
 X86_INTRINSICS: dict[str, tuple[int, ...]] = {
     "_mm256_loadu_ps": (0,), "_mm256_storeu_ps": (0,), "_mm256_broadcast_ss": (0,),
-    "_mm256_fmadd_ps": (), "_mm256_add_ps": (),
+    "_mm256_fmadd_ps": (), "_mm256_add_ps": (), "_mm256_max_ps": (),
     "_mm256_setzero_ps": (), "_mm256_set1_ps": (), "_mm256_setr_ps": (),
 }
 

@@ -94,6 +94,13 @@ CASES = {
                        {"w": f(8, 1, 3, 3)}),
     "conv_same": ("Conv", {"x": f(1, 2, 8, 7)}, {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
                   {"w": f(3, 2, 3, 3)}),
+    # constant weights are pre-packed on the cpu target; as a graph input they are not.
+    # 23 output channels (not a multiple of any MR), N = 99 columns (a 3-column ragged
+    # panel: the split-k narrow micro-kernel) and K = 63 (odd)
+    "conv_ragged": ("Conv", {"x": f(1, 7, 9, 11)}, {"pads": [1, 1, 1, 1]},
+                    {"w": f(23, 7, 3, 3), "b": f(23)}),
+    "conv_weights_input": ("Conv", {"x": f(1, 7, 9, 11), "w": f(23, 7, 3, 3)},
+                           {"pads": [1, 1, 1, 1]}, {}),
     "maxpool": ("MaxPool", {"x": f(1, 3, 11, 11)}, {"kernel_shape": [3, 3], "strides": [2, 2],
                                                     "pads": [1, 1, 1, 1]}, {}),
     "maxpool_ceil": ("MaxPool", {"x": f(1, 2, 10, 9)}, {"kernel_shape": [3, 3],
@@ -110,6 +117,12 @@ CASES = {
                           "ceil_mode": 1, "count_include_pad": 1}, {}),
     "avgpool": ("AveragePool", {"x": f(1, 3, 8, 7)},
                 {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1]}, {}),
+    # big enough for an interior (the branch-free windows) beside every border
+    "maxpool_interior": ("MaxPool", {"x": f(1, 4, 21, 20)},
+                         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                          "dilations": [2, 1]}, {}),
+    "avgpool_interior": ("AveragePool", {"x": f(1, 3, 12, 13)},
+                         {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, {}),
     "global_avgpool": ("GlobalAveragePool", {"x": f(2, 3, 5, 7)}, {}, {}),
     "reduce_mean": ("ReduceMean", {"x": f(3, 5, 7)}, {"keepdims": 1}, {"ax": i64([-1])}),
     "reduce_sum_all": ("ReduceSum", {"x": f(3, 5)}, {"keepdims": 0}, {}),
@@ -120,6 +133,8 @@ CASES = {
                        {"ax": i64([0])}),
     "softmax": ("Softmax", {"x": f(2, 3, 17) * 5}, {"axis": -1}, {}),
     "softmax_axis1": ("Softmax", {"x": f(2, 7, 3)}, {"axis": 1}, {}),
+    "softmax_lanes": ("Softmax", {"x": f(3, 37) * 4}, {"axis": -1}, {}),
+    "logsoftmax_lanes": ("LogSoftmax", {"x": f(3, 45) * 4}, {"axis": -1}, {}),
     "softmax_long_row": ("Softmax", {"x": f(2, 4099) * 3}, {"axis": -1}, {}),
     "layernorm": ("LayerNormalization", {"x": f(2, 3, 19)}, {"axis": -1, "epsilon": 1e-5},
                   {"s": f(19), "b": f(19)}),

@@ -20,6 +20,7 @@ from hidetc.codegen.c import print_c_module
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
 from hidetc.schedules.cpu import TEMPLATES, build_kernel
+from hidetc.schedules.cpu.conv import prepack_weights
 from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cpu.depthwise import DepthwiseConfig
 from hidetc.schedules.cpu.microkernel import GemmConfig, blocking
@@ -53,9 +54,12 @@ def reference(task: Task, inputs: list[np.ndarray]) -> np.ndarray:
                                     dict(task.attrs))[0]
 
 
-def run_all(tmp_path, cases: list[tuple[Task, object]]) -> None:
-    """Build every (task, config) into one library per chunk, run each, compare."""
-    fns = [(task, TEMPLATES[task.op].build(task, cfg, f"k{i}"), cfg)
+def run_all(tmp_path, cases: list[tuple[Task, object]], prepacked: bool = False) -> None:
+    """Build every (task, config) into one library per chunk, run each, compare.
+    `prepacked`: Conv kernels built to read weights packed at compile time, fed
+    `conv.prepack_weights` of the random weights."""
+    extra = {"prepacked": True} if prepacked else {}
+    fns = [(task, TEMPLATES[task.op].build(task, cfg, f"k{i}", **extra), cfg)
            for i, (task, cfg) in enumerate(cases)]
     chunks = [fns[i:i + 16] for i in range(0, len(fns), 16)]
 
@@ -67,17 +71,20 @@ def run_all(tmp_path, cases: list[tuple[Task, object]]) -> None:
         libs = list(pool.map(build, enumerate(chunks)))
     for lib, chunk in zip(libs, chunks):
         for task, fn, cfg in chunk:
-            _check(task, getattr(lib, fn.name), cfg)
+            _check(task, getattr(lib, fn.name), cfg, prepacked)
 
 
 GUARD = 64  # NaN floats around every input, sentinels around the output
 
 
-def _check(task: Task, kernel, cfg) -> None:
+def _check(task: Task, kernel, cfg, prepacked: bool = False) -> None:
     """Inputs sit between NaN guards (a read out of bounds that reaches an output shows
     up as NaN), the output between sentinels (a write out of bounds changes them)."""
     inputs = [RNG.standard_normal(t.shape).astype(np.float32) for t in task.inputs]
-    guarded = [np.pad(x.ravel(), GUARD, constant_values=np.nan) for x in inputs]
+    passed = list(inputs)
+    if prepacked:
+        passed[1] = prepack_weights(task, cfg, inputs[1])
+    guarded = [np.pad(x.ravel(), GUARD, constant_values=np.nan) for x in passed]
     size = task.outputs[0].size
     out = np.full(size + 2 * GUARD, 7.0, np.float32)
     out[GUARD:GUARD + size] = np.nan
@@ -171,6 +178,16 @@ def test_conv_configs_on_awkward_shapes(tmp_path):
     cases = [(t, default) for t in tasks]
     cases += [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 30, 2))]
     run_all(tmp_path, cases)
+
+
+def test_conv_configs_with_weights_packed_at_compile_time(tmp_path):
+    """The kernels that read constant weights pre-packed (plan: `_prepacked_weights`),
+    on every conv shape, with A packed or read in place in the config (both ignored)."""
+    tasks = [_conv(*c) for c in CONV_SHAPES]
+    space = TEMPLATES["Conv"].space(tasks[0], TARGET)
+    cases = [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 24, 3))]
+    cases += [(t, GemmConfig(8, 8, pack_a=False)) for t in tasks[:4]]
+    run_all(tmp_path, cases, prepacked=True)
 
 
 def test_depthwise_conv_every_config(tmp_path):

@@ -49,17 +49,44 @@ def _vector_load(x: Expr) -> Call:
 def micro_kernel(kb: KernelBuilder, mr: int, nr: int, kcur: ExprLike,
                  av: Callable[[Expr, Expr], Expr],
                  bv: Callable[[Expr, Expr], Expr]) -> list[list[Var]]:
-    """The MR x NR accumulators after the K loop (see the module docstring)."""
+    """The MR x NR accumulators after the K loop (see the module docstring). A tile of
+    fewer than MIN_CHAINS accumulators (the MR x 8 kernel of a ragged last panel) keeps
+    two sets, for even and odd k, added at the end: one set would leave the FMA units
+    waiting on its own latency (4 cycles, 2 units: 8 chains in flight)."""
     nv = nr // LANES
-    zero = vcall("_mm256_setzero_ps")
-    acc = [[kb.declare("acc", VEC, zero) for _ in range(nv)] for _ in range(mr)]
-    with kb.for_range(kcur, name="k") as k:
-        b = [kb.declare("b", VEC, _vector_load(bv(k, v * LANES))) for v in range(nv)]
-        for r in range(mr):
-            a = kb.declare("a", VEC, _broadcast(av(r, k)))
-            for v in range(nv):
-                kb.assign(acc[r][v], vcall("_mm256_fmadd_ps", a, b[v], acc[r][v]))
+    if mr * nv >= MIN_CHAINS:
+        acc = _zeros(kb, mr, nv)
+        with kb.for_range(kcur, name="k") as k:
+            _k_step(kb, acc, k, av, bv)
+        return acc
+    acc, odd = _zeros(kb, mr, nv), _zeros(kb, mr, nv)
+    with kb.for_range(kcur // 2, name="k") as k2:
+        _k_step(kb, acc, k2 * 2, av, bv)
+        _k_step(kb, odd, k2 * 2 + 1, av, bv)
+    with kb.for_range(kcur % 2, name="k") as k1:    # the last k of an odd depth
+        _k_step(kb, acc, kcur - 1 + k1, av, bv)
+    for r in range(mr):
+        for v in range(nv):
+            kb.assign(acc[r][v], vcall("_mm256_add_ps", acc[r][v], odd[r][v]))
     return acc
+
+
+MIN_CHAINS = 8   # independent FMA chains that keep both units of Zen 3 / Skylake busy
+
+
+def _zeros(kb: KernelBuilder, mr: int, nv: int) -> list[list[Var]]:
+    zero = vcall("_mm256_setzero_ps")
+    return [[kb.declare("acc", VEC, zero) for _ in range(nv)] for _ in range(mr)]
+
+
+def _k_step(kb: KernelBuilder, acc: list[list[Var]], k: Expr,
+            av: Callable[[Expr, Expr], Expr], bv: Callable[[Expr, Expr], Expr]) -> None:
+    """acc[r][v] += A(r, k) * B(k, 8v : 8v + 8) for the whole tile."""
+    b = [kb.declare("b", VEC, _vector_load(bv(k, v * LANES))) for v in range(len(acc[0]))]
+    for r, row in enumerate(acc):
+        a = kb.declare("a", VEC, _broadcast(av(r, k)))
+        for v in range(len(row)):
+            kb.assign(row[v], vcall("_mm256_fmadd_ps", a, b[v], row[v]))
 
 
 def accumulate_tile(kb: KernelBuilder, acc: list[list[Var]], tile: tuple, kblk: Expr,

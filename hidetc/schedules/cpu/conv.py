@@ -13,8 +13,11 @@ Two schedules, chosen by the task's group structure (never by its sizes):
   stores; an input row outside the image (known per tile row) is all zeros. A 1x1,
   stride-1, unpadded conv is a plain GEMM on the [C, H*W] view (no gather). With
   pack_a the weights are packed into MR-row panels once per call (a parallel loop
-  before the tiles). The bias is added in the final store. Config: `GemmConfig` (the
-  MatMul knobs); default `default_gemm` (5 x 16, A packed when OH*OW >= 256).
+  before the tiles). Constant weights are packed once, when the model is compiled
+  (`prepack_weights`; `build(..., prepacked=True)` reads them so, whatever pack_a
+  says: the plan does this for every conv whose weights are a graph constant). The
+  bias is added in the final store. Config: `GemmConfig` (the MatMul knobs); default
+  `default_gemm` (5 x 16, A packed when OH*OW >= 256).
 - **Direct depthwise** (one input channel per group, more than one group): see
   `depthwise.py`. Config: `DepthwiseConfig(rows, fused)`.
 
@@ -24,6 +27,8 @@ store out of bounds (padding taps are skipped or zero-filled, never clamped read
 from __future__ import annotations
 
 from typing import Sequence, Union
+
+import numpy as np
 
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry, conv_geometry, valid_range
 from hidetc.schedules.cpu.depthwise import DEPTHWISE_SPACE, DepthwiseConfig, build_depthwise
@@ -63,7 +68,10 @@ class ConvTemplate:
         return DepthwiseConfig() if geo.depthwise else default_gemm(geo.ocg, geo.oh * geo.ow)
 
     def build(self, task: Task, config: ConvConfig, name: str,
-              cores: int = Target().cores) -> Function:
+              cores: int = Target().cores, prepacked: bool = False) -> Function:
+        """`prepacked`: the weights input arrives already in the packed-A layout of
+        `prepack_weights` (constant weights packed at compile time), so the kernel
+        neither packs them nor reads them in place, whatever config.pack_a says."""
         geo = conv_geometry(task)
         if geo.depthwise:
             if not isinstance(config, DepthwiseConfig):
@@ -71,7 +79,28 @@ class ConvTemplate:
             return build_depthwise(geo, config, task.outputs[0].dtype, name)
         if not isinstance(config, GemmConfig):
             raise ValueError(f"conv as implicit GEMM needs a GemmConfig, got {config}")
-        return _build_gemm(geo, config, task.outputs[0].dtype, name, cores)
+        return _build_gemm(geo, config, task.outputs[0].dtype, name, cores, prepacked)
+
+
+def can_prepack(task: Task, config: ConvConfig) -> bool:
+    """Whether `prepack_weights` applies: an implicit-GEMM conv (not depthwise)."""
+    return isinstance(config, GemmConfig) and not conv_geometry(task).depthwise
+
+
+def prepack_weights(task: Task, config: GemmConfig, w: np.ndarray) -> np.ndarray:
+    """The weights [OC, C/G, KH, KW] in the layout `packed_a` builds at run time:
+    [G, panels, C/G*KH*KW, MR] with row min(panel*MR + r, OC/G - 1) at [g, panel, :, r]
+    (MR as `blocking` clamps it: min(config.mr, OC/G)). Done once, when the model is
+    compiled, for constant weights: the kernel then reads its A panels straight from
+    the weights (`build(..., prepacked=True)`)."""
+    geo = conv_geometry(task)
+    m, k = geo.ocg, geo.icg * geo.taps
+    mr = max(1, min(config.mr, m))
+    panels = -(-max(m, 1) // mr)
+    grouped = np.asarray(w).reshape(geo.groups, m, k)
+    rows = np.minimum(np.arange(panels * mr), max(m - 1, 0))
+    packed = grouped[:, rows, :].reshape(geo.groups, panels, mr, k).transpose(0, 1, 3, 2)
+    return np.ascontiguousarray(packed)
 
 
 TEMPLATE = ConvTemplate()
@@ -84,7 +113,7 @@ def build_conv(task: Task, name: str) -> Function:
 
 # implicit GEMM ---------------------------------------------------------------------------
 def _build_gemm(geo: ConvGeometry, cfg: GemmConfig, dt: str, name: str,
-                cores: int) -> Function:
+                cores: int, prepacked: bool = False) -> Function:
     m, n, k = geo.ocg, geo.oh * geo.ow, geo.icg * geo.taps
     unit = None if geo.pointwise else geo.ow
     bl = blocking(cfg, m, n, k, geo.n * geo.groups, cores, n_unit=unit, k_unit=geo.taps,
@@ -92,12 +121,19 @@ def _build_gemm(geo: ConvGeometry, cfg: GemmConfig, dt: str, name: str,
     kb = KernelBuilder(name, "cpu")
     x_shape = (geo.n, geo.c, geo.h * geo.w) if geo.pointwise else (geo.n, geo.c, geo.h, geo.w)
     x = kb.buffer("x", dt, x_shape)
-    wt = kb.buffer("w", dt, (geo.oc, k))
+    if prepacked:
+        panels = -(-max(m, 1) // bl.mr)
+        wt = kb.buffer("w", dt, (geo.groups, panels, max(k, 1), bl.mr))
+    else:
+        wt = kb.buffer("w", dt, (geo.oc, k))
     bias = kb.buffer("bias", dt, (geo.oc,)) if geo.has_bias else None
     out = kb.buffer("out", dt, (geo.n, geo.oc, n))
     if geo.n * geo.oc * n == 0:
         return kb.finish()
-    if cfg.pack_a:
+    if prepacked:
+        def a_of(g):
+            return lambda panel, r, kk: wt[g, panel, kk, r]
+    elif cfg.pack_a:
         a_of = packed_a(kb, bl, dt, geo.groups,
                         lambda g, row, kk: wt[_chan(geo, g, row, geo.ocg), kk])
     tiles = (geo.n, geo.groups, bl.m_tiles, bl.n_tiles)
@@ -107,7 +143,7 @@ def _build_gemm(geo: ConvGeometry, cfg: GemmConfig, dt: str, name: str,
             i0, j0 = ib * bl.mt, jb * bl.nc
             o0 = g * geo.ocg + i0 if geo.groups > 1 else i0
             cols = tile_extent(n, j0, bl.nc)
-            a_panel = a_of(g) if cfg.pack_a else direct_a(
+            a_panel = a_of(g) if cfg.pack_a or prepacked else direct_a(
                 bl, lambda row, kk, g=g: wt[_chan(geo, g, row, geo.ocg), kk])
 
             def store(r, j, v, b=b, o0=o0, j0=j0):

@@ -1,24 +1,29 @@
 """CPU rules for reductions: Reduce* over any axes, Softmax/LogSoftmax along one axis,
 LayerNormalization over the trailing axes.
 
-Rows of independent work run in parallel; each row reduces serially in float32 (f32
-inputs). Softmax subtracts the row maximum; LayerNormalization uses two passes (mean,
-then the mean of squared deviations) rather than E[x^2] - E[x]^2.
+Rows of independent work run in parallel; each row reduces in float32 (f32 inputs),
+Softmax and LayerNormalization rows in LANES interleaved partial results so the loops
+vectorize (`lane_reduce`). Softmax subtracts the row maximum; LayerNormalization uses
+two passes (mean, then the mean of squared deviations) rather than E[x^2] - E[x]^2.
 """
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
 from hidetc.compute.injective import broadcast_index, unravel
+from hidetc.schedules.cpu import avx2
 from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     FLOATS,
+    Buffer,
     Const,
     Expr,
     Function,
+    Var,
     as_expr,
     call,
     cast,
@@ -143,38 +148,104 @@ SOFTMAX_SCRATCH = 4096   # row elements kept in a per-thread stack buffer (16 Ki
 
 
 def build_softmax(task: Task, name: str) -> Function:
-    """Per row: the maximum, then exp(x - max) summed (and, for rows of at most
-    SOFTMAX_SCRATCH elements, kept in a local buffer), then each output stored once:
-    e / total (recomputing e for longer rows), or x - max - log(total) for LogSoftmax.
-    The output is written once per element and never read back, so epilogues can be
-    grafted onto its store."""
+    """Per row of at most SOFTMAX_SCRATCH elements: the row copied once into a local
+    buffer (a fused prologue is computed once per element, not once per pass), its
+    maximum (`_row_max`), then e = exp(x - max) in place and summed in lanes, then each
+    output stored once: e / total, or x - max - log(total) for LogSoftmax. Longer rows
+    read x in each pass. The output is written once per element and never read back,
+    so epilogues can be grafted onto its store. A NaN in a row makes the whole row NaN
+    (through exp and the sum, whatever maximum is taken)."""
     x_type = task.inputs[0]
     outer, n, inner = _axis_view(x_type.shape, task.attr("axis", -1))
     dt = x_type.dtype
     kb = KernelBuilder(name, "cpu")
     x = kb.buffer("x", dt, (outer, n, inner))
     out = kb.buffer("out", dt, (outer, n, inner))
-    keep = task.op == "Softmax" and n <= SOFTMAX_SCRATCH
+    acc_dt = HALF_ACC.get(dt, dt)
+    soft = task.op == "Softmax"
+
+    def add(a, v):
+        return a + v
     with kb.for_range(outer * inner, kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(outer, inner), p, names=["o", "i"]) as (o, i):
-            scratch = kb.alloc("e", dt, (n,)) if keep else None
-            top = kb.declare("top", dt, -INF)
-            with kb.for_range(n, name="k") as k:
-                kb.assign(top, maximum(top, x[o, k, i]))
-            total = kb.declare("total", HALF_ACC.get(dt, dt), 0.0)
-            with kb.for_range(n, name="k") as k:
-                e = call("exp", x[o, k, i] - top)
-                if scratch is not None:
-                    kb.store(scratch, (k,), e)
-                kb.assign(total, total + cast(e, total.dtype))
+            if n <= SOFTMAX_SCRATCH:
+                row = kb.alloc("row", dt, (n,))
+                with kb.for_range(n, name="k") as k:
+                    kb.store(row, (k,), x[o, k, i])
+                top = _row_max(kb, n, row)
+
+                def value(k):
+                    return row[k]
+                if soft:
+                    with kb.for_range(n, name="k") as k:
+                        kb.store(row, (k,), call("exp", row[k] - top))
+                    total = lane_reduce(kb, n, acc_dt, 0.0, add,
+                                        lambda k: cast(row[k], acc_dt), "total")
+            else:
+                top = lane_reduce(kb, n, dt, -INF, maximum, lambda k: x[o, k, i], "top")
+
+                def value(k):
+                    return x[o, k, i]
+            if not soft or n > SOFTMAX_SCRATCH:
+                total = lane_reduce(kb, n, acc_dt, 0.0, add,
+                                    lambda k: cast(call("exp", value(k) - top), acc_dt),
+                                    "total")
             total = cast(total, dt)
             with kb.for_range(n, name="k") as k:
-                if task.op == "Softmax":
-                    e = scratch[k] if scratch is not None else call("exp", x[o, k, i] - top)
+                if soft:
+                    e = row[k] if n <= SOFTMAX_SCRATCH else call("exp", value(k) - top)
                     kb.store(out, (o, k, i), e / total)
                 else:
-                    kb.store(out, (o, k, i), x[o, k, i] - top - call("log", total))
+                    kb.store(out, (o, k, i), value(k) - top - call("log", total))
     return kb.finish()
+
+
+def _row_max(kb: KernelBuilder, n: int, row: Buffer) -> Var:
+    """The maximum of a local row buffer; float32 rows of 16+ elements in AVX2 lanes
+    (`_mm256_max_ps` keeps a NaN only when it is the second operand: callers must let a
+    NaN reach the result some other way, as softmax's exp and sum do)."""
+    if row.dtype != "float32" or n < 2 * LANES:
+        return lane_reduce(kb, n, row.dtype, -INF, maximum, lambda k: row[k], "top")
+    vmax = kb.declare("vmax", avx2.VEC, avx2.vcall("_mm256_set1_ps", Const(-INF, "float32")))
+    with kb.for_range(n // LANES, name="kk") as kk:
+        kb.assign(vmax, avx2.vcall("_mm256_max_ps", vmax,
+                                   avx2.vcall("_mm256_loadu_ps", row[kk * LANES])))
+    lanes = kb.alloc("top_lanes", "float32", (LANES,))
+    kb.evaluate(avx2.vcall("_mm256_storeu_ps", lanes[0], vmax, dtype="void"))
+    top = kb.declare("top", "float32", lanes[0])
+    for lane in range(1, LANES):
+        kb.assign(top, maximum(top, lanes[lane]))
+    for t in range(n // LANES * LANES, n):
+        kb.assign(top, maximum(top, row[t]))
+    return top
+
+
+LANES = avx2.LANES   # partial results of a row reduction (one ymm of f32)
+
+
+def lane_reduce(kb: KernelBuilder, n: int, dtype: str, init: float, combine,
+                term: Callable[[Expr], Expr], name: str) -> Var:
+    """combine(... combine(init, term(0)) ..., term(n-1)) as LANES interleaved partial
+    results (element k goes to lane k % LANES), combined in lane order at the end: the
+    loop vectorizes, where gcc keeps a serial float reduction scalar (without
+    -ffast-math it may not reorder it). Rows shorter than 2 * LANES reduce serially."""
+    if n < 2 * LANES:
+        acc = kb.declare(name, dtype, init)
+        with kb.for_range(n, name="k") as k:
+            kb.assign(acc, combine(acc, term(k)))
+        return acc
+    part = kb.alloc(f"{name}_lanes", dtype, (LANES,))
+    with kb.for_range(LANES, name="l") as lane:
+        kb.store(part, (lane,), Const(init, dtype))
+    with kb.for_range(n // LANES, name="kk") as kk, kb.for_range(LANES, name="l") as lane:
+        kb.store(part, (lane,), combine(part[lane], term(kk * LANES + lane)))
+    if n % LANES:
+        with kb.for_range(n % LANES, name="t") as t:
+            kb.store(part, (t,), combine(part[t], term(n // LANES * LANES + t)))
+    acc = kb.declare(name, dtype, part[0])
+    for lane in range(1, LANES):
+        kb.assign(acc, combine(acc, part[lane]))
+    return acc
 
 
 def layernorm_buffers(kb: KernelBuilder, task: Task):
@@ -225,7 +296,4 @@ def build_layernorm(task: Task, name: str) -> Function:
 
 
 def _row_sum(kb: KernelBuilder, n: int, term, dtype: str, name: str):
-    acc = kb.declare(name, dtype, 0.0)
-    with kb.for_range(n, name="k") as k:
-        kb.assign(acc, acc + term(k))
-    return acc
+    return lane_reduce(kb, n, dtype, 0.0, lambda a, v: a + v, term, name)
