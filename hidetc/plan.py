@@ -8,9 +8,10 @@ target's template or rule (so one schedule serves every fused variant), with the
 prologues and epilogues grafted on (`hidetc.fusion.graft`). A group whose kernel
 refuses grafting (GraftError: e.g. it reads its output back) runs unfused, one
 launch per node, and `fusion_fallbacks` records why. On the cpu target a Conv whose
-weights are a graph constant gets them packed for its micro-kernel here, once
-(`_prepacked_weights`: a new constant `<weight>.packed_mr<MR>` replaces the original
-in its launch, so the kernel does not repack them on every call). Values inside a group are never
+or MatMul whose weights (second input) are a graph constant gets them packed for its
+micro-kernel here, once (`_prepacked_weights`: a new constant `<weight>.packed_mr<MR>`
+or `.packed_nr<NR>` replaces the original in its launch, so the kernel does not repack
+them on every call). Values inside a group are never
 materialized: they get no memory.
 
 Assumes the graph passes ran: no Shape/Constant*/Identity/Dropout nodes remain and every
@@ -204,22 +205,28 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
     return kernels, tasks, fallbacks, {name: public[t] for name, t in tasks.items()}
 
 
+# cpu templates that can read a constant second input packed at compile time:
+# template -> (its module: can_prepack / prepack_weights, suffix of the packed name)
+def _prepackers() -> dict:
+    return {cpu.conv.TEMPLATE: (cpu.conv, "mr"), cpu.matmul.TEMPLATE: (cpu.matmul, "nr")}
+
+
 def _prepacked_weights(schedules, task: Task, template, config, anchor: Node,
                        graph: Graph, packed_weights: dict[str, Any]) -> str | None:
-    """For a cpu Conv template kernel whose weights are a graph constant: the name of
-    a constant holding them pre-packed for `config` (put in `packed_weights` on first
-    use),
-    so the kernel reads its A panels in place of packing the weights on every call
-    (`hidetc.schedules.cpu.conv.prepack_weights`). None otherwise."""
-    if schedules is not cpu or template is not cpu.conv.TEMPLATE:
+    """For a cpu Conv or MatMul template kernel whose weights (second input) are a
+    graph constant: the name of a constant holding them pre-packed for `config` (put
+    in `packed_weights` on first use), so the kernel reads its micro-kernel panels
+    from it instead of packing them on every call (`prepack_weights` of
+    `hidetc.schedules.cpu.conv` / `.matmul`). None otherwise."""
+    if schedules is not cpu or template not in _prepackers():
         return None
+    module, knob = _prepackers()[template]
     weight = anchor.inputs[1] if len(anchor.inputs) > 1 else None
-    if weight not in graph.constants or not cpu.conv.can_prepack(task, config):
+    if weight not in graph.constants or not module.can_prepack(task, config):
         return None
-    mr = max(1, min(config.mr, cpu.conv.conv_geometry(task).ocg))
-    name = f"{weight}.packed_mr{mr}"
+    name = f"{weight}.packed_{knob}{module.prepack_width(task, config)}"
     if name not in packed_weights:
-        packed_weights[name] = cpu.conv.prepack_weights(task, config, graph.constants[weight])
+        packed_weights[name] = module.prepack_weights(task, config, graph.constants[weight])
     return name
 
 

@@ -20,7 +20,8 @@ from hidetc.codegen.c import print_c_module
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
 from hidetc.schedules.cpu import TEMPLATES, build_kernel
-from hidetc.schedules.cpu.conv import prepack_weights
+from hidetc.schedules.cpu import conv as cpu_conv
+from hidetc.schedules.cpu import matmul as cpu_matmul
 from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cpu.depthwise import DepthwiseConfig
 from hidetc.schedules.cpu.microkernel import GemmConfig, blocking
@@ -30,6 +31,7 @@ from hidetc.tir.pipeline import lower
 from hidetc.toolchain.gcc import DEFAULT_FLAGS, build_shared_library, find_compiler
 
 RNG = np.random.default_rng(0)
+PREPACK = {"Conv": cpu_conv, "MatMul": cpu_matmul}   # weights packed at compile time
 
 
 def matmul_task(a_shape, b_shape) -> Task:
@@ -83,7 +85,7 @@ def _check(task: Task, kernel, cfg, prepacked: bool = False) -> None:
     inputs = [RNG.standard_normal(t.shape).astype(np.float32) for t in task.inputs]
     passed = list(inputs)
     if prepacked:
-        passed[1] = prepack_weights(task, cfg, inputs[1])
+        passed[1] = PREPACK[task.op].prepack_weights(task, cfg, inputs[1])
     guarded = [np.pad(x.ravel(), GUARD, constant_values=np.nan) for x in passed]
     size = task.outputs[0].size
     out = np.full(size + 2 * GUARD, 7.0, np.float32)
@@ -187,6 +189,20 @@ def test_conv_configs_with_weights_packed_at_compile_time(tmp_path):
     space = TEMPLATES["Conv"].space(tasks[0], TARGET)
     cases = [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 24, 3))]
     cases += [(t, GemmConfig(8, 8, pack_a=False)) for t in tasks[:4]]
+    run_all(tmp_path, cases, prepacked=True)
+
+
+def test_matmul_configs_with_b_packed_at_compile_time(tmp_path):
+    """MatMul kernels reading a constant B pre-packed into NR panels (the last one
+    zero-padded), B read in place or packed in the config (both ignored)."""
+    tasks = [matmul_task(a, b) for a, b in MM_SHAPES + [((37, 300), (300, 53))]]
+    space = TEMPLATES["MatMul"].space(tasks[0], TARGET)
+    cases = [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 60, 4))
+             if cpu_matmul.can_prepack(t, cfg)]
+    cases += [(t, cfg) for t in tasks for cfg in (TEMPLATES["MatMul"].default(t, TARGET),
+                                                    GemmConfig(3, 32, pack_b=False))
+              if cpu_matmul.can_prepack(t, cfg)]
+    assert len(cases) >= 15
     run_all(tmp_path, cases, prepacked=True)
 
 

@@ -87,6 +87,12 @@ def can_prepack(task: Task, config: ConvConfig) -> bool:
     return isinstance(config, GemmConfig) and not conv_geometry(task).depthwise
 
 
+def prepack_width(task: Task, config: GemmConfig) -> int:
+    """MR of the packed panels (the config's, clamped to the output channels per group
+    as `blocking` does): the layout of `prepack_weights` depends on nothing else."""
+    return max(1, min(config.mr, conv_geometry(task).ocg))
+
+
 def prepack_weights(task: Task, config: GemmConfig, w: np.ndarray) -> np.ndarray:
     """The weights [OC, C/G, KH, KW] in the layout `packed_a` builds at run time:
     [G, panels, C/G*KH*KW, MR] with row min(panel*MR + r, OC/G - 1) at [g, panel, :, r]
@@ -95,7 +101,7 @@ def prepack_weights(task: Task, config: GemmConfig, w: np.ndarray) -> np.ndarray
     the weights (`build(..., prepacked=True)`)."""
     geo = conv_geometry(task)
     m, k = geo.ocg, geo.icg * geo.taps
-    mr = max(1, min(config.mr, m))
+    mr = prepack_width(task, config)
     panels = -(-max(m, 1) // mr)
     grouped = np.asarray(w).reshape(geo.groups, m, k)
     rows = np.minimum(np.arange(panels * mr), max(m - 1, 0))

@@ -10,6 +10,9 @@ parallel loop of its own. Each task runs the blocked GEMM of `microkernel.py`: B
 KC x NC block copied into a contiguous local buffer (zero-padded past N), an MR x NR
 register-tile micro-kernel with explicit fma, a local accumulator tile buffer stored
 once, at the end. Default config: `default_gemm` (5 x 16; A packed when N >= 256).
+A constant B (weights) is packed into NR-wide panels when the model is compiled
+(`prepack_weights`, chosen by the plan); the kernel built with prepacked=True reads
+every B panel from it and packs no B at all.
 
 Assumes: f32 (any float dtype prints, but the blocking is tuned for 8 f32 lanes).
 Guarantees: correct for every config of `space` on every shape (M, N, K >= 0, ragged
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import math
 from typing import Sequence
+
+import numpy as np
 
 from hidetc.compute.injective import broadcast_index, linearize, unravel
 from hidetc.schedules.cpu.microkernel import (
@@ -52,8 +57,35 @@ class MatMulTemplate:
         return default_gemm(m, n)
 
     def build(self, task: Task, config: GemmConfig, name: str,
-              cores: int = Target().cores) -> Function:
-        return build_matmul_config(task, config, name, cores)
+              cores: int = Target().cores, prepacked: bool = False) -> Function:
+        """`prepacked`: B arrives in the panel layout of `prepack_weights` (a constant
+        B packed at compile time; see `can_prepack`)."""
+        return build_matmul_config(task, config, name, cores, prepacked)
+
+
+def can_prepack(task: Task, config: GemmConfig) -> bool:
+    """Whether `prepack_weights` applies: B one matrix (no batch of them) at least one
+    NR panel wide."""
+    _, b_shape, _, _, n, _ = matmul_shapes(task)
+    return len(task.inputs[1].shape) >= 2 and math.prod(b_shape[:-2]) == 1 and \
+        n >= config.nr
+
+
+def prepack_width(task: Task, config: GemmConfig) -> int:
+    """NR of the packed panels: the layout of `prepack_weights` depends on nothing else."""
+    return config.nr
+
+
+def prepack_weights(task: Task, config: GemmConfig, b: np.ndarray) -> np.ndarray:
+    """B [.., K, N] as [N/NR panels, K, NR]: panel p holds columns p*NR .. p*NR+NR-1,
+    the last one zero-padded. The kernel built with prepacked=True reads its B panels
+    from there, contiguous, and packs nothing."""
+    _, b_shape, _, _, n, k = matmul_shapes(task)
+    nr = config.nr
+    panels = -(-n // nr)
+    mat = np.zeros((k, panels * nr), np.asarray(b).dtype)
+    mat[:, :n] = np.asarray(b).reshape(k, n)
+    return np.ascontiguousarray(mat.reshape(k, panels, nr).transpose(1, 0, 2))
 
 
 TEMPLATE = MatMulTemplate()
@@ -74,14 +106,15 @@ def matmul_shapes(task: Task):
     return a_shape, b_shape, _batch_shape(a_shape, b_shape), m, n, k
 
 
-def build_matmul_config(task: Task, cfg: GemmConfig, name: str, cores: int) -> Function:
+def build_matmul_config(task: Task, cfg: GemmConfig, name: str, cores: int,
+                        prepacked: bool = False) -> Function:
     a_shape, b_shape, batch, m, n, k = matmul_shapes(task)
     dt = task.outputs[0].dtype
     nbatch = math.prod(batch)
     bl = blocking(cfg, m, n, k, nbatch, cores)
     kb = KernelBuilder(name, "cpu")
     a = kb.buffer("a", dt, a_shape)
-    b = kb.buffer("b", dt, b_shape)
+    b = kb.buffer("b", dt, (-(-n // bl.nr), k, bl.nr) if prepacked else b_shape)
     out = kb.buffer("out", dt, batch + (m, n))
     if nbatch * m * n == 0:
         return kb.finish()
@@ -101,12 +134,15 @@ def build_matmul_config(task: Task, cfg: GemmConfig, name: str, cores: int) -> F
                 bl, lambda r, kk, a_idx=a_idx: a[tuple(a_idx) + (r, kk)])
             def b_value(kk, c, b_pre=b_pre):
                 return b[b_pre + (kk, c)]
+            def b_panel(kk, jp, j, jb=jb):
+                return b[jb * (bl.nc // bl.nr) + jp, kk, j]
             emit_gemm_tile(
                 kb, bl, dt, i0, (tile_extent(m, i0, bl.mt), cols), a_panel,
-                pack_b_rows(b_value, j0, cols),
+                None if prepacked else pack_b_rows(b_value, j0, cols),
                 lambda r, j, v, bidx=bidx, i0=i0, j0=j0: kb.store(
                     out, tuple(bidx) + (i0 + r, j0 + j), v),
-                b_direct=lambda kk, c, j0=j0, b_value=b_value: b_value(kk, j0 + c))
+                b_direct=lambda kk, c, j0=j0, b_value=b_value: b_value(kk, j0 + c),
+                b_prepacked=b_panel if prepacked else None)
     return kb.finish()
 
 

@@ -66,6 +66,7 @@ BValue = Callable[[Expr, Expr], Expr]             # (k, column in the task) -> B
 PackB = Callable[[KernelBuilder, Buffer, Expr, ExprLike, ExprLike], None]
 # (kb, bpack, k0, kcur, c_from): fill bpack[0:kcur][c_from:cols]
 Store = Callable[[Expr, Expr, Expr], None]       # (r, j, value) within the task
+BPanel = Callable[[Expr, Expr, Expr], Expr]       # (k, panel of the task, j < NR) -> B
 
 
 @dataclass(frozen=True)
@@ -244,28 +245,34 @@ def direct_a(bl: Blocking, a_value: AValue) -> APanel:
 
 
 def emit_gemm_tile(kb: KernelBuilder, bl: Blocking, dt: str, i0: Expr, extent: tuple,
-                   a_panel: APanel, pack_b: PackB, store: Store,
-                   b_direct: Optional[BValue] = None) -> None:
+                   a_panel: APanel, pack_b: Optional[PackB], store: Store,
+                   b_direct: Optional[BValue] = None,
+                   b_prepacked: Optional[BPanel] = None) -> None:
     """Compute and store one task: `extent` = (rows, cols) outputs from row i0 (a
     multiple of MR; see the module docstring). `pack_b(kb, bpack, k0, kcur, c_from)`
     fills bpack[0:kcur][c_from:cols]; `a_panel(panel, r, k)` reads A's row
     panel*MR + r (clamped) at column k; `b_direct(k, col)`, when given and the config
-    has pack_b=False, reads B in place for the full NR-wide panels."""
+    has pack_b=False, reads B in place for the full NR-wide panels. `b_prepacked(k,
+    jp, j)`, when given, reads every panel (the ragged last one zero-padded) from B
+    packed ahead of time: nothing is packed at all."""
     rows, cols = extent
     if bl.k == 0:
         with kb.for_range(rows, name="r") as r, kb.for_range(cols, name="j") as j:
             store(r, j, Const(0.0, dt))
         return
-    direct = b_direct if not bl.pack_b else None
+    direct = b_direct if not bl.pack_b and b_prepacked is None else None
     full = cols // bl.nr if direct is not None else 0
     cbuf = kb.alloc("cbuf", dt, (bl.mt, bl.ncw))
-    bpack = kb.alloc("bpack", dt, (bl.kc, bl.ncp))
-    _zero_tail(kb, bl, bpack, cols)
+    bpack = None
+    if b_prepacked is None:
+        bpack = kb.alloc("bpack", dt, (bl.kc, bl.ncp))
+        _zero_tail(kb, bl, bpack, cols)
     with kb.for_range(bl.k_blocks, name="kb") as kblk:
         k0 = kblk * bl.kc
         kcur = bl.kc if bl.k % bl.kc == 0 else minimum(bl.k - k0, bl.kc)
-        pack_b(kb, bpack, k0, kcur, full * bl.nr)
-        step = _Step(kblk, k0, kcur, cbuf, bpack, direct, full, cols)
+        if b_prepacked is None:
+            pack_b(kb, bpack, k0, kcur, full * bl.nr)
+        step = _Step(kblk, k0, kcur, cbuf, bpack, direct, full, cols, b_prepacked)
         with kb.for_range(ceil_div(rows, bl.mc), name="ib") as ib:
             i1 = ib * bl.mc
             brows = rows if bl.mt == bl.mc else minimum(rows - i1, bl.mc)
@@ -285,10 +292,11 @@ class _Step:
     k0: Expr
     kcur: ExprLike
     cbuf: Buffer
-    bpack: Buffer
+    bpack: Optional[Buffer]
     direct: Optional[BValue]
     full: ExprLike
     cols: ExprLike
+    prepacked: Optional["BPanel"] = None
 
 
 def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
@@ -308,6 +316,8 @@ def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
         _accumulate_tile(kb, bl.mr, nr, acc, (r0, c0), step.kblk, step.cbuf)
 
     def packed(k: Expr, j: Expr) -> Expr:
+        if step.prepacked is not None:
+            return step.prepacked(step.k0 + k, jp, j)
         return step.bpack[k, c0 + j]
 
     def from_pack() -> None:
