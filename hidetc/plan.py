@@ -34,6 +34,7 @@ from hidetc.fusion.partition import FusionGroup, partition
 from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
 from hidetc.schedules import cpu, cuda
+from hidetc.schedules.cpu import prepack
 from hidetc.schedules.task import Task, task_of
 from hidetc.tir.ir import Function
 from hidetc.tir.printer import format_function
@@ -169,7 +170,7 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
                 template, config = chosen[task].template, chosen[task].config
             else:
                 template, config = schedules.kernel_choice(task)
-            choices[task] = {"template": template.name if template else "rule",
+            choices[task] = {"template": prepack.base(template).name if template else "rule",
                              "config": repr(config) if template else None,
                              "_choice": (template, config)}
             if chosen and task in chosen:
@@ -180,11 +181,10 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
         if packed is not None:
             key = key + (("prepacked", None, ()),)
         if (task, packed is not None) not in anchors:
+            options = {"prepacked": True} if packed is not None else {}
             anchors[task, packed is not None] = (
-                template.build(task, config, kernel_name(task), prepacked=True)
-                if packed is not None else
-                template.build(task, config, kernel_name(task)) if template
-                else schedules.build_kernel(task, kernel_name(task)))
+                prepack.base(template).build(task, config, kernel_name(task), **options)
+                if template else schedules.build_kernel(task, kernel_name(task)))
         name = kernel_name(key)
         try:
             fused = _group_kernel(group, nodes, graph,
@@ -205,28 +205,25 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
     return kernels, tasks, fallbacks, {name: public[t] for name, t in tasks.items()}
 
 
-# cpu templates that can read a constant second input packed at compile time:
-# template -> (its module: can_prepack / prepack_weights, suffix of the packed name)
-def _prepackers() -> dict:
-    return {cpu.conv.TEMPLATE: (cpu.conv, "mr"), cpu.matmul.TEMPLATE: (cpu.matmul, "nr")}
-
-
 def _prepacked_weights(schedules, task: Task, template, config, anchor: Node,
                        graph: Graph, packed_weights: dict[str, Any]) -> str | None:
     """For a cpu Conv or MatMul template kernel whose weights (second input) are a
     graph constant: the name of a constant holding them pre-packed for `config` (put
     in `packed_weights` on first use), so the kernel reads its micro-kernel panels
-    from it instead of packing them on every call (`prepack_weights` of
-    `hidetc.schedules.cpu.conv` / `.matmul`). None otherwise."""
-    if schedules is not cpu or template not in _prepackers():
+    from it instead of packing them on every call (`hidetc.schedules.cpu.prepack`).
+    None otherwise."""
+    wrapper = prepack.for_constant_weights(prepack.base(template))
+    if schedules is not cpu or wrapper is None:
         return None
-    module, knob = _prepackers()[template]
     weight = anchor.inputs[1] if len(anchor.inputs) > 1 else None
-    if weight not in graph.constants or not module.can_prepack(task, config):
+    if weight not in graph.constants or not wrapper.applies(task, config):
         return None
-    name = f"{weight}.packed_{knob}{module.prepack_width(task, config)}"
+    knob = "mr" if wrapper.base.name == "cpu.conv" else "nr"
+    name = f"{weight}.packed_{knob}{wrapper.module.prepack_width(task, config)}"
     if name not in packed_weights:
-        packed_weights[name] = module.prepack_weights(task, config, graph.constants[weight])
+        inputs = [None] * len(anchor.inputs)
+        inputs[1] = graph.constants[weight]
+        packed_weights[name] = wrapper.prepare_inputs(task, config, inputs)[1]
     return name
 
 

@@ -23,6 +23,10 @@ so a second tuning run of the same candidates compiles and links nothing. A unit
 fails to compile is retried one kernel per object, so one bad candidate costs only
 itself ("compile: ..."); the good objects are linked into the unit's library.
 
+A template with `prepare_inputs` (`hidetc.schedules.cpu.prepack.Prepacked`: weights
+packed at compile time) gets each candidate's inputs through it in the worker, the
+reference still computed from the plain inputs.
+
 Measurement (cpu): `python -m hidetc.tune.worker` (see that module for the protocol
 and the timing discipline: the check on the real shapes, warm-up, median of `repeat`
 monotonic-clock runs, rotated input copies, early stopping), one process at a time
@@ -231,11 +235,14 @@ def _measure_cpu(task: Task, template, configs: list, *, repeat: int, timeout_s:
     stats.candidates = len(configs)
     errors: dict[int, str] = {}
     units = _build_cpu(task, template, configs, jobs, stats, errors)
+    index = [i for u in units if u.so is not None for i, _ in u.kernels]
     candidates = [(str(u.so), fn.name) for u in units if u.so is not None
                   for _, fn in u.kernels]
-    index = [i for u in units if u.so is not None for i, _ in u.kernels]
     job = {"task": task, "candidates": candidates, "repeat": max(1, repeat),
            "warmup": WARMUP, "seed": SEED}
+    if hasattr(template, "prepare_inputs"):   # weights packed per config (cpu.prepack)
+        job["prepare"] = template
+        job["configs"] = [configs[i] for i in index]
     return measure_built(configs, errors, index, module="hidetc.tune.worker", job=job,
                          timeout_s=timeout_s, progress=progress, stats=stats)
 

@@ -12,7 +12,8 @@ Per task, in order:
    and architecture from any device (`RecordStore.find_winner`: records exported from a
    GPU machine and imported here). A stored config the space no longer has is ignored.
 2. tuning (when on): the candidates of the space level -- 0: the template's default;
-   1: a short list (the default plus a seeded sample, SHORT_LIST in all); 2: the whole
+   1: a short list (the default, the template's `short_list` if it has one, then a
+   seeded sample, SHORT_LIST in all); 2: the whole
    hardware-centric space -- measured in isolation (`hidetc.tune.measure`), every
    result and the winner saved to the records. A task whose candidates all fail keeps
    the default (and says so).
@@ -30,6 +31,7 @@ from typing import Any, Callable, Optional
 from hidetc.fusion.partition import partition
 from hidetc.graph.ir import Graph
 from hidetc.schedules import cpu, cuda
+from hidetc.schedules.cpu import prepack
 from hidetc.schedules.task import Task, task_of
 from hidetc.schedules.template import Target, target_for
 from hidetc.tune.measure import best, measure_candidates, prebuild
@@ -69,16 +71,22 @@ class TuneSummary:
 
 
 def anchor_tasks(graph: Graph, target: str) -> list[tuple[Task, Any]]:
-    """The distinct templated anchor tasks of `graph`'s fusion groups, in graph order."""
+    """The distinct templated anchor tasks of `graph`'s fusion groups, in graph order,
+    with the template to tune: on the cpu target a Conv or MatMul whose weights are a
+    graph constant gets the `prepack.Prepacked` form, timed as the plan will run it."""
     nodes = {n.name: n for n in graph.nodes}
     seen: dict[Task, Any] = {}
     for group in partition(graph):
-        task = task_of(nodes[group.anchor], graph)
+        anchor = nodes[group.anchor]
+        task = task_of(anchor, graph)
         if task in seen:
             continue
         template, _ = SCHEDULES[target].kernel_choice(task)
-        if template is not None:
-            seen[task] = template
+        if template is None:
+            continue
+        packed = prepack.for_constant_weights(template) if target == "cpu" else None
+        constant = len(anchor.inputs) > 1 and anchor.inputs[1] in graph.constants
+        seen[task] = packed if packed is not None and constant else template
     return list(seen.items())
 
 
@@ -89,7 +97,12 @@ def candidates(template, task: Task, target: Target, level: int) -> list:
         return [default]
     space = [c for c in template.space(task, target) if c != default]
     if level == 1:
-        space = random.Random(0).sample(space, min(SHORT_LIST - 1, len(space)))
+        pick = getattr(template, "short_list", None)
+        first = [c for c in (pick(task, target) if pick else ()) if c in space]
+        first = list(dict.fromkeys(first))[:SHORT_LIST - 1]
+        rest = [c for c in space if c not in first]
+        fill = random.Random(0).sample(rest, min(SHORT_LIST - 1 - len(first), len(rest)))
+        space = first + fill
     return [default] + space
 
 

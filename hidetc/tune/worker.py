@@ -5,7 +5,9 @@ hangs takes down this process, never the compiler (`hidetc.tune.measure` runs it
 watches it and restarts it after the failing candidate).
 
 Input: JOB is a pickle written by the parent: {"task": Task, "candidates": [(so_path,
-symbol), ...], "repeat", "warmup", "seed", "budget_s"}; START is the first candidate
+symbol), ...], "repeat", "warmup", "seed", "budget_s"} and optionally "prepare" (a
+template whose `prepare_inputs(task, config, inputs)` gives the inputs a candidate
+reads: weights packed at compile time) with "configs" (per candidate); START is the first candidate
 position to measure (a restarted worker resumes after the one that killed its
 predecessor); BEST_MS the best median measured so far (for pruning), if any.
 
@@ -150,13 +152,33 @@ class Measurer:
         fn.restype, fn.argtypes = None, [ctypes.c_void_p]
         return fn
 
+    def candidate_inputs(self, so_path: str, symbol: str) -> list[list[np.ndarray]]:
+        """The input copies as candidate (so_path, symbol) reads them: through the
+        job's `prepare` template for its config when there is one (weights packed)."""
+        prepare = self.job.get("prepare")
+        if prepare is None:
+            return self.inputs
+        position = [tuple(c) for c in self.job["candidates"]].index((so_path, symbol))
+        config = self.job["configs"][position]
+        task = self.job["task"]
+        slots = task.buffer_inputs
+        copies = []
+        for buffers in self.inputs:
+            full: list = [None] * len(task.inputs)
+            for slot, array in zip(slots, buffers):
+                full[slot] = array
+            full = prepare.prepare_inputs(task, config, full)
+            copies.append([np.ascontiguousarray(full[slot]) for slot in slots])
+        return copies
+
     def measure(self, so_path: str, symbol: str
                 ) -> tuple[float | None, float | None, str | None]:
         """(median ms, min ms, error) of one candidate."""
         fn = self.entry(so_path, symbol)
+        inputs = self.candidate_inputs(so_path, symbol)
         outs = [[np.empty(shape, dtype) for shape, dtype in self.out_specs]
-                for _ in self.inputs]
-        args = [_pointers(ins + o) for ins, o in zip(self.inputs, outs)]
+                for _ in inputs]
+        args = [_pointers(ins + o) for ins, o in zip(inputs, outs)]
         _fill_poison(outs[0])
         t0 = time.perf_counter_ns()
         fn(args[0])

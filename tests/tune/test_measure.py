@@ -46,6 +46,25 @@ def test_real_matmul_template_measured_and_ranked():
           + ", ".join(f"{r.time_ms * 1e3:.1f}us" for r in results))
 
 
+def test_prepacked_kernels_measured_on_packed_weights():
+    """Conv and MatMul candidates that read weights packed at compile time get them
+    packed per config in the worker (a wrong layout would be "wrong result")."""
+    from hidetc.graph.ops.registry import get_op
+    from hidetc.schedules.cpu.prepack import Prepacked
+    types = [TensorType(F32, (1, 16, 9, 9)), TensorType(F32, (24, 16, 3, 3)),
+             TensorType(F32, (24,))]
+    attrs = {"pads": (1, 1, 1, 1)}
+    out = get_op("Conv").infer(types, attrs, [None] * 3)[0]
+    conv = Task("Conv", tuple(types), (out,), tuple(sorted(attrs.items())), (None,) * 3)
+    configs = [GemmConfig(5, 16, 64, 96, 128), GemmConfig(8, 8, pack_a=False),
+               GemmConfig(4, 24, 32, 96, 256)]
+    for task, template in ((conv, Prepacked(TEMPLATES["Conv"])),
+                           (matmul_task(37, 70, 53), Prepacked(TEMPLATES["MatMul"]))):
+        assert template.name.endswith("+prepacked")
+        results = measure_candidates(task, template, configs, repeat=3)
+        assert all(r.error is None and r.time_ms > 0 for r in results), results
+
+
 # ---------------------------------------------------------------- a misbehaving template
 
 

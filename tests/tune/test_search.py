@@ -39,6 +39,8 @@ def test_distinct_anchor_tasks_and_levels():
     work = anchor_tasks(graph, "cpu")
     assert [t.op for t, _ in work] == ["Conv", "MatMul"]   # the two convs are equal tasks
     task, template = work[0]
+    # constant weights: tuned as the plan runs them, packed at compile time
+    assert [t.name for _, t in work] == ["cpu.conv+prepacked", "cpu.matmul+prepacked"]
     target = target_for("cpu")
     default = template.default(task, target)
     assert candidates(template, task, target, 0) == [default]

@@ -33,6 +33,7 @@ import numpy as np
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry, conv_geometry, valid_range
 from hidetc.schedules.cpu.depthwise import DEPTHWISE_SPACE, DepthwiseConfig, build_depthwise
 from hidetc.schedules.cpu.microkernel import (
+    SHORT_LIST,
     Blocking,
     GemmConfig,
     PackB,
@@ -62,6 +63,10 @@ class ConvTemplate:
         if conv_geometry(task).depthwise:
             return DEPTHWISE_SPACE
         return gemm_space()
+
+    def short_list(self, task: Task, target: Target) -> Sequence[ConvConfig]:
+        """Configs the tuner tries first after the default (microkernel.SHORT_LIST)."""
+        return () if conv_geometry(task).depthwise else SHORT_LIST
 
     def default(self, task: Task, target: Target) -> ConvConfig:
         geo = conv_geometry(task)

@@ -29,6 +29,7 @@ import numpy as np
 
 from hidetc.compute.injective import broadcast_index, linearize, unravel
 from hidetc.schedules.cpu.microkernel import (
+    SHORT_LIST,
     GemmConfig,
     blocking,
     default_gemm,
@@ -51,6 +52,10 @@ class MatMulTemplate:
 
     def space(self, task: Task, target: Target) -> Sequence[GemmConfig]:
         return gemm_space()
+
+    def short_list(self, task: Task, target: Target) -> Sequence[GemmConfig]:
+        """Configs the tuner tries first after the default (microkernel.SHORT_LIST)."""
+        return SHORT_LIST
 
     def default(self, task: Task, target: Target) -> GemmConfig:
         _, _, _, m, n, _ = matmul_shapes(task)

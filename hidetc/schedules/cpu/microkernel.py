@@ -97,6 +97,16 @@ def gemm_space() -> list[GemmConfig]:
     return out
 
 
+# The tuner's short list (`search.candidates`, space level 1) after the default: configs
+# that won on some ResNet-50 / BERT shape in a sweep of the whole packed space with
+# weights packed at compile time (2-core Zen 3; the worst configs were 2x slower, and
+# no one config won everywhere: 4x16 on 56x56 maps, 6x16 on 7x7, 3x32 for 1x1 convs).
+SHORT_LIST = (GemmConfig(6, 16, 64, 192, 256), GemmConfig(4, 24, 128, 96, 128),
+              GemmConfig(6, 16, 128, 96, 128), GemmConfig(4, 16, 64, 192, 256),
+              GemmConfig(3, 32, 128, 384, 128), GemmConfig(6, 16, 64, 384, 128),
+              GemmConfig(4, 24, 64, 192, 256))
+
+
 def default_gemm(m: int, n: int) -> GemmConfig:
     """The untuned choice for an M x N output: a 5 x 16 micro-kernel (10 accumulators:
     more than 4 x 16's 8 to hide the FMA latency; 6 x 16 measured no faster on this

@@ -1,0 +1,77 @@
+"""Constant weights packed at compile time, for the cpu GEMM templates.
+
+A Conv's weights (the A operand of its implicit GEMM) and a MatMul's B are usually
+graph constants: the plan packs them once into the micro-kernel's panel layout
+(`conv.prepack_weights`, `matmul.prepack_weights`) and builds the kernel to read them
+so (`build(..., prepacked=True)`), instead of packing them on every call.
+
+`Prepacked(template)` is that choice as a template of its own, for the tuner: the same
+space and default, `build` makes the prepacked kernel (for the configs `can_prepack`
+accepts; the others build as usual) and `prepare_inputs` packs a measuring run's random
+weights for a config, so candidates are timed as they will run. Its name
+(`<template>+prepacked`) keys its own tuning records. `for_constant_weights(template)`
+gives the wrapper of a template that has one, else None; `base(template)` unwraps.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Sequence
+
+from hidetc.schedules.task import Task
+from hidetc.schedules.template import Target
+
+WEIGHT_INPUT = 1   # the operand packed: Conv's W, MatMul's B
+# base template name -> module with can_prepack / prepack_width / prepack_weights
+MODULES = {"cpu.conv": "hidetc.schedules.cpu.conv", "cpu.matmul": "hidetc.schedules.cpu.matmul"}
+
+
+class Prepacked:
+    def __init__(self, template):
+        self.base = template
+        self.name = f"{template.name}+prepacked"
+        self.module_name = MODULES[template.name]
+
+    @property
+    def module(self):
+        return importlib.import_module(self.module_name)
+
+    def space(self, task: Task, target: Target) -> Sequence[Any]:
+        return self.base.space(task, target)
+
+    def default(self, task: Task, target: Target) -> Any:
+        return self.base.default(task, target)
+
+    def short_list(self, task: Task, target: Target) -> Sequence[Any]:
+        pick = getattr(self.base, "short_list", None)
+        return pick(task, target) if pick is not None else ()
+
+    def applies(self, task: Task, config: Any) -> bool:
+        return self.module.can_prepack(task, config)
+
+    def build(self, task: Task, config: Any, name: str, **options):
+        options.setdefault("prepacked", self.applies(task, config))
+        return self.base.build(task, config, name, **options)
+
+    def prepare_inputs(self, task: Task, config: Any, inputs: list) -> list:
+        """The task's inputs (all of them, in order) with the weights packed for
+        `config` where its kernel reads them packed."""
+        if not self.applies(task, config):
+            return inputs
+        out = list(inputs)
+        out[WEIGHT_INPUT] = self.module.prepack_weights(task, config, inputs[WEIGHT_INPUT])
+        return out
+
+    def __reduce__(self):      # pickled into tuning jobs by its base template
+        return (Prepacked, (self.base,))
+
+
+def for_constant_weights(template) -> Prepacked | None:
+    """The prepacked form of `template` for an anchor whose weights are a constant."""
+    if template is None or getattr(template, "name", None) not in MODULES:
+        return None
+    return Prepacked(template)
+
+
+def base(template):
+    """The template a (possibly) `Prepacked` one wraps."""
+    return template.base if isinstance(template, Prepacked) else template
