@@ -131,6 +131,13 @@ DEPTHWISE_SHAPES = [
     ((1, 6, 13, 12), (6, 1, 5, 5), True, {"group": 6, "dilations": [2, 2],
                                           "pads": [4, 4, 4, 4]}),
     ((1, 3, 1, 17), (3, 1, 1, 3), False, {"group": 3, "auto_pad": "SAME_LOWER"}),
+    # the flattened interior band (SH * W == SW * OW: stride 1, width kept; not for
+    # stride 2), a channel multiplier, a plane too small for any interior
+    ((1, 5, 14, 14), (5, 1, 3, 3), True, {"group": 5, "pads": [1, 1, 1, 1]}),
+    ((1, 4, 16, 16), (4, 1, 3, 3), True, {"group": 4, "strides": [2, 2],
+                                          "pads": [1, 1, 1, 1]}),
+    ((1, 3, 10, 10), (6, 1, 3, 3), False, {"group": 3, "pads": [1, 1, 1, 1]}),
+    ((1, 2, 2, 2), (2, 1, 3, 3), True, {"group": 2, "pads": [1, 1, 1, 1]}),
 ]
 
 

@@ -10,6 +10,11 @@ Schedule: `spatial(N, OC, row_blocks)` tasks over one OpenMP-parallel loop, each
   stride 1, strided for stride 2) and stores each output once. The few border columns
   of that row sum only their valid taps (known at build time: no predicates). Border
   rows take the row path below.
+- flat band (fused, and SH * W == SW * OW: stride 1 keeping the width): the interior
+  rows of a task run as one loop over their flattened outputs, border columns
+  included, then those border columns are computed again right (`_flat_band`): the
+  long loop vectorizes fully on small planes (2x faster on MobileNet's 14x14 maps).
+  X and out are viewed as [N, C, H*W] so fused neighbours index them correctly.
 - row path (always for border rows, for every row when not fused): the output row
   accumulates in a local row buffer, tap by tap; each tap's loop runs over exactly its
   valid output columns (build-time bounds), contiguous in the buffer, so it vectorizes.
@@ -24,7 +29,18 @@ from dataclasses import dataclass
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry, valid_range
 from hidetc.schedules.cpu.microkernel import tile_extent
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, Function, call, logical_and
+from hidetc.tir.ir import (
+    Buffer,
+    Const,
+    Expr,
+    ExprLike,
+    Function,
+    call,
+    logical_and,
+    logical_or,
+    maximum,
+    minimum,
+)
 from hidetc.tir.mapping import spatial
 
 
@@ -58,6 +74,14 @@ class _Ctx:
     def tap(self, kh: int, kw: int) -> Expr:
         return self.taps[kh * self.geo.kw + kw]
 
+    def load(self, iy: ExprLike, ix: ExprLike) -> Expr:
+        """X[b, ch, iy, ix] (the kernel views X as [N, C, H*W])."""
+        return self.x[self.b, self.ch, iy * self.geo.w + ix]
+
+    def store(self, y: ExprLike, ox: ExprLike, value: Expr) -> None:
+        """out[b, o, y, ox] = value (the kernel views out as [N, OC, OH*OW])."""
+        self.kb.store(self.out, (self.b, self.o, y * self.geo.ow + ox), value)
+
     def in_row(self, y: ExprLike, kh: int) -> ExprLike:
         return y * self.geo.strides[0] + (kh * self.geo.dilations[0] - self.geo.pads[0])
 
@@ -69,10 +93,10 @@ def build_depthwise(geo: ConvGeometry, cfg: DepthwiseConfig, dt: str, name: str)
     rows = max(1, min(cfg.rows, geo.oh))
     tiles = (geo.n, geo.oc, -(-geo.oh // rows))
     kb = KernelBuilder(name, "cpu")
-    x = kb.buffer("x", dt, (geo.n, geo.c, geo.h, geo.w))
+    x = kb.buffer("x", dt, (geo.n, geo.c, geo.h * geo.w))
     wt = kb.buffer("w", dt, (geo.oc, geo.taps))
     bias = kb.buffer("bias", dt, (geo.oc,)) if geo.has_bias else None
-    out = kb.buffer("out", dt, (geo.n, geo.oc, geo.oh, geo.ow))
+    out = kb.buffer("out", dt, (geo.n, geo.oc, geo.oh * geo.ow))
     if geo.n * geo.oc * geo.oh * geo.ow == 0:
         return kb.finish()
     with kb.for_range(tiles[0] * tiles[1] * tiles[2], kind="parallel", name="p") as p:
@@ -82,9 +106,59 @@ def build_depthwise(geo: ConvGeometry, cfg: DepthwiseConfig, dt: str, name: str)
             init = bias[o] if bias is not None else Const(0.0, dt)
             ctx = _Ctx(kb, geo, x, out, b, o, ch, taps, init)
             acc = kb.alloc("acc", dt, (geo.ow,))
-            with kb.for_range(tile_extent(geo.oh, yb * rows, rows), name="t") as t:
-                _output_row(ctx, cfg, acc, yb * rows + t)
+            if cfg.fused and _flat(geo):
+                _flat_band(ctx, acc, yb * rows, tile_extent(geo.oh, yb * rows, rows))
+            else:
+                with kb.for_range(tile_extent(geo.oh, yb * rows, rows), name="t") as t:
+                    _output_row(ctx, cfg, acc, yb * rows + t)
     return kb.finish()
+
+
+def _flat(geo: ConvGeometry) -> bool:
+    """Whether consecutive outputs of the interior band, row ends included, read
+    X at one fixed stride: when SH * W == SW * OW (stride 1 with the width kept, as
+    MobileNet's), output i = y*OW + ox reads X[SW*i + tap offset] in the flattened
+    plane."""
+    sh, sw = geo.strides
+    return sh * geo.w == sw * geo.ow and _interior_box(geo) is not None
+
+
+def _interior_box(geo: ConvGeometry):
+    y0, y1 = _interior(geo.oh, geo.h, geo.strides[0], geo.pads[0], geo.dilations[0], geo.kh)
+    x0, x1 = _interior(geo.ow, geo.w, geo.strides[1], geo.pads[1], geo.dilations[1], geo.kw)
+    return None if y1 <= y0 or x1 <= x0 else (y0, y1, x0, x1)
+
+
+def _flat_band(ctx: _Ctx, acc: Buffer, first: Expr, count: ExprLike) -> None:
+    """Output rows first .. first+count-1 of one channel. Their interior band (rows
+    whose taps are all inside the image) runs as ONE loop over the flattened outputs
+    from its first interior pixel to its last: a long contiguous loop that vectorizes
+    fully, where a 14-wide row gave 8 + 4 lanes and scalar ends. The reads stay inside
+    the plane (they lie between the first and the last interior pixel's), but the
+    border columns it crosses get wrong values: they are computed again, each with its
+    valid taps only, right after (stored twice, the second time right). Border rows
+    take the row path."""
+    geo, kb = ctx.geo, ctx.kb
+    y0, y1, x0, x1 = _interior_box(geo)
+    s = geo.strides[1]
+    lo = kb.declare("band_lo", "int32", maximum(first, y0))
+    hi = kb.declare("band_hi", "int32", minimum(first + count, y1))
+    start = lo * geo.ow + x0
+    with kb.for_range((hi - 1) * geo.ow + x1 - start, name="i") as i:
+        idx = start + i
+        value = ctx.init
+        for kh in range(geo.kh):
+            for kw in range(geo.kw):
+                off = (kh * geo.dilations[0] - geo.pads[0]) * geo.w + \
+                    kw * geo.dilations[1] - geo.pads[1]
+                value = call("fma", ctx.tap(kh, kw), ctx.x[ctx.b, ctx.ch, idx * s + off], value)
+        kb.store(ctx.out, (ctx.b, ctx.o, idx), value)
+    with kb.for_range(hi - lo, name="t") as t:
+        _border_columns(ctx, lo + t, x0, x1)
+    with kb.for_range(count, name="t") as t:
+        y = first + t
+        with kb.if_then(logical_or(y < y0, y >= y1)):
+            _accumulated_row(ctx, acc, y)
 
 
 def _interior(out: int, size: int, stride: int, pad: int, dil: int, taps: int):
@@ -117,17 +191,23 @@ def _fused_row(ctx: _Ctx, y: Expr, x0: int, x1: int) -> None:
         value = ctx.init
         for kh in range(geo.kh):
             for kw in range(geo.kw):
-                src = ctx.x[ctx.b, ctx.ch, ctx.in_row(y, kh), ctx.in_col(ox, kw)]
+                src = ctx.load(ctx.in_row(y, kh), ctx.in_col(ox, kw))
                 value = call("fma", ctx.tap(kh, kw), src, value)
-        kb.store(ctx.out, (ctx.b, ctx.o, y, ox), value)
+        ctx.store(y, ox, value)
+    _border_columns(ctx, y, x0, x1)
+
+
+def _border_columns(ctx: _Ctx, y: Expr, x0: int, x1: int) -> None:
+    """The columns outside [x0, x1) of an interior row: their valid taps only."""
+    geo = ctx.geo
     for ox in list(range(x0)) + list(range(x1, geo.ow)):
         value = ctx.init
         for kh in range(geo.kh):
             for kw in range(geo.kw):
                 if 0 <= ctx.in_col(ox, kw) < geo.w:
-                    src = ctx.x[ctx.b, ctx.ch, ctx.in_row(y, kh), ctx.in_col(ox, kw)]
+                    src = ctx.load(ctx.in_row(y, kh), ctx.in_col(ox, kw))
                     value = call("fma", ctx.tap(kh, kw), src, value)
-        kb.store(ctx.out, (ctx.b, ctx.o, y, ox), value)
+        ctx.store(y, ox, value)
 
 
 def _accumulated_row(ctx: _Ctx, acc: Buffer, y: Expr) -> None:
@@ -146,7 +226,7 @@ def _accumulated_row(ctx: _Ctx, acc: Buffer, y: Expr) -> None:
         with kb.if_then(logical_and(y >= lo, y < hi)):
             _accumulate_taps(ctx, acc, y, kh)
     with kb.for_range(geo.ow, name="ox") as ox:
-        kb.store(ctx.out, (ctx.b, ctx.o, y, ox), acc[ox])
+        ctx.store(y, ox, acc[ox])
 
 
 def _accumulate_taps(ctx: _Ctx, acc: Buffer, y: Expr, kh: int) -> None:
@@ -155,5 +235,5 @@ def _accumulate_taps(ctx: _Ctx, acc: Buffer, y: Expr, kh: int) -> None:
         lo, hi = valid_range(geo.ow, geo.w, geo.strides[1], geo.pads[1], kw * geo.dilations[1])
         with kb.for_range(max(0, hi - lo), name="ox") as i:
             ox = i + lo if lo else i
-            src = ctx.x[ctx.b, ctx.ch, ctx.in_row(y, kh), ctx.in_col(ox, kw)]
+            src = ctx.load(ctx.in_row(y, kh), ctx.in_col(ox, kw))
             kb.store(acc, (ox,), call("fma", ctx.tap(kh, kw), src, acc[ox]))
