@@ -21,7 +21,7 @@ from hidetc.config import PRECISIONS
 from hidetc.errors import ConfigError, HidetcError, InputError
 from hidetc.inspect import describe, summary_json
 from hidetc.schedules.catalog import format_spaces, template_spaces
-from hidetc.verify import compare, load_sample, run_onnxruntime, time_call, time_onnxruntime
+from hidetc.verify import compare, load_sample, ort_session, run_onnxruntime, time_call
 
 
 def _handle_errors(fn):
@@ -213,17 +213,24 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, em
     outputs = model.run(inputs)
     for name, array in outputs.items():
         click.echo(_describe_array(name, array))
-    stats = time_call(lambda: model.run(inputs), repeat=repeat)
     target = f"{model.target}, emulated" if emulate else model.target
-    click.echo(f"latency (hidetc, {target}): median {stats['median_ms']:.3f} ms, "
-               f"min {stats['min_ms']:.3f} ms over {repeat} runs")
-    if compare_model is not None:
-        _compare_with_ort(compare_model, inputs, outputs, stats, repeat)
+    if compare_model is None:
+        stats = time_call(lambda: model.run(inputs), repeat=repeat)
+        click.echo(f"latency (hidetc, {target}): median {stats['median_ms']:.3f} ms, "
+                   f"min {stats['min_ms']:.3f} ms over {repeat} runs")
+    else:
+        _compare_with_ort(compare_model, model, inputs, outputs, target, repeat)
     if output_path is not None:
         _save_npz(output_path, outputs)
 
 
-def _compare_with_ort(model_path: Path, inputs, outputs, stats, repeat) -> None:
+def _compare_with_ort(model_path: Path, model, inputs, outputs, target: str,
+                      repeat: int) -> None:
+    """Errors against ONNX Runtime, then both latencies timed side by side: the two
+    runtimes alternate in rounds after an idle pause (`bench.alternate`), so neither
+    is timed while the other's worker threads still spin, and a slow moment of the
+    machine hurts both."""
+    from hidetc.bench import alternate
     if not model_path.is_file():
         raise InputError(f"{model_path}: no such file")
     reference = run_onnxruntime(model_path, inputs)
@@ -232,10 +239,17 @@ def _compare_with_ort(model_path: Path, inputs, outputs, stats, repeat) -> None:
         fields = (f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                   for k, v in entry.items())
         click.echo(f"vs onnxruntime {name}: " + ", ".join(fields))
-    session_stats = time_onnxruntime(model_path, inputs, repeat)
-    ratio = stats["median_ms"] / session_stats["median_ms"]
-    click.echo(f"latency (onnxruntime, cpu): median {session_stats['median_ms']:.3f} ms "
-               f"-> hidetc/onnxruntime = {ratio:.2f}x")
+    session = ort_session(model_path)
+    feed = dict(inputs)
+    timed = alternate({"hidetc": lambda: model.run(inputs),
+                       "onnxruntime": lambda: session.run(None, feed)},
+                      repeat, rounds=min(5, repeat))
+    ours, theirs = timed["hidetc"], timed["onnxruntime"]
+    click.echo(f"latency (hidetc, {target}): median {ours['median_ms']:.3f} ms, "
+               f"min {ours['min_ms']:.3f} ms over {ours['calls']} runs")
+    ratio = ours["median_ms"] / theirs["median_ms"]
+    click.echo(f"latency (onnxruntime, cpu): median {theirs['median_ms']:.3f} ms "
+               f"-> hidetc/onnxruntime = {ratio:.2f}x (timed alternately)")
 
 
 def _save_npz(path: Path, outputs) -> None:

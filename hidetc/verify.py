@@ -74,22 +74,15 @@ def load_sample(path: str | Path, input_names: list[str]) -> dict[str, np.ndarra
         return {k: data[k] for k in data.files}
 
 
-def _session(model_path: str | Path) -> ort.InferenceSession:
+def ort_session(model_path: str | Path) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
 
 
-def time_onnxruntime(model_path: str | Path, inputs: Mapping[str, np.ndarray],
-                     repeat: int = 10) -> dict:
-    """ONNX Runtime's (CPU provider) latency on `inputs`, measured like `time_call`."""
-    session = _session(model_path)
-    return time_call(lambda: session.run(None, dict(inputs)), repeat=repeat)
-
-
 def run_onnxruntime(model_path: str | Path, inputs: Mapping[str, np.ndarray]
                     ) -> dict[str, np.ndarray]:
-    session = _session(model_path)
+    session = ort_session(model_path)
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, dict(inputs))))
 

@@ -194,8 +194,8 @@ def test_conv_configs_with_weights_packed_at_compile_time(tmp_path):
     on every conv shape, with A packed or read in place in the config (both ignored)."""
     tasks = [_conv(*c) for c in CONV_SHAPES]
     space = TEMPLATES["Conv"].space(tasks[0], TARGET)
-    cases = [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 24, 3))]
-    cases += [(t, GemmConfig(8, 8, pack_a=False)) for t in tasks[:4]]
+    cases = [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 14, 3))]
+    cases += [(t, GemmConfig(8, 8, pack_a=False)) for t in tasks[:2]]
     run_all(tmp_path, cases, prepacked=True)
 
 
@@ -204,12 +204,12 @@ def test_matmul_configs_with_b_packed_at_compile_time(tmp_path):
     zero-padded), B read in place or packed in the config (both ignored)."""
     tasks = [matmul_task(a, b) for a, b in MM_SHAPES + [((37, 300), (300, 53))]]
     space = TEMPLATES["MatMul"].space(tasks[0], TARGET)
-    cases = [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 60, 4))
+    cases = [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 40, 4))
              if cpu_matmul.can_prepack(t, cfg)]
     cases += [(t, cfg) for t in tasks for cfg in (TEMPLATES["MatMul"].default(t, TARGET),
                                                     GemmConfig(3, 32, pack_b=False))
               if cpu_matmul.can_prepack(t, cfg)]
-    assert len(cases) >= 15
+    assert len(cases) >= 10
     run_all(tmp_path, cases, prepacked=True)
 
 
