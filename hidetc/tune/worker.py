@@ -9,7 +9,7 @@ symbol), ...], "repeat", "warmup", "seed", "budget_s"} and optionally "prepare" 
 template whose `prepare_inputs(task, config, inputs)` gives the inputs a candidate
 reads: weights packed at compile time) with "configs" (per candidate); START is the first candidate
 position to measure (a restarted worker resumes after the one that killed its
-predecessor); BEST_MS the best median measured so far (for pruning), if any.
+predecessor); BEST_MS the best time (fastest run) measured so far (for pruning), if any.
 
 Output: JSON lines on the original stdout (fd 1 is pointed at stderr first, so whatever
 a kernel or library prints cannot corrupt the protocol):
@@ -26,15 +26,16 @@ reference (`get_op(task.op).reference`) on the same inputs, the task's real shap
 floats by norm-wise relative error <= `RTOL[dtype]` (the metric of `hidetc.verify`),
 ints and bools exactly; a mismatch is "wrong result: ...". Then timing: `warmup` calls,
 then up to `repeat` calls each timed alone with `time.perf_counter_ns` (monotonic);
-the result is the median. When the inputs and outputs together are smaller than the
+the result is the median and the fastest run (the parent ranks by the fastest:
+`hidetc.tune.common`). When the inputs and outputs together are smaller than the
 L2 cache (`Target().l2_bytes`) the calls rotate among ROTATE_COPIES copies of them, so
 a call does not find its data left hot in L1 by the previous one; larger footprints
 evict themselves anyway. Early stopping: timing stops once the timed calls took
 `budget_s` (after at least MIN_TIMED of them; a kernel whose checked call suggests that
 MIN_TIMED + warm-up calls would overrun the budget gets no warm-up and may stop after
 one timed call), and a candidate whose fastest of its first MIN_TIMED calls is
-PRUNE_FACTOR x slower than the best median so far is cut there (its median is over
-those calls; it cannot win).
+PRUNE_FACTOR x slower than the best fastest run so far is cut there (its median is
+over those calls; it cannot win).
 
 Shared with the cuda worker (`hidetc.tune.worker_cuda`): the protocol loop `serve`
 (there a candidate may also raise `Fault`: it is reported as "fault: ..." and the
@@ -195,9 +196,9 @@ class Measurer:
             return time.perf_counter_ns() - t0
 
         times = timed_runs(call, first, self.job, self.best_ms)
-        ms = statistics.median(times) / 1e6
-        self.best_ms = ms if self.best_ms is None else min(self.best_ms, ms)
-        return ms, min(times) / 1e6, None
+        ms, fastest = statistics.median(times) / 1e6, min(times) / 1e6
+        self.best_ms = fastest if self.best_ms is None else min(self.best_ms, fastest)
+        return ms, fastest, None
 
 
 def timed_runs(call: Callable[[int], int], first_ns: int, job: dict,

@@ -98,12 +98,12 @@ def gemm_space() -> list[GemmConfig]:
 
 
 # The tuner's short list (`search.candidates`, space level 1) after the default: configs
-# that won on some ResNet-50 / BERT shape in a sweep of the whole packed space with
+# that won on some ResNet-50 / Inception / BERT shape in a sweep of the whole packed space with
 # weights packed at compile time (2-core Zen 3; the worst configs were 2x slower, and
 # no one config won everywhere: 4x16 on 56x56 maps, 6x16 on 7x7, 3x32 for 1x1 convs).
 SHORT_LIST = (GemmConfig(6, 16, 64, 192, 256), GemmConfig(4, 24, 128, 96, 128),
               GemmConfig(6, 16, 128, 96, 128), GemmConfig(4, 16, 64, 192, 256),
-              GemmConfig(3, 32, 128, 384, 128), GemmConfig(6, 16, 64, 384, 128),
+              GemmConfig(3, 32, 128, 384, 128), GemmConfig(6, 16, 128, 192, 256),
               GemmConfig(4, 24, 64, 192, 256))
 
 
