@@ -7,7 +7,7 @@ A group's kernel is its anchor's kernel, built from the anchor's task alone by t
 target's template or rule (so one schedule serves every fused variant), with the
 prologues and epilogues grafted on (`hidetc.fusion.graft`). A group whose kernel
 refuses grafting (GraftError: e.g. it reads its output back) runs unfused, one
-launch per node, and `fusion_fallbacks` records why. On the cpu target a Conv whose
+launch per node, and `fusion_fallbacks` records why. On the cpu target a Conv
 or MatMul whose weights (second input) are a graph constant gets them packed for its
 micro-kernel here, once (`_prepacked_weights`: a new constant `<weight>.packed_mr<MR>`
 or `.packed_nr<NR>` replaces the original in its launch, so the kernel does not repack
@@ -193,10 +193,10 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
             fallbacks.append({"anchor": group.anchor, "op": task.op, "reason": str(error)})
             pending[:0] = _smaller(group, position)
             continue
-        if packed is not None:
-            weight, packed_name = anchor.inputs[1], packed
-            fused = replace(fused, args=tuple(packed_name if v == weight else v
-                                              for v in fused.args))
+        if packed is not None:   # the anchor's own weights slot (its inputs come first)
+            args = list(fused.args)
+            args[args.index(anchor.inputs[1])] = packed
+            fused = replace(fused, args=tuple(args))
         if dump_dir and group.fused and name not in tasks:
             _dump_graft(dump_dir, name, anchors[task, packed is not None], fused.function)
         tasks[name] = task

@@ -32,6 +32,7 @@ import json
 import platform
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -202,7 +203,7 @@ class RecordStore:
     def _setup(self) -> None:
         try:
             self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            self._db.execute("PRAGMA journal_mode = WAL")
+            self._wal()
             with self._write() as db:
                 db.executescript_in_tx(_SCHEMA)
                 row = db.execute("SELECT value FROM meta WHERE name = 'schema_version'"
@@ -216,6 +217,20 @@ class RecordStore:
                                        "upgrade hidetc or use another --records file")
         except sqlite3.DatabaseError as exc:
             raise RecordsError(f"{self.path}: not a hidetc records store ({exc})") from None
+
+    def _wal(self) -> None:
+        """Switch to WAL journaling. Two processes creating the same new store can get
+        "database is locked" here at once, without sqlite's busy handler waiting (the
+        mode switch needs an exclusive lock the other holds): retry for a while."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
 
     def _write(self) -> "_Transaction":
         return _Transaction(self._db, self._lock, self.path)
