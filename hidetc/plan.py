@@ -155,7 +155,8 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
     nodes = {n.name: n for n in graph.nodes}
     position = {n.name: i for i, n in enumerate(graph.nodes)}
     anchors: dict[tuple[Task, bool], Function] = {}
-    choices: dict[Task, dict] = {}
+    picked: dict[Task, tuple] = {}        # task -> (template, config)
+    choices: dict[Task, dict] = {}        # task -> what the manifest says of the choice
     tasks: dict[str, Task] = {}
     kernels: list[tuple[FusionGroup, str, FusedKernel]] = []
     fallbacks: list[dict] = []
@@ -165,17 +166,17 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
         key = group_key(group, nodes, graph)
         anchor = nodes[group.anchor]
         task = task_of(anchor, graph)
-        if task not in choices:
+        if task not in picked:
             if chosen and task in chosen:
-                template, config = chosen[task].template, chosen[task].config
+                picked[task] = chosen[task].template, chosen[task].config
             else:
-                template, config = schedules.kernel_choice(task)
+                picked[task] = schedules.kernel_choice(task)
+            template, config = picked[task]
             choices[task] = {"template": prepack.base(template).name if template else "rule",
-                             "config": repr(config) if template else None,
-                             "_choice": (template, config)}
+                             "config": repr(config) if template else None}
             if chosen and task in chosen:
                 choices[task]["tuning"] = chosen[task].source
-        template, config = choices[task]["_choice"]
+        template, config = picked[task]
         packed = _prepacked_weights(schedules, task, template, config, anchor, graph,
                                     packed_weights if packed_weights is not None else {})
         if packed is not None:
@@ -201,8 +202,7 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
             _dump_graft(dump_dir, name, anchors[task, packed is not None], fused.function)
         tasks[name] = task
         kernels.append((group, name, fused))
-    public = {t: {k: v for k, v in c.items() if k != "_choice"} for t, c in choices.items()}
-    return kernels, tasks, fallbacks, {name: public[t] for name, t in tasks.items()}
+    return kernels, tasks, fallbacks, {name: choices[t] for name, t in tasks.items()}
 
 
 def _prepacked_weights(schedules, task: Task, template, config, anchor: Node,

@@ -163,14 +163,13 @@ class Measurer:
         config = self.job["configs"][position]
         task = self.job["task"]
         slots = task.buffer_inputs
-        copies = []
-        for buffers in self.inputs:
-            full: list = [None] * len(task.inputs)
-            for slot, array in zip(slots, buffers):
-                full[slot] = array
-            full = prepare.prepare_inputs(task, config, full)
-            copies.append([np.ascontiguousarray(full[slot]) for slot in slots])
-        return copies
+        full: list = [None] * len(task.inputs)
+        for slot, array in zip(slots, self.inputs[0]):
+            full[slot] = array
+        full = prepare.prepare_inputs(task, config, full)    # packed once per candidate
+        first = [np.ascontiguousarray(full[slot]) for slot in slots]
+        # the rotated copies get their own memory (as the plain inputs do), not a repack
+        return [first] + [[a.copy() for a in first] for _ in self.inputs[1:]]
 
     def measure(self, so_path: str, symbol: str
                 ) -> tuple[float | None, float | None, str | None]:

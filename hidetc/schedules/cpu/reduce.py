@@ -163,38 +163,29 @@ def build_softmax(task: Task, name: str) -> Function:
     out = kb.buffer("out", dt, (outer, n, inner))
     acc_dt = HALF_ACC.get(dt, dt)
     soft = task.op == "Softmax"
-
-    def add(a, v):
-        return a + v
+    keep = n <= SOFTMAX_SCRATCH
     with kb.for_range(outer * inner, kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(outer, inner), p, names=["o", "i"]) as (o, i):
-            if n <= SOFTMAX_SCRATCH:
+            if keep:
                 row = kb.alloc("row", dt, (n,))
                 with kb.for_range(n, name="k") as k:
                     kb.store(row, (k,), x[o, k, i])
                 top = _row_max(kb, n, row)
-
-                def value(k):
-                    return row[k]
-                if soft:
-                    with kb.for_range(n, name="k") as k:
-                        kb.store(row, (k,), call("exp", row[k] - top))
-                    total = lane_reduce(kb, n, acc_dt, 0.0, add,
-                                        lambda k: cast(row[k], acc_dt), "total")
+                value = lambda k: row[k]                       # noqa: E731
             else:
-                top = lane_reduce(kb, n, dt, -INF, maximum, lambda k: x[o, k, i], "top")
-
-                def value(k):
-                    return x[o, k, i]
-            if not soft or n > SOFTMAX_SCRATCH:
-                total = lane_reduce(kb, n, acc_dt, 0.0, add,
-                                    lambda k: cast(call("exp", value(k) - top), acc_dt),
-                                    "total")
-            total = cast(total, dt)
+                value = lambda k: x[o, k, i]                   # noqa: E731
+                top = lane_reduce(kb, n, dt, -INF, maximum, value, "top")
+            if soft and keep:   # e = exp(x - max) in place, read back by the sum and store
+                with kb.for_range(n, name="k") as k:
+                    kb.store(row, (k,), call("exp", row[k] - top))
+                e = value
+            else:
+                e = lambda k: call("exp", value(k) - top)     # noqa: E731
+            total = cast(lane_reduce(kb, n, acc_dt, 0.0, lambda a, v: a + v,
+                                     lambda k: cast(e(k), acc_dt), "total"), dt)
             with kb.for_range(n, name="k") as k:
                 if soft:
-                    e = row[k] if n <= SOFTMAX_SCRATCH else call("exp", value(k) - top)
-                    kb.store(out, (o, k, i), e / total)
+                    kb.store(out, (o, k, i), e(k) / total)
                 else:
                     kb.store(out, (o, k, i), value(k) - top - call("log", total))
     return kb.finish()
