@@ -218,8 +218,7 @@ def _prepacked_weights(schedules, task: Task, template, config, anchor: Node,
     weight = anchor.inputs[1] if len(anchor.inputs) > 1 else None
     if weight not in graph.constants or not wrapper.applies(task, config):
         return None
-    knob = "mr" if wrapper.base.name == "cpu.conv" else "nr"
-    name = f"{weight}.packed_{knob}{wrapper.module.prepack_width(task, config)}"
+    name = f"{weight}.packed_{wrapper.module.prepack_tag(task, config)}"
     if name not in packed_weights:
         inputs = [None] * len(anchor.inputs)
         inputs[1] = graph.constants[weight]

@@ -22,6 +22,7 @@ from hidetc.graph.ops.registry import get_op
 from hidetc.schedules.cpu import TEMPLATES, build_kernel
 from hidetc.schedules.cpu import conv as cpu_conv
 from hidetc.schedules.cpu import matmul as cpu_matmul
+from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig
 from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cpu.depthwise import DepthwiseConfig
 from hidetc.schedules.cpu.microkernel import GemmConfig, blocking
@@ -197,6 +198,23 @@ def test_conv_configs_with_weights_packed_at_compile_time(tmp_path):
     cases = [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 14, 3))]
     cases += [(t, GemmConfig(8, 8, pack_a=False)) for t in tasks[:2]]
     run_all(tmp_path, cases, prepacked=True)
+
+
+def test_direct_conv_configs_on_every_conv_shape(tmp_path):
+    """The direct convolution (positions x output channels, broadcasts from the input
+    or its padded copy) on every conv shape: each micro-tile shape once with the
+    weights packed per call, and a sample with them packed at compile time."""
+    tasks = [_conv(*c) for c in CONV_SHAPES] + [
+        conv_task((2, 8, 6, 5), (24, 8, 3, 3), True, pads=[0, 1, 2, 0]),   # ragged 24 = 16 + 8
+        conv_task((1, 4, 9, 9), (40, 4, 3, 3), False, strides=[2, 2], auto_pad="SAME_UPPER"),
+        conv_task((1, 300, 3, 3), (17, 300, 3, 3), True, pads=[1, 1, 1, 1])]  # K blocks
+    shapes = sorted({(c.mr, c.nr) for c in DIRECT_SPACE})
+    assert len(shapes) == 6
+    cases = [(t, DirectConfig(mr, nr, kc=128)) for t in tasks for mr, nr in shapes[:2]]
+    cases += [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(DIRECT_SPACE, 20, 5))]
+    (tmp_path / "packed").mkdir()    # a library path of its own: dlopen reuses a path
+    run_all(tmp_path, cases[::2])
+    run_all(tmp_path / "packed", cases[1::2], prepacked=True)
 
 
 def test_matmul_configs_with_b_packed_at_compile_time(tmp_path):

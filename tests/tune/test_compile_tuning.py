@@ -84,3 +84,30 @@ def test_cross_compile_uses_imported_records(block, tmp_path):
     expected = {repr(candidates(template, task, target, 1)[-1])
                 for task, template in anchor_tasks(graph, "cuda")}
     assert {k["config"] for k in templated} == expected
+
+
+def test_direct_conv_from_records_compiles_fused_and_verified(block, tmp_path):
+    """Records that pick the direct convolution for every conv of a ResNet block (a
+    full-space tuning whose stand-in measurement ranks its configs first): the plan
+    packs the weights as W^T panels, the epilogues (Add, Relu) graft onto its
+    transposed store, and the artifact passes verification against ONNX Runtime."""
+    from hidetc.schedules.cpu.conv_direct import DirectConfig
+    from hidetc.tune.records import cpu_arch, cpu_device, toolchain_version
+
+    graph = graph_of(resnet_block(c=8, hw=5))
+
+    def fake_measure(task, template, configs, *, target, progress=None):
+        return [CandidateResult(repr(c), 1.0 + i + (0 if isinstance(c, DirectConfig) else 1000))
+                for i, c in enumerate(configs)]
+
+    records = tmp_path / "records.sqlite"
+    with RecordStore(records) as store:
+        tune_graph(graph, "cpu", tune=True, level=2, arch=cpu_arch(), records=store,
+                   device=cpu_device(), toolchain=toolchain_version("cpu"),
+                   measure=fake_measure)
+    out = hidetc.compile_model(block, tmp_path / "out", target="cpu", records=str(records))
+    convs = [k for k in out.manifest["kernels"] if k["op"] == "Conv"]
+    assert convs and all(k["config"].startswith("DirectConfig") for k in convs), convs
+    assert all(".packed_t" in k["args"][1] for k in convs)
+    assert any(k["group"]["epilogues"] for k in convs)
+    assert out.manifest["verification"]["status"] == "passed"

@@ -74,6 +74,32 @@ def micro_kernel(kb: KernelBuilder, mr: int, nr: int, kcur: ExprLike,
 MIN_CHAINS = 8   # independent FMA chains that keep both units of Zen 3 / Skylake busy
 
 
+def micro_kernel_taps(kb: KernelBuilder, mr: int, nr: int, channels: ExprLike, taps: int,
+                      av: Callable[[int, Expr, int], Expr],
+                      bv: Callable[[Expr, int, int], Expr]) -> list[list[Var]]:
+    """`micro_kernel` over a K block of `channels` x `taps` with the taps unrolled:
+    acc[r][v] += av(r, ci, t) * bv(ci, t, 8v : 8v + 8) for ci < channels, t < taps
+    (the direct convolution's loop: per channel, one statically known input offset per
+    tap, so no index division in the loop). Under MIN_CHAINS accumulators the even and
+    odd taps go to two sets, added at the end."""
+    if taps == 1:
+        return micro_kernel(kb, mr, nr, channels, lambda r, c: av(r, c, 0),
+                            lambda c, j: bv(c, 0, j))
+    nv = nr // LANES
+    two = mr * nv < MIN_CHAINS
+    sets = [_zeros(kb, mr, nv)] + ([_zeros(kb, mr, nv)] if two else [])
+    with kb.for_range(channels, name="ci") as ci:
+        for t in range(taps):
+            _k_step(kb, sets[t % len(sets)], ci,
+                    lambda r, c, t=t: av(r, c, t), lambda c, j, t=t: bv(c, t, j))
+    acc = sets[0]
+    if two:
+        for r in range(mr):
+            for v in range(nv):
+                kb.assign(acc[r][v], vcall("_mm256_add_ps", acc[r][v], sets[1][r][v]))
+    return acc
+
+
 def _zeros(kb: KernelBuilder, mr: int, nv: int) -> list[list[Var]]:
     zero = vcall("_mm256_setzero_ps")
     return [[kb.declare("acc", VEC, zero) for _ in range(nv)] for _ in range(mr)]

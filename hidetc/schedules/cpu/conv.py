@@ -1,7 +1,8 @@
 """CPU template for 2-D convolution (NCHW input, OIHW weights, groups, strides, pads
 incl. auto_pad, dilations, optional bias).
 
-Two schedules, chosen by the task's group structure (never by its sizes):
+Three schedules: the depthwise one chosen by the task's group structure, the other two
+by the config (both are in every f32 non-depthwise conv's space; the tuner picks):
 
 - **Implicit GEMM** (every conv with more than one input channel per group): per image
   and group, out[OC/G, OH*OW] = W[OC/G, C/G*KH*KW] x im2col(X)[C/G*KH*KW, OH*OW], run
@@ -18,6 +19,10 @@ Two schedules, chosen by the task's group structure (never by its sizes):
   says: the plan does this for every conv whose weights are a graph constant). The
   bias is added in the final store. Config: `GemmConfig` (the MatMul knobs); default
   `default_gemm` (5 x 16, A packed when OH*OW >= 256).
+- **Direct convolution** (`DirectConfig`, f32): the same product transposed, output
+  positions x output channels, the input broadcast in place (or from a zero-padded
+  copy) with the taps unrolled: no im2col at all. See `conv_direct.py` (faster alone
+  on small maps, not yet inside models: only full-space tuning tries it).
 - **Direct depthwise** (one input channel per group, more than one group): see
   `depthwise.py`. Config: `DepthwiseConfig(rows, fused)`.
 
@@ -30,6 +35,8 @@ from typing import Sequence, Union
 
 import numpy as np
 
+from hidetc.schedules.cpu import conv_direct
+from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig, build_direct
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry, conv_geometry, valid_range
 from hidetc.schedules.cpu.depthwise import DEPTHWISE_SPACE, DepthwiseConfig, build_depthwise
 from hidetc.schedules.cpu.microkernel import (
@@ -53,7 +60,7 @@ from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, Function, logical_and
 from hidetc.tir.mapping import spatial
 
-ConvConfig = Union[GemmConfig, DepthwiseConfig]
+ConvConfig = Union[GemmConfig, DirectConfig, DepthwiseConfig]
 
 
 class ConvTemplate:
@@ -62,10 +69,16 @@ class ConvTemplate:
     def space(self, task: Task, target: Target) -> Sequence[ConvConfig]:
         if conv_geometry(task).depthwise:
             return DEPTHWISE_SPACE
-        return gemm_space()
+        if task.outputs[0].dtype != "float32":
+            return gemm_space()
+        default = self.default(task, target)
+        space = GEMM_SPACE + DIRECT_SPACE
+        return space if default in space else space + (default,)
 
     def short_list(self, task: Task, target: Target) -> Sequence[ConvConfig]:
-        """Configs the tuner tries first after the default (microkernel.SHORT_LIST)."""
+        """Configs the tuner tries first after the default (microkernel.SHORT_LIST).
+        No direct configs: they won isolated runs on small maps but lost in models
+        (see `conv_direct.py`), so only a full-space tuning (level 2) tries them."""
         return () if conv_geometry(task).depthwise else SHORT_LIST
 
     def default(self, task: Task, target: Target) -> ConvConfig:
@@ -82,31 +95,41 @@ class ConvTemplate:
             if not isinstance(config, DepthwiseConfig):
                 raise ValueError(f"depthwise conv needs a DepthwiseConfig, got {config}")
             return build_depthwise(geo, config, task.outputs[0].dtype, name)
+        if isinstance(config, DirectConfig):
+            return build_direct(geo, config, task.outputs[0].dtype, name, cores, prepacked)
         if not isinstance(config, GemmConfig):
             raise ValueError(f"conv as implicit GEMM needs a GemmConfig, got {config}")
         return _build_gemm(geo, config, task.outputs[0].dtype, name, cores, prepacked)
 
 
 def can_prepack(task: Task, config: ConvConfig) -> bool:
-    """Whether `prepack_weights` applies: an implicit-GEMM conv (not depthwise)."""
-    return isinstance(config, GemmConfig) and not conv_geometry(task).depthwise
+    """Whether `prepack_weights` applies: an implicit-GEMM or direct conv (not
+    depthwise)."""
+    return isinstance(config, (GemmConfig, DirectConfig)) and not conv_geometry(task).depthwise
 
 
-def prepack_width(task: Task, config: GemmConfig) -> int:
-    """MR of the packed panels (the config's, clamped to the output channels per group
-    as `blocking` does): the layout of `prepack_weights` depends on nothing else."""
-    return max(1, min(config.mr, conv_geometry(task).ocg))
+def prepack_tag(task: Task, config: GemmConfig | DirectConfig) -> str:
+    """Names the packed layout (the plan's constant `<w>.packed_<tag>`): the layout of
+    `prepack_weights` depends on nothing else. Implicit GEMM: MR-row panels of W (MR
+    clamped to the output channels per group as `blocking` does); direct: NR-wide
+    panels of W^T."""
+    if isinstance(config, DirectConfig):
+        return f"t{conv_direct.panel_width(conv_geometry(task), config)}"
+    return f"mr{max(1, min(config.mr, conv_geometry(task).ocg))}"
 
 
-def prepack_weights(task: Task, config: GemmConfig, w: np.ndarray) -> np.ndarray:
-    """The weights [OC, C/G, KH, KW] in the layout `packed_a` builds at run time:
+def prepack_weights(task: Task, config: GemmConfig | DirectConfig, w: np.ndarray) -> np.ndarray:
+    """Direct configs: `conv_direct.prepack_weights`. Implicit GEMM: the weights
+    [OC, C/G, KH, KW] in the layout `packed_a` builds at run time:
     [G, panels, C/G*KH*KW, MR] with row min(panel*MR + r, OC/G - 1) at [g, panel, :, r]
     (MR as `blocking` clamps it: min(config.mr, OC/G)). Done once, when the model is
     compiled, for constant weights: the kernel then reads its A panels straight from
     the weights (`build(..., prepacked=True)`)."""
     geo = conv_geometry(task)
+    if isinstance(config, DirectConfig):
+        return conv_direct.prepack_weights(geo, config, w)
     m, k = geo.ocg, geo.icg * geo.taps
-    mr = prepack_width(task, config)
+    mr = max(1, min(config.mr, geo.ocg))
     panels = -(-max(m, 1) // mr)
     grouped = np.asarray(w).reshape(geo.groups, m, k)
     rows = np.minimum(np.arange(panels * mr), max(m - 1, 0))
@@ -115,6 +138,9 @@ def prepack_weights(task: Task, config: GemmConfig, w: np.ndarray) -> np.ndarray
 
 
 TEMPLATE = ConvTemplate()
+# the implicit GEMM's configs with A and B packed (prepacked weights ignore pack_a, and
+# the direct configs read the input in place where pack_b=False would)
+GEMM_SPACE = tuple(c for c in gemm_space() if c.pack_a and c.pack_b)
 
 
 def build_conv(task: Task, name: str) -> Function:

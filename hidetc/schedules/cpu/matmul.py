@@ -76,9 +76,10 @@ def can_prepack(task: Task, config: GemmConfig) -> bool:
         n >= config.nr
 
 
-def prepack_width(task: Task, config: GemmConfig) -> int:
-    """NR of the packed panels: the layout of `prepack_weights` depends on nothing else."""
-    return config.nr
+def prepack_tag(task: Task, config: GemmConfig) -> str:
+    """Names the packed layout (the plan's constant `<b>.packed_<tag>`): NR, the panel
+    width; the layout of `prepack_weights` depends on nothing else."""
+    return f"nr{config.nr}"
 
 
 def prepack_weights(task: Task, config: GemmConfig, b: np.ndarray) -> np.ndarray:

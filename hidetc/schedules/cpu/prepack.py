@@ -21,7 +21,7 @@ from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target
 
 WEIGHT_INPUT = 1   # the operand packed: Conv's W, MatMul's B
-# base template name -> module with can_prepack / prepack_width / prepack_weights
+# base template name -> module with can_prepack / prepack_tag / prepack_weights
 MODULES = {"cpu.conv": "hidetc.schedules.cpu.conv", "cpu.matmul": "hidetc.schedules.cpu.matmul"}
 
 
