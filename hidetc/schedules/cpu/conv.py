@@ -114,7 +114,7 @@ def prepack_tag(task: Task, config: GemmConfig | DirectConfig) -> str:
     clamped to the output channels per group as `blocking` does); direct: NR-wide
     panels of W^T."""
     if isinstance(config, DirectConfig):
-        return f"t{conv_direct.panel_width(conv_geometry(task), config)}"
+        return f"t{config.nr}"
     return f"mr{max(1, min(config.mr, conv_geometry(task).ocg))}"
 
 

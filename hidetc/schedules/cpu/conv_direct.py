@@ -85,11 +85,6 @@ DIRECT_SPACE = tuple(DirectConfig(mr, nr, 64, nc, kc) for (mr, nr), nc, kc in
                      itertools.product(MICRO_SHAPES, (96, 192, 384), (128, 256)))
 
 
-def panel_width(geo: ConvGeometry, cfg: DirectConfig) -> int:
-    """NR of the packed weight panels (the layout of `prepack_weights`)."""
-    return cfg.nr
-
-
 def prepack_weights(geo: ConvGeometry, cfg: DirectConfig, w: np.ndarray) -> np.ndarray:
     """W [OC, C/G, KH, KW] as [G, panels, C/G*KH*KW, NR]: panel p of group g holds the
     group's output channels p*NR .. p*NR + NR-1 as columns (k in (ci, kh, kw) order),
@@ -216,7 +211,7 @@ def _store(kb: KernelBuilder, task: _Task, cbuf: Buffer, out: Buffer,
     geo, rows = task.geo, task.rows
     with kb.for_range(ceil_div(rows, STORE_ROWS), name="rb") as rb, \
             kb.for_range(task.cols, name="j") as j, \
-            kb.for_range(tile_extent_of(rows, rb * STORE_ROWS, STORE_ROWS), name="r") as r:
+            kb.for_range(tile_extent(rows, rb * STORE_ROWS, STORE_ROWS), name="r") as r:
         oc = task.g * geo.ocg + task.o0 + j if geo.groups > 1 else task.o0 + j
         pos = rb * STORE_ROWS + r
         value = cbuf[pos, j]
@@ -226,13 +221,6 @@ def _store(kb: KernelBuilder, task: _Task, cbuf: Buffer, out: Buffer,
 
 
 STORE_ROWS = 16   # cbuf rows transposed out at a time (16 x NCW floats stay in L1)
-
-
-def tile_extent_of(total: ExprLike, start: Expr, block: int) -> ExprLike:
-    """min(total - start, block), a constant when `total` is one that `block` divides."""
-    if isinstance(total, int) and total % block == 0:
-        return block
-    return minimum(total - start, block)
 
 
 def _pack_weights(kb: KernelBuilder, geo: ConvGeometry, bl: Blocking, w: Buffer,

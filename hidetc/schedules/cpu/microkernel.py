@@ -224,9 +224,12 @@ class _Shape:
         return min(self.candidates(nc), key=lambda c: (self.busiest_core(*c), -c[1]))
 
 
-def tile_extent(total: int, start: Expr, block: int) -> ExprLike:
-    """Rows/columns of the block starting at `start`: a constant when blocks divide."""
-    return block if total % block == 0 else minimum(total - start, block)
+def tile_extent(total: ExprLike, start: Expr, block: int) -> ExprLike:
+    """Rows/columns of the block starting at `start`: a constant when blocks divide a
+    constant total."""
+    if isinstance(total, int) and total % block == 0:
+        return block
+    return minimum(total - start, block)
 
 
 def ceil_div(x: ExprLike, d: int) -> ExprLike:
