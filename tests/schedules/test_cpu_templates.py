@@ -139,6 +139,11 @@ DEPTHWISE_SHAPES = [
                                           "pads": [1, 1, 1, 1]}),
     ((1, 3, 10, 10), (6, 1, 3, 3), False, {"group": 3, "pads": [1, 1, 1, 1]}),
     ((1, 2, 2, 2), (2, 1, 3, 3), True, {"group": 2, "pads": [1, 1, 1, 1]}),
+    # column phases (stride > 1 along W): stride 3, odd widths, asymmetric pads, dilation
+    ((1, 3, 20, 23), (3, 1, 3, 3), True, {"group": 3, "strides": [2, 3],
+                                          "pads": [1, 0, 1, 2]}),
+    ((1, 2, 15, 16), (2, 1, 3, 5), False, {"group": 2, "strides": [1, 2],
+                                           "dilations": [1, 2], "pads": [1, 4, 1, 3]}),
 ]
 
 
