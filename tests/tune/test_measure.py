@@ -168,3 +168,26 @@ def test_unknown_target_is_not_implemented():
         measure_candidates(relu_task(), FakeReluTemplate(), [FakeConfig("good")],
                            target="tpu")
     assert best([CandidateResult("a", None, "x")]) is None
+
+
+def test_worker_rotates_copies_of_constant_weights_alone():
+    """Constant weights are timed cold, as in a model: each call reads another copy of
+    them (copies covering twice the last-level cache); the activations stay one copy.
+    Other tasks small enough for L2 rotate copies of every input."""
+    import numpy as np
+
+    from hidetc.schedules.cpu.prepack import Prepacked
+    from hidetc.tune.worker import Measurer, rotation_copies
+    assert rotation_copies(1 << 20, 32 << 20) == 64
+    assert rotation_copies(100 << 20, 32 << 20) == 1
+    assert rotation_copies(4, 32 << 20, most=8) == 8
+    task = matmul_task(37, 70, 53)
+    cold = Measurer({"task": task, "seed": 0, "prepare": Prepacked(TEMPLATES["MatMul"])},
+                    None)
+    assert len(cold.inputs) > 8
+    a0, b0 = cold.inputs[0]
+    for a, b in cold.inputs[1:]:
+        assert a is a0 and b is not b0 and np.array_equal(b, b0)
+    plain = Measurer({"task": task, "seed": 0}, None)
+    assert len(plain.inputs) > 1
+    assert all(x is not y for x, y in zip(plain.inputs[0], plain.inputs[1]))

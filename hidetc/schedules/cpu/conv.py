@@ -21,8 +21,8 @@ by the config (both are in every f32 non-depthwise conv's space; the tuner picks
   `default_gemm` (5 x 16, A packed when OH*OW >= 256).
 - **Direct convolution** (`DirectConfig`, f32): the same product transposed, output
   positions x output channels, the input broadcast in place (or from a zero-padded
-  copy) with the taps unrolled: no im2col at all. See `conv_direct.py` (faster alone
-  on small maps, not yet inside models: only full-space tuning tries it).
+  copy) with the taps unrolled: no im2col at all. See `conv_direct.py` (faster on
+  small maps: the tuner's short list tries it first there).
 - **Direct depthwise** (one input channel per group, more than one group): see
   `depthwise.py`. Config: `DepthwiseConfig(rows, fused)`.
 
@@ -61,6 +61,7 @@ from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, Function, logical_and
 from hidetc.tir.mapping import spatial
 
 ConvConfig = Union[GemmConfig, DirectConfig, DepthwiseConfig]
+DIRECT_POSITIONS = 400   # output positions up to which the tuner tries direct configs
 
 
 class ConvTemplate:
@@ -76,10 +77,15 @@ class ConvTemplate:
         return space if default in space else space + (default,)
 
     def short_list(self, task: Task, target: Target) -> Sequence[ConvConfig]:
-        """Configs the tuner tries first after the default (microkernel.SHORT_LIST).
-        No direct configs: they won isolated runs on small maps but lost in models
-        (see `conv_direct.py`), so only a full-space tuning (level 2) tries them."""
-        return () if conv_geometry(task).depthwise else SHORT_LIST
+        """Configs the tuner tries first after the default: the implicit GEMM's
+        (`microkernel.SHORT_LIST`), and on maps of at most DIRECT_POSITIONS positions
+        first the direct convolution's wide-panel configs (`conv_direct.SHORT_LIST`)."""
+        geo = conv_geometry(task)
+        if geo.depthwise:
+            return ()
+        if task.outputs[0].dtype == "float32" and geo.oh * geo.ow <= DIRECT_POSITIONS:
+            return conv_direct.SHORT_LIST + SHORT_LIST[:4]
+        return SHORT_LIST
 
     def default(self, task: Task, target: Target) -> ConvConfig:
         geo = conv_geometry(task)

@@ -29,12 +29,10 @@ Measured (2-core Zen 3, prepacked weights, best config of each schedule, kernels
 and warm): 0.86x the implicit GEMM's time on ResNet-50's 7x7 3x3 convs, 0.80x on
 Inception-V3's 35->17 stride-2 3x3, 0.90x on 1x1 convs over 7x7 maps, about even on
 14x14 and 28x28, 1.1-1.7x on 56x56 and larger maps and on the 7x7 stride-2 stem. Inside
-the models it did not hold: picked by the level-1 tuner (then in its short list) it made
-Inception-V3's 17x17 and 35x35 convs 0.2-0.45 ms slower each and ResNet-50 no faster
-(the kernels alone, with their data evicted between calls, keep most of the advantage;
-suspects: the transposed final store, which is scalar and carries the grafted
-epilogues, and the per-call malloc of the padded copy). So the tuner's short list
-leaves it out and only full-space tuning (level 2) tries it.
+models the narrow-panel configs (5 x 16, 6 x 16) lost what they won alone (they re-read
+the input block once per 16 output channels); the wide ones (3 x 32, 4 x 24) held, so
+the tuner's short list tries those first on maps of at most 400 positions
+(`conv.DIRECT_POSITIONS`), and the rest only in a full-space tuning (level 2).
 
 Guarantees: correct for every config on every conv shape it is built for (not
 depthwise: `conv.py` sends those to `depthwise.py`); positions past P are clamped to
@@ -80,6 +78,13 @@ class DirectConfig:
         return GemmConfig(self.mr, self.nr, self.mc, self.nc, self.kc, pack_a=False,
                           pack_b=False)
 
+
+# The tuner's first direct configs on small maps (`ConvTemplate.short_list`): NR >= 24
+# only. 5 x 16 and 6 x 16 won more sweeps of kernels alone, but inside Inception-V3 their
+# 12 channel panels per task re-read the input block twice as often as 3 x 32's 6, and
+# they ran 0.15-0.3 ms slower per conv than the implicit GEMM where 3 x 32 ran faster.
+SHORT_LIST = (DirectConfig(3, 32, 64, 192, 128), DirectConfig(4, 24, 64, 192, 256),
+              DirectConfig(3, 32, 64, 96, 128))
 
 DIRECT_SPACE = tuple(DirectConfig(mr, nr, 64, nc, kc) for (mr, nr), nc, kc in
                      itertools.product(MICRO_SHAPES, (96, 192, 384), (128, 256)))
