@@ -179,11 +179,12 @@ class Measurer:
         self.weight = (task.buffer_inputs.index(WEIGHT_INPUT)
                        if job.get("prepare") is not None
                        and WEIGHT_INPUT in task.buffer_inputs else None)
-        if self.weight is not None:
-            copies = rotation_copies(buffers[self.weight].nbytes, llc_bytes())
+        if self.weight is not None:   # copied per candidate, once its weights are packed
+            self.copies = rotation_copies(buffers[self.weight].nbytes, llc_bytes())
+            self.inputs = [buffers]
         else:
-            copies = ROTATE_COPIES if footprint < Target().l2_bytes else 1
-        self.inputs = [buffers] + [self._rotated(buffers) for _ in range(copies - 1)]
+            self.copies = ROTATE_COPIES if footprint < Target().l2_bytes else 1
+            self.inputs = [buffers] + [self._rotated(buffers) for _ in range(self.copies - 1)]
         self.libs: dict[str, ctypes.CDLL] = {}
 
     def _rotated(self, buffers: list[np.ndarray]) -> list[np.ndarray]:
@@ -214,7 +215,7 @@ class Measurer:
         full = prepare.prepare_inputs(task, config, full)    # packed once per candidate
         first = [np.ascontiguousarray(full[slot]) for slot in slots]
         # the rotated copies get their own memory (as the plain inputs do), not a repack
-        return [first] + [self._rotated(first) for _ in self.inputs[1:]]
+        return [first] + [self._rotated(first) for _ in range(self.copies - 1)]
 
     def measure(self, so_path: str, symbol: str
                 ) -> tuple[float | None, float | None, str | None]:

@@ -27,7 +27,7 @@ budget, the median): on a GPU each launch is timed alone by two CUDA events reco
 around it on the stream (device time, no host overhead), then the end event is
 waited for. So that the cache does not flatter a kernel, launches rotate among
 `rotation_copies` device copies of the inputs and outputs (copies enough to cover
-ROTATE_L2_FACTOR x the L2 size, at most ROTATE_MAX and ROTATE_BYTES), and before each
+ROTATE_L2_FACTOR x the L2 size, at most ROTATE_MAX and worker.ROTATE_BYTES), and before each
 timed launch the GPU writes a scratch buffer of ROTATE_L2_FACTOR x L2 (outside the
 events), which evicts what small working sets leave in L2 and keeps the GPU busy while
 the host enqueues the events and the launch. The emulator times with the host clock
@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
+from hidetc.tune import worker as cpu_worker
 from hidetc.tune.worker import Fault, make_inputs, mismatch, serve, timed_runs
 
-ROTATE_L2_FACTOR = 2
+ROTATE_L2_FACTOR = cpu_worker.ROTATE_CACHE_FACTOR
 ROTATE_MAX = 8
-ROTATE_BYTES = 1 << 30
 H200_L2_BYTES = 60 * 1024 * 1024   # when the driver does not report the L2 size
 
 
@@ -56,11 +56,9 @@ class LoadError(Exception):
 
 
 def rotation_copies(footprint: int, l2_bytes: int) -> int:
-    """Input/output copies to rotate among: 1 when one set already exceeds
-    ROTATE_L2_FACTOR x L2, else enough to cover that, within ROTATE_MAX and ROTATE_BYTES."""
-    footprint = max(int(footprint), 1)
-    want = math.ceil(ROTATE_L2_FACTOR * l2_bytes / footprint)
-    return max(1, min(want, ROTATE_MAX, ROTATE_BYTES // footprint))
+    """Input/output copies to rotate among: `worker.rotation_copies` over the L2 (the
+    GPU's last-level cache), at most ROTATE_MAX."""
+    return cpu_worker.rotation_copies(footprint, l2_bytes, ROTATE_MAX)
 
 
 def inputs_and_reference(task, seed: int) -> tuple[list, list[np.ndarray]]:

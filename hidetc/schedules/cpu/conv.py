@@ -121,7 +121,11 @@ def prepack_tag(task: Task, config: GemmConfig | DirectConfig) -> str:
     panels of W^T."""
     if isinstance(config, DirectConfig):
         return f"t{config.nr}"
-    return f"mr{max(1, min(config.mr, conv_geometry(task).ocg))}"
+    return f"mr{_packed_mr(conv_geometry(task), config)}"
+
+
+def _packed_mr(geo: ConvGeometry, config: GemmConfig) -> int:
+    return max(1, min(config.mr, geo.ocg))
 
 
 def prepack_weights(task: Task, config: GemmConfig | DirectConfig, w: np.ndarray) -> np.ndarray:
@@ -135,7 +139,7 @@ def prepack_weights(task: Task, config: GemmConfig | DirectConfig, w: np.ndarray
     if isinstance(config, DirectConfig):
         return conv_direct.prepack_weights(geo, config, w)
     m, k = geo.ocg, geo.icg * geo.taps
-    mr = max(1, min(config.mr, geo.ocg))
+    mr = _packed_mr(geo, config)
     panels = -(-max(m, 1) // mr)
     grouped = np.asarray(w).reshape(geo.groups, m, k)
     rows = np.minimum(np.arange(panels * mr), max(m - 1, 0))
