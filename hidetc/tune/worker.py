@@ -174,7 +174,6 @@ class Measurer:
                           get_op(task.op).reference(inputs, dict(task.attrs))]
         buffers = [inputs[i] for i in task.buffer_inputs]
         self.out_specs = [(t.shape, t.dtype) for t in task.outputs]
-        footprint = sum(a.nbytes for a in buffers) + sum(r.nbytes for r in self.reference)
         # the packed weights' position among the buffers (constant weights), else None
         self.weight = (task.buffer_inputs.index(WEIGHT_INPUT)
                        if job.get("prepare") is not None
@@ -183,6 +182,7 @@ class Measurer:
             self.copies = rotation_copies(buffers[self.weight].nbytes, llc_bytes())
             self.inputs = [buffers]
         else:
+            footprint = sum(a.nbytes for a in buffers) + sum(r.nbytes for r in self.reference)
             self.copies = ROTATE_COPIES if footprint < Target().l2_bytes else 1
             self.inputs = [buffers] + [self._rotated(buffers) for _ in range(self.copies - 1)]
         self.libs: dict[str, ctypes.CDLL] = {}

@@ -56,6 +56,7 @@ from hidetc.schedules.cpu.microkernel import (
     GemmConfig,
     blocking,
     ceil_div,
+    may_have_narrow_tail,
     tile_extent,
 )
 from hidetc.tir.builder import KernelBuilder
@@ -153,7 +154,12 @@ class _Task:
         return tile_extent(self.bl.n, self.o0, self.bl.nc)
 
     def channel(self, ci: ExprLike) -> ExprLike:
+        """Input channel ci of the task's group."""
         return self.g * self.geo.icg + ci if self.geo.groups > 1 else ci
+
+    def out_channel(self, j: ExprLike) -> ExprLike:
+        """Output channel of the task's column j."""
+        return self.g * self.geo.ocg + self.o0 + j if self.geo.groups > 1 else self.o0 + j
 
     def tap_offset(self, t: int) -> int:
         kh, kw = divmod(t, self.geo.kw)
@@ -192,7 +198,7 @@ def _accumulate(kb: KernelBuilder, task: _Task, dt: str) -> Buffer:
                 def run(nr: int, av=av, bv=bv, r0=r0, jp=jp) -> None:
                     acc = avx2.micro_kernel_taps(kb, bl.mr, nr, chans, geo.taps, av, bv)
                     avx2.accumulate_tile(kb, acc, (r0, jp * bl.nr), kblk, cbuf)
-                if not _narrow_tail(cols, bl.nr):
+                if not may_have_narrow_tail(cols, bl.nr):
                     run(bl.nr)
                 else:
                     with kb.if_then(cols - jp * bl.nr <= LANES):
@@ -202,22 +208,15 @@ def _accumulate(kb: KernelBuilder, task: _Task, dt: str) -> Buffer:
     return cbuf
 
 
-def _narrow_tail(cols: ExprLike, nr: int) -> bool:
-    """Whether the last channel panel may have 1-8 columns (with NR > 8)."""
-    if nr <= LANES:
-        return False
-    return not isinstance(cols, int) or 0 < cols % nr <= LANES
-
-
 def _store(kb: KernelBuilder, task: _Task, cbuf: Buffer, out: Buffer,
            bias: Buffer | None) -> None:
     """out[b, channel, p0 + r] = cbuf[r][j] (+ bias): per output channel, its run of
     positions (contiguous in the output)."""
-    geo, rows = task.geo, task.rows
+    rows = task.rows
     with kb.for_range(ceil_div(rows, STORE_ROWS), name="rb") as rb, \
             kb.for_range(task.cols, name="j") as j, \
             kb.for_range(tile_extent(rows, rb * STORE_ROWS, STORE_ROWS), name="r") as r:
-        oc = task.g * geo.ocg + task.o0 + j if geo.groups > 1 else task.o0 + j
+        oc = task.out_channel(j)
         pos = rb * STORE_ROWS + r
         value = cbuf[pos, j]
         if bias is not None:
@@ -245,7 +244,7 @@ def _pack_weights(kb: KernelBuilder, geo: ConvGeometry, bl: Blocking, w: Buffer,
     return wt
 
 
-def padded_extent(out: int, stride: int, dilation: int, kernel: int) -> int:
+def _padded_extent(out: int, stride: int, dilation: int, kernel: int) -> int:
     """Rows (or columns) of input the taps of `out` outputs cover, from the first pad."""
     return (out - 1) * stride + (kernel - 1) * dilation + 1
 
@@ -253,8 +252,8 @@ def padded_extent(out: int, stride: int, dilation: int, kernel: int) -> int:
 def _source(kb: KernelBuilder, geo: ConvGeometry, x: Buffer) -> tuple[Buffer, int]:
     """(buffer, row width) the broadcasts read: x itself when no tap reaches outside
     the image, else a zero-padded copy [N, C, HP*WP] filled in parallel over (n, c)."""
-    hp = padded_extent(geo.oh, geo.strides[0], geo.dilations[0], geo.kh)
-    wp = padded_extent(geo.ow, geo.strides[1], geo.dilations[1], geo.kw)
+    hp = _padded_extent(geo.oh, geo.strides[0], geo.dilations[0], geo.kh)
+    wp = _padded_extent(geo.ow, geo.strides[1], geo.dilations[1], geo.kw)
     ph, pw = geo.pads
     if (ph, pw) == (0, 0) and hp <= geo.h and wp <= geo.w:
         return x, geo.w

@@ -334,7 +334,7 @@ def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
         return step.bpack[k, c0 + j]
 
     def from_pack() -> None:
-        if not _may_have_narrow_tail(step.cols, bl.nr):
+        if not may_have_narrow_tail(step.cols, bl.nr):
             run(packed, bl.nr)
             return
         with kb.if_then(step.cols - c0 <= LANES):
@@ -350,7 +350,7 @@ def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
         from_pack()
 
 
-def _may_have_narrow_tail(cols: ExprLike, nr: int) -> bool:
+def may_have_narrow_tail(cols: ExprLike, nr: int) -> bool:
     """Whether the last column panel may have 1-8 columns (with NR > 8)."""
     if nr <= LANES:
         return False
