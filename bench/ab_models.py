@@ -5,7 +5,9 @@ the A/B check for a kernel or tuning change on a machine whose speed drifts.
 
 Every round runs each runner (each artifact, then ORT) after an idle pause
 (`hidetc.bench.BLOCK_PAUSE_S`), one untimed call, then `--calls` timed calls; printed
-per runner: min, 25th percentile and median ms over all rounds. On the 2-core CI-like
+per runner: min, 25th percentile and median ms over all rounds, and the median (and
+quartiles) over rounds of its ratio to ORT in the same round (each runner's best call
+of the round). On the 2-core CI-like
 machine the speed of the same binary drifted 30-40% over minutes, so only runners timed
 in the same rounds compare; a change is real when its median moves beyond the spread
 between rounds, and its ratio to ORT is the number to report.
@@ -45,6 +47,7 @@ def main() -> None:
         session = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
         runners["onnxruntime"] = lambda: session.run(None, inputs)
     times: dict[str, list[float]] = {name: [] for name in runners}
+    best: dict[str, list[float]] = {name: [] for name in runners}   # per round: min
     for fn in runners.values():
         fn()
     for _ in range(args.rounds):
@@ -55,10 +58,16 @@ def main() -> None:
                 start = time.perf_counter()
                 fn()
                 times[name].append((time.perf_counter() - start) * 1e3)
+            best[name].append(min(times[name][-args.calls:]))
     width = max(len(n) for n in runners)
     for name, values in times.items():
-        print(f"{name:<{width}}  min {np.min(values):9.3f}  p25 "
-              f"{np.percentile(values, 25):9.3f}  median {np.median(values):9.3f} ms")
+        line = (f"{name:<{width}}  min {np.min(values):9.3f}  p25 "
+                f"{np.percentile(values, 25):9.3f}  median {np.median(values):9.3f} ms")
+        if "onnxruntime" in best and name != "onnxruntime":
+            ratios = np.array(best[name]) / np.array(best["onnxruntime"])
+            line += (f"  x ORT per round: median {np.median(ratios):.3f} "
+                     f"(q25 {np.percentile(ratios, 25):.3f}, q75 {np.percentile(ratios, 75):.3f})")
+        print(line)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     graph = load_model(model_path, shapes=cfg.shapes)
     optimized = optimize(graph, verify=cfg.verify_ir, dump_dir=_dump(cfg, "graph"))
     optimized = lower_precision(optimized, cfg.precision, dump_dir=_dump(cfg, "graph"),
-                                target=target)
+                                target=target, layout=cfg.layout)
     timings["frontend_s"] = time.perf_counter() - clock
     clock = time.perf_counter()
     choices, tuning = _tune(optimized, target, cfg, progress)

@@ -17,7 +17,7 @@ import click
 import numpy as np
 
 from hidetc import __version__, api
-from hidetc.config import PRECISIONS
+from hidetc.config import LAYOUTS, PRECISIONS
 from hidetc.errors import ConfigError, HidetcError, InputError
 from hidetc.inspect import describe, summary_json
 from hidetc.schedules.catalog import format_spaces, template_spaces
@@ -74,18 +74,21 @@ def main(debug: bool) -> None:
                    "whole space (default: 2 on cuda, 1 on cpu).")
 @click.option("--records", type=click.Path(dir_okay=False), default=None,
               help="The tuning records file (default: records.sqlite in the cache dir).")
+@click.option("--layout", type=click.Choice(list(LAYOUTS)), default=None,
+              help="auto (default): the target's layout pass (cpu: NHWC convolutions "
+                   "with C/G >= 8); nchw: keep the model's NCHW convolutions.")
 @click.option("--seed", type=int, default=None, help="Seed of the random verification input.")
 @click.option("--shape", "shape_args", multiple=True, metavar="NAME=1x3x224x224",
               help="Bind the shape of input NAME (needed when the model leaves a dim "
                    "symbolic or unknown); repeatable.")
 @_handle_errors
 def compile_cmd(model, out_dir, target, precision, arch, preset, sample, no_verify, no_fuse,
-                tune, space, records, seed, shape_args):
+                tune, space, records, layout, seed, shape_args):
     """Compile MODEL (.onnx) into the artifact directory OUT."""
     overrides = {"target": target, "precision": precision, "arch": arch, "sample": sample,
                  "seed": seed, "verify": False if no_verify else None,
                  "fuse": False if no_fuse else None, "tune": tune, "space": space,
-                 "records": records, "shapes": _parse_shapes(shape_args)}
+                 "records": records, "layout": layout, "shapes": _parse_shapes(shape_args)}
     with _TuneProgress() as progress:
         result = api.compile_model(model, out_dir, preset=preset, progress=progress,
                                    **overrides)

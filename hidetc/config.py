@@ -22,6 +22,7 @@ from hidetc.errors import ConfigError
 
 TARGETS = ("auto", "cpu", "cuda")
 PRECISIONS = ("f32", "f16")
+LAYOUTS = ("auto", "nchw")      # auto: the target's layout pass (NHWC convolutions)
 # norm-wise relative error bound vs ONNX Runtime (f32), per precision, when `rtol` is unset
 TOLERANCES = {"f32": 1e-4, "f16": 1e-2}
 SPACE_DEFAULT = {"cpu": 1, "cuda": 2}
@@ -46,6 +47,7 @@ class CompileConfig:
     space: int | None = None      # 0: default config, 1: short list, 2: whole space;
                                   # None: SPACE_DEFAULT[target]
     records: str | None = None    # the tuning records file (default: in the cache dir)
+    layout: str = "auto"          # "nchw": keep the model's NCHW convolutions
     shapes: dict[str, list[int]] | None = None  # input name -> shape, binding the inputs
                                   # whose dims are symbolic or unknown in the ONNX file
 
@@ -55,6 +57,8 @@ class CompileConfig:
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision: expected one of {', '.join(PRECISIONS)}, "
                               f"got {self.precision!r}")
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"layout: expected one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         if self.rtol is not None and not (isinstance(self.rtol, (int, float))
                                           and not isinstance(self.rtol, bool) and self.rtol > 0):
             raise ConfigError(f"rtol: expected a positive number, got {self.rtol!r}")

@@ -37,7 +37,12 @@ Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[prec
 Then the target's passes `TARGET_PASSES[target]` (when `lower_precision` is given one):
   cpu:  widen_half_cpu  MatMul/Conv on float16/bfloat16 -> float32 between Casts (the
                         CPU templates are float32-only; numpy sums half products in f32).
+        choose_layout   Conv with C/G >= 8 -> ConvNHWC (the channels-last direct
+                        convolution, OHWI weights), transposes sunk through elementwise
+                        ops, channel Concats and global pools, so CNNs stay NHWC from
+                        convolution to convolution.
   cuda: nothing.
+`lower_precision(..., layout="nchw")` (`--layout nchw`) leaves the layout passes out.
 Kept apart from PASSES so the optimizations see the model's own dtypes (folding in
 float32) and each precision's list stays explicit.
 
@@ -90,9 +95,11 @@ PRECISION_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
 
 
 TARGET_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
-    "cpu": (("widen_half_cpu", widen_half_cpu.run),),
+    "cpu": (("widen_half_cpu", widen_half_cpu.run),
+            ("choose_layout", lambda graph: choose_layout.run(graph, "cpu", "f32"))),
     "cuda": (),
 }
+LAYOUT_PASS = "choose_layout"   # skipped by `lower_precision(..., layout="nchw")`
 
 
 def optimize(graph: Graph, *, verify: bool = False, dump_dir: str | None = None,
@@ -108,15 +115,18 @@ def optimize(graph: Graph, *, verify: bool = False, dump_dir: str | None = None,
 
 
 def lower_precision(graph: Graph, precision: str, *, dump_dir: str | None = None,
-                    target: str | None = None) -> Graph:
+                    target: str | None = None, layout: str = "auto") -> Graph:
     """Run `PRECISION_PASSES[precision]`, then `TARGET_PASSES[target]` (none without a
     target) on an optimized graph. The verifier runs after each of them (always: they
     retype the graph); dumps continue the numbering of `optimize`'s
-    (`dump_dir/11_to_float16.txt`)."""
+    (`dump_dir/11_to_float16.txt`). `layout="nchw"` leaves out `choose_layout` (the
+    graph keeps the model's NCHW convolutions)."""
     dump = Path(dump_dir) if dump_dir is not None else None
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
     passes = PRECISION_PASSES[precision] + TARGET_PASSES.get(target or "", ())
+    if layout == "nchw":
+        passes = tuple(p for p in passes if p[0] != LAYOUT_PASS)
     return _run(graph, passes, len(PASSES) + 1, True, dump)
 
 

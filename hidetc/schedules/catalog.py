@@ -58,9 +58,16 @@ def _conv(dt: str, big: bool) -> dict[str, Task]:
 
 
 def _conv_nhwc(dt: str, big: bool) -> dict[str, Task]:
+    """f16 (cuda: the tensor-core conv) one variant; f32 (cpu) direct and depthwise."""
     c, hw = (512, 7) if big else (16, 14)
-    return {"": _task("ConvNHWC", [_t(dt, 1, hw, hw, c), _t(dt, 2 * c, 3, 3, c), None],
-                      _t(dt, 1, hw, hw, 2 * c), (("pads", (1, 1, 1, 1)),))}
+    pads = (("pads", (1, 1, 1, 1)),)
+    direct = _task("ConvNHWC", [_t(dt, 1, hw, hw, c), _t(dt, 2 * c, 3, 3, c), None],
+                   _t(dt, 1, hw, hw, 2 * c), pads)
+    if dt != "float32":
+        return {"": direct}
+    depthwise = _task("ConvNHWC", [_t(dt, 1, hw, hw, c), _t(dt, c, 3, 3, 1), None],
+                      _t(dt, 1, hw, hw, c), (("group", c),) + pads)
+    return {"direct": direct, "depthwise": depthwise}
 
 
 def _row_op(op: str, dt: str, big: bool) -> dict[str, Task]:

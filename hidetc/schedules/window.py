@@ -4,12 +4,13 @@ body computing one pooled output (the window predicated against the padding)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from hidetc.errors import UnsupportedOpError
 from hidetc.graph.ops.conv import window_geometry
 from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Buffer, Expr, cast, logical_and, maximum
+from hidetc.tir.ir import Buffer, Expr, Var, cast, logical_and, maximum
 
 
 def begin_pads(task: Task, in_hw, out_hw, kernel, strides, dilations) -> list[int]:
@@ -47,8 +48,12 @@ def pool_geometry(task: Task) -> PoolGeometry:
     if len(x_type.shape) != 4:
         raise UnsupportedOpError(f"{task.op}: only 2-D pooling (NCHW) is supported, "
                                  f"got input rank {len(x_type.shape)}")
-    n, c, h, w = x_type.shape
-    oh, ow = out_type.shape[2:]
+    if task.op.endswith("NHWC"):
+        n, h, w, c = x_type.shape
+        oh, ow = out_type.shape[1:3]
+    else:
+        n, c, h, w = x_type.shape
+        oh, ow = out_type.shape[2:]
     kernel = tuple(task.attr("kernel_shape"))
     strides = tuple(task.attr("strides") or (1, 1))
     dilations = tuple(task.attr("dilations") or (1, 1))
@@ -66,21 +71,33 @@ def emit_pool_output(kb: KernelBuilder, task: Task, g: PoolGeometry, x: Buffer, 
     is_max = task.op == "MaxPool"
     dt = out.dtype
     acc = kb.declare("acc", dt, float("-inf") if is_max else 0.0)
+
+    def take(ih: Expr, iw: Expr) -> None:
+        v = x[p, ih, iw]
+        kb.assign(acc, maximum(acc, v) if is_max else acc + v)
+    cnt = for_each_tap(kb, g, y, xo, not is_max and task.attr("count_include_pad", 0), take)
+    if is_max:
+        kb.store(out, (p, y, xo), acc)
+    else:
+        kb.store(out, (p, y, xo), acc / cast(maximum(cnt, 1), dt))
+
+
+def for_each_tap(kb: KernelBuilder, g: PoolGeometry, y: Expr, xo: Expr, padded: bool,
+                 take: Callable[[Expr, Expr], None]) -> Var:
+    """Emit take(ih, iw) for each window tap of output (y, xo) inside the image; return
+    the int32 count of the taps an average divides by: those inside the image, or with
+    `padded` (count_include_pad) those inside the padded input (not the ceil_mode
+    overrun: the op's reference)."""
     cnt = kb.declare("cnt", "int32", 0)
-    padded = not is_max and task.attr("count_include_pad", 0)
     with kb.for_range(g.kernel[0], name="kh") as kh, kb.for_range(g.kernel[1], name="kw") as kw:
         ih = y * g.strides[0] - g.begin[0] + kh * g.dilations[0]
         iw = xo * g.strides[1] - g.begin[1] + kw * g.dilations[1]
         with kb.if_then(logical_and(ih >= 0, ih < g.h, iw >= 0, iw < g.w)):
-            v = x[p, ih, iw]
-            kb.assign(acc, maximum(acc, v) if is_max else acc + v)
+            take(ih, iw)
             if not padded:
                 kb.assign(cnt, cnt + 1)
         if padded:
             with kb.if_then(logical_and(ih >= -g.begin[0], ih < g.h + g.end[0],
                                         iw >= -g.begin[1], iw < g.w + g.end[1])):
                 kb.assign(cnt, cnt + 1)
-    if is_max:
-        kb.store(out, (p, y, xo), acc)
-    else:
-        kb.store(out, (p, y, xo), acc / cast(maximum(cnt, 1), dt))
+    return cnt

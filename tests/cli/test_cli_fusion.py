@@ -20,7 +20,7 @@ def invoke(*args):
 def test_inspect_lists_groups_and_configs(tmp_path):
     path = tmp_path / "block.onnx"
     onnx.save(resnet_block(), path)
-    assert invoke("compile", path, "-o", tmp_path / "out").exit_code == 0
+    assert invoke("compile", path, "-o", tmp_path / "out", "--layout", "nchw").exit_code == 0
     text = invoke("inspect", tmp_path / "out").output
     assert "9 graph nodes in 4 groups (4 with fused neighbours)" in text
     assert "Conv [* > Add, Relu]" in text and "GlobalAveragePool [* > Reshape]" in text
@@ -30,7 +30,13 @@ def test_inspect_lists_groups_and_configs(tmp_path):
     assert conv["group"]["epilogues"][0][1] == "Add" and conv["template"] == "cpu.conv"
     assert doc["fusion"]["fallbacks"] == []
 
-    result = invoke("compile", path, "-o", tmp_path / "unfused", "--no-fuse")
+    result = invoke("compile", path, "-o", tmp_path / "nhwc")     # --layout auto
+    assert result.exit_code == 0, result.output
+    text = invoke("inspect", tmp_path / "nhwc").output
+    assert "ConvNHWC [* > Add, Relu]" in text and "cpu.conv: DirectConfig(" in text
+    assert "ReduceMean [* > Transpose, Reshape]" in text     # the NHWC global pool
+
+    result = invoke("compile", path, "-o", tmp_path / "unfused", "--no-fuse", "--layout", "nchw")
     assert result.exit_code == 0, result.output
     doc = json.loads(invoke("inspect", tmp_path / "unfused", "--json").output)
     assert len(doc["kernels"]) == 9 and doc["fusion"]["groups"] == 9

@@ -47,3 +47,38 @@ def test_constant_conv_weights_are_packed_at_compile_time(tmp_path):
         got = hidetc.load(tmp_path / case).run(inputs)["out0"]
         expected = run_graph(load_model(path), inputs)["out0"]
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+POOL_CASES = sorted(c for c in CASES if "pool" in c and not c.startswith("global"))
+
+
+@pytest.mark.parametrize("case", POOL_CASES + ["global_avgpool"])
+def test_pools_after_an_nhwc_conv_run_channels_last(case, tmp_path):
+    """Each pool case behind a 1x1 conv from 8 to 9 channels: on the cpu the conv goes
+    NHWC and the pool follows it (MaxPoolNHWC / AveragePoolNHWC / ReduceMean), verified
+    against ONNX Runtime and our reference."""
+    from onnx import helper, numpy_helper
+
+    op, inputs, attrs, _ = CASES[case]
+    rng = np.random.default_rng(1)
+    n, _, h, wd = inputs["x"].shape
+    x = rng.standard_normal((n, 8, h, wd)).astype(np.float32)
+    inputs = {"x": x}
+    w = rng.standard_normal((9, 8, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node(op, ["c"], ["out0"], **attrs)]
+    graph = helper.make_graph(
+        nodes, "pool_nhwc", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("out0", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    result = hidetc.compile_model(path, tmp_path / "out", target="cpu")
+    ops = {k["op"] for k in result.manifest["kernels"]}
+    assert ops & {"MaxPoolNHWC", "AveragePoolNHWC", "ReduceMean"}, ops
+    assert result.manifest["verification"]["status"] == "passed"
+    got = hidetc.load(tmp_path / "out").run(inputs)["out0"]
+    expected = run_graph(load_model(path), inputs)["out0"]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)

@@ -158,8 +158,7 @@ def test_depthwise_and_narrow_channels_stay_nchw(dtype):
     assert [n.op for n in after.nodes][-1] == "Transpose"   # Sigmoid ran in NHWC
 
 
-@pytest.mark.parametrize("target,precision", [("cpu", "f16"), ("cuda", "f32"),
-                                              ("cpu", "f32")])
+@pytest.mark.parametrize("target,precision", [("cpu", "f16"), ("cuda", "f32")])
 def test_other_targets_and_precisions_unchanged(target, precision):
     graph = resnet_like("float32")
     assert choose_layout.run(graph, target, precision) is graph
@@ -168,3 +167,64 @@ def test_other_targets_and_precisions_unchanged(target, precision):
 def test_nothing_to_do_returns_the_same_graph():
     graph = build({"x": ("float32", (1, 3, 4, 4))}, [N("Relu", ["x"], ["y"])], ["y"], {})
     assert choose_layout.run(graph, "cuda", "f16") is graph
+
+
+def inception_like() -> Graph:
+    """Branches (1x1, 1x1 -> 3x3, avg-pool -> 1x1, max-pool) concatenated on the
+    channels, then a strided 3x3 and a global max pool."""
+    rng = np.random.default_rng(3)
+
+    def w(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+    constants = {"w0": w(16, 8, 1, 1), "w1": w(8, 8, 1, 1), "w2": w(12, 8, 3, 3),
+                 "w3": w(8, 8, 1, 1), "w4": w(16, 44, 3, 3)}
+    nodes = [
+        N("Conv", ["x", "w0"], ["b0"]),
+        N("Conv", ["x", "w1"], ["b1a"]),
+        N("Relu", ["b1a"], ["b1r"]),
+        N("Conv", ["b1r", "w2"], ["b1"], pads=(1, 1, 1, 1)),
+        N("AveragePool", ["x"], ["p2"], kernel_shape=(3, 3), pads=(1, 1, 1, 1),
+          count_include_pad=0),
+        N("Conv", ["p2", "w3"], ["b2"]),
+        N("MaxPool", ["x"], ["b3"], kernel_shape=(3, 3), pads=(1, 1, 1, 1)),
+        N("Concat", ["b0", "b1", "b2", "b3"], ["cat"], axis=1),
+        N("Conv", ["cat", "w4"], ["y0"], strides=(2, 2)),
+        N("GlobalMaxPool", ["y0"], ["y"]),
+    ]
+    return build({"x": ("float32", (1, 8, 9, 9))}, nodes, ["y"], constants)
+
+
+def test_cpu_resnet_block_stays_nhwc_through_pools():
+    before = resnet_like("float32")
+    after = choose_layout.run(before, "cpu", "f32")
+    verify_graph(after)
+    assert_same(before, after)
+    assert count(after, "Conv") == 0 and count(after, "ConvNHWC") == 5
+    assert count(after, "MaxPoolNHWC") == 1 and count(after, "ReduceMean") == 1
+    # x -> NHWC; the pooled [1, 1, 1, 32] -> NCHW for the Reshape: nothing else
+    assert count(after, "Transpose") == 2
+
+
+def test_cpu_depthwise_goes_nhwc_rgb_stem_and_narrow_groups_stay():
+    before = mixed("float32")
+    after = choose_layout.run(before, "cpu", "f32")
+    verify_graph(after)
+    assert_same(before, after)
+    assert count(after, "Conv") == 2 and count(after, "ConvNHWC") == 2
+    (dw,) = [n for n in after.nodes if n.op == "ConvNHWC" and n.attr("group") == 16]
+    assert after.types[dw.inputs[1]].shape == (16, 3, 3, 1)
+    # r0 -> NHWC (depthwise), -> NCHW (grouped C/G = 4), -> NHWC (1x1), y -> NCHW
+    assert count(after, "Transpose") == 4
+
+
+def test_cpu_inception_block_concat_and_pools_stay_nhwc():
+    before = inception_like()
+    after = choose_layout.run(before, "cpu", "f32")
+    verify_graph(after)
+    assert_same(before, after)
+    assert count(after, "ConvNHWC") == 5
+    assert count(after, "AveragePoolNHWC") == 1 and count(after, "MaxPoolNHWC") == 1
+    (cat,) = [n for n in after.nodes if n.op == "Concat"]
+    assert cat.attr("axis") == 3 and after.types[cat.outputs[0]].shape == (1, 9, 9, 44)
+    assert count(after, "ReduceMax") == 1
+    assert count(after, "Transpose") == 2      # x -> NHWC, y -> NCHW

@@ -25,6 +25,7 @@ from hidetc.schedules.cpu import matmul as cpu_matmul
 from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig
 from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cpu.depthwise import DepthwiseConfig
+from hidetc.schedules.cpu.depthwise_nhwc import DepthwiseNHWCConfig
 from hidetc.schedules.cpu.microkernel import GemmConfig, blocking
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import MAX_SPACE, Target
@@ -32,7 +33,8 @@ from hidetc.tir.pipeline import lower
 from hidetc.toolchain.gcc import DEFAULT_FLAGS, build_shared_library, find_compiler
 
 RNG = np.random.default_rng(0)
-PREPACK = {"Conv": cpu_conv, "MatMul": cpu_matmul}   # weights packed at compile time
+# weights packed at compile time
+PREPACK = {"Conv": cpu_conv, "ConvNHWC": cpu_conv, "MatMul": cpu_matmul}
 
 
 def matmul_task(a_shape, b_shape) -> Task:
@@ -50,11 +52,32 @@ def conv_task(x_shape, w_shape, bias: bool, **attrs) -> Task:
     return Task("Conv", tuple(types), (out,), frozen, (None,) * len(types))
 
 
+def nhwc_task(x_shape, w_shape, bias: bool, **attrs) -> Task:
+    """The ConvNHWC twin of `conv_task` (shapes given NCHW / OIHW, pads resolved)."""
+    nchw = conv_task(x_shape, w_shape, bias, **attrs)
+    geo = conv_geometry(nchw)
+    oh, ow = nchw.outputs[0].shape[2:]
+    hp = [geo.pads[0], geo.pads[1]]
+    end = [max(0, (o - 1) * s + (k - 1) * d + 1 - n - p) for o, s, k, d, n, p in
+           zip((oh, ow), geo.strides, (geo.kh, geo.kw), geo.dilations, (geo.h, geo.w), hp)]
+    resolved = {"strides": list(geo.strides), "dilations": list(geo.dilations),
+                "pads": hp + end, "group": geo.groups}
+    n, c, h, w = x_shape
+    o, i, kh, kw = w_shape
+    types = [TensorType("float32", (n, h, w, c)), TensorType("float32", (o, kh, kw, i))]
+    if bias:
+        types.append(TensorType("float32", (o,)))
+    out = get_op("ConvNHWC").infer(types, resolved, [None] * len(types))[0]
+    assert out.shape == (n, oh, ow, o)
+    frozen = tuple(sorted((k, freeze_attr(v)) for k, v in resolved.items()))
+    return Task("ConvNHWC", tuple(types), (out,), frozen, (None,) * len(types))
+
+
 def reference(task: Task, inputs: list[np.ndarray]) -> np.ndarray:
     if task.op == "MatMul":
         return np.matmul(*[x.astype(np.float64) for x in inputs])
-    return get_op("Conv").reference([x.astype(np.float64) for x in inputs],
-                                    dict(task.attrs))[0]
+    return get_op(task.op).reference([x.astype(np.float64) for x in inputs],
+                                     dict(task.attrs))[0]
 
 
 def run_all(tmp_path, cases: list[tuple[Task, object]], prepacked: bool = False) -> None:
@@ -218,6 +241,37 @@ def test_direct_conv_configs_on_every_conv_shape(tmp_path):
     cases = [(t, DirectConfig(mr, nr, kc=128)) for t in tasks for mr, nr in shapes[:2]]
     cases += [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(DIRECT_SPACE, 20, 5))]
     (tmp_path / "packed").mkdir()    # a library path of its own: dlopen reuses a path
+    run_all(tmp_path, cases[::2])
+    run_all(tmp_path / "packed", cases[1::2], prepacked=True)
+
+
+def test_channels_last_direct_conv_on_every_conv_shape(tmp_path):
+    """ConvNHWC (channels-last input and output, OHWI weights): every micro-tile shape
+    on every conv shape, the weights packed per call and at compile time."""
+    shapes = [c for c in CONV_SHAPES if c[3].get("group", 1) == 1] + [
+        ((2, 8, 6, 5), (24, 8, 3, 3), True, {"pads": [0, 1, 2, 0]}),
+        ((1, 300, 3, 3), (17, 300, 3, 3), True, {"pads": [1, 1, 1, 1]}),
+        ((1, 6, 9, 9), (9, 2, 3, 3), True, {"group": 3, "pads": [1, 1, 1, 1]})]
+    tasks = [nhwc_task(x, w, b, **a) for x, w, b, a in shapes]
+    space = TEMPLATES["ConvNHWC"].space(tasks[0], TARGET)
+    assert {TEMPLATES["ConvNHWC"].default(t, TARGET) for t in tasks} <= set(space)
+    micro = sorted({(c.mr, c.nr) for c in space})
+    cases = [(t, DirectConfig(mr, nr, mc=2 * mr)) for t in tasks for mr, nr in micro[::2]]
+    cases += [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 12, 7))]
+    (tmp_path / "packed").mkdir()
+    run_all(tmp_path, cases[::2])
+    run_all(tmp_path / "packed", cases[1::2], prepacked=True)
+
+
+def test_channels_last_depthwise_every_config(tmp_path):
+    """ConvNHWC depthwise (C/G = OC/G = 1): every config on the depthwise shapes without
+    a channel multiplier, weights read in place and prepacked to [taps, C]."""
+    tasks = [nhwc_task(x, w, b, **a) for x, w, b, a in DEPTHWISE_SHAPES if w[0] == x[1]]
+    tasks += [nhwc_task((1, 40, 7, 6), (40, 1, 3, 3), True, group=40, pads=[1, 1, 1, 1])]
+    space = TEMPLATES["ConvNHWC"].space(tasks[0], TARGET)
+    assert all(isinstance(c, DepthwiseNHWCConfig) for c in space)
+    cases = [(t, c) for t in tasks for c in space]
+    (tmp_path / "packed").mkdir()
     run_all(tmp_path, cases[::2])
     run_all(tmp_path / "packed", cases[1::2], prepacked=True)
 

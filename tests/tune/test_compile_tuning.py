@@ -105,7 +105,8 @@ def test_direct_conv_from_records_compiles_fused_and_verified(block, tmp_path):
         tune_graph(graph, "cpu", tune=True, level=2, arch=cpu_arch(), records=store,
                    device=cpu_device(), toolchain=toolchain_version("cpu"),
                    measure=fake_measure)
-    out = hidetc.compile_model(block, tmp_path / "out", target="cpu", records=str(records))
+    out = hidetc.compile_model(block, tmp_path / "out", target="cpu", records=str(records),
+                               layout="nchw")
     convs = [k for k in out.manifest["kernels"] if k["op"] == "Conv"]
     assert convs and all(k["config"].startswith("DirectConfig") for k in convs), convs
     assert all(".packed_t" in k["args"][1] for k in convs)

@@ -1,5 +1,7 @@
 """Internal layout ops, introduced by graph passes (never by the ONNX frontend):
-ConvNHWC (ANCHOR), the channels-last 2-D convolution `choose_layout` rewrites Conv into.
+ConvNHWC (ANCHOR), the channels-last 2-D convolution `choose_layout` rewrites Conv into,
+and MaxPoolNHWC / AveragePoolNHWC (REDUCE), the channels-last 2-D pools it rewrites
+MaxPool / AveragePool into on the cpu.
 
 ConvNHWC(X, W, B?) -> Y: X is [N, H, W, C], W is [OC, KH, KW, C / group] (OHWI), B is
 [OC], Y is [N, OH, OW, OC]. Attributes as Conv's, resolved: strides, dilations,
@@ -14,7 +16,7 @@ import numpy as np
 from hidetc.graph.ir import FLOAT_DTYPES, TensorType
 from hidetc.graph.ops.common import arity, dtype_in, fail, fmt, present, rank_is, same_dtype
 from hidetc.graph.ops.conv import _conv_ref, window_geometry
-from hidetc.graph.ops.registry import OpKind, define
+from hidetc.graph.ops.registry import OpKind, define, get_op
 
 TO_NCHW, TO_NHWC = (0, 3, 1, 2), (0, 2, 3, 1)
 
@@ -48,3 +50,27 @@ def _conv_nhwc_ref(inputs, attrs):
 
 
 define("ConvNHWC", OpKind.ANCHOR, _conv_nhwc_infer, _conv_nhwc_ref)
+
+
+# MaxPoolNHWC(X) -> Y, AveragePoolNHWC(X) -> Y: X [N, H, W, C], Y [N, OH, OW, C]; the
+# attributes of MaxPool / AveragePool (2-D, one output). Shape rule and reference are
+# the NCHW op's between transposes, so both agree exactly.
+def _pool_nhwc(base: str):
+    op = f"{base}NHWC"
+
+    def infer(types, attrs, values):
+        arity(op, types, 1)
+        rank_is(op, types, 0, (4,))
+        x = types[0]
+        nchw = TensorType(x.dtype, tuple(x.shape[i] for i in TO_NCHW))
+        (y,) = get_op(base).infer([nchw], attrs, [None])
+        return [TensorType(y.dtype, tuple(y.shape[i] for i in TO_NHWC))]
+
+    def reference(inputs, attrs):
+        (y,) = get_op(base).reference([np.transpose(inputs[0], TO_NCHW)], attrs)
+        return [np.ascontiguousarray(np.transpose(y, TO_NHWC))]
+    define(op, OpKind.REDUCE, infer, reference)
+
+
+_pool_nhwc("MaxPool")
+_pool_nhwc("AveragePool")

@@ -45,6 +45,7 @@ Builder = Callable[[Task, str], Function]
 TEMPLATES: dict[str, Template] = {
     "MatMul": matmul.TEMPLATE,
     "Conv": conv.TEMPLATE,
+    "ConvNHWC": conv.TEMPLATE,
 }
 
 RULES: dict[str, Builder] = {
@@ -55,10 +56,13 @@ RULES: dict[str, Builder] = {
     "LayerNormalization": reduce.build_layernorm,
     "MaxPool": pool.build_pool,
     "AveragePool": pool.build_pool,
+    "MaxPoolNHWC": pool.build_pool_nhwc,
+    "AveragePoolNHWC": pool.build_pool_nhwc,
     "GlobalAveragePool": pool.build_global_pool,
     "GlobalMaxPool": pool.build_global_pool,
     "MatMul": matmul.build_matmul,
     "Conv": conv.build_conv,
+    "ConvNHWC": conv.build_conv,
     **{op: scan.build_arg for op in scan.ARG_OPS},
     "CumSum": scan.build_cumsum,
     "CumProd": scan.build_cumsum,

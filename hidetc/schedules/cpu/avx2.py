@@ -53,25 +53,41 @@ def micro_kernel(kb: KernelBuilder, mr: int, nr: int, kcur: ExprLike,
     fewer than MIN_CHAINS accumulators (the MR x 8 kernel of a ragged last panel) keeps
     two sets, for even and odd k, added at the end: one set would leave the FMA units
     waiting on its own latency (4 cycles, 2 units: 8 chains in flight)."""
-    nv = nr // LANES
-    if mr * nv >= MIN_CHAINS:
-        acc = _zeros(kb, mr, nv)
-        with kb.for_range(kcur, name="k") as k:
-            _k_step(kb, acc, k, av, bv)
-        return acc
-    acc, odd = _zeros(kb, mr, nv), _zeros(kb, mr, nv)
-    with kb.for_range(kcur // 2, name="k") as k2:
-        _k_step(kb, acc, k2 * 2, av, bv)
-        _k_step(kb, odd, k2 * 2 + 1, av, bv)
-    with kb.for_range(kcur % 2, name="k") as k1:    # the last k of an odd depth
-        _k_step(kb, acc, kcur - 1 + k1, av, bv)
-    for r in range(mr):
-        for v in range(nv):
-            kb.assign(acc[r][v], vcall("_mm256_add_ps", acc[r][v], odd[r][v]))
-    return acc
+    sets = accumulator_sets(kb, mr, nr)
+    k_loop(kb, sets, kcur, av, bv)
+    return merged(kb, sets)
 
 
 MIN_CHAINS = 8   # independent FMA chains that keep both units of Zen 3 / Skylake busy
+
+
+def accumulator_sets(kb: KernelBuilder, mr: int, nr: int) -> list[list[list[Var]]]:
+    """One set of MR x NR/8 accumulators, or two (even and odd k) when one set has
+    fewer than MIN_CHAINS independent chains."""
+    nv = nr // LANES
+    return [_zeros(kb, mr, nv) for _ in range(1 if mr * nv >= MIN_CHAINS else 2)]
+
+
+def k_loop(kb: KernelBuilder, sets: list, kcur: ExprLike, av: Callable, bv: Callable) -> None:
+    """k_steps for k < kcur, alternating between the accumulator sets."""
+    if len(sets) == 1:
+        with kb.for_range(kcur, name="k") as k:
+            _k_step(kb, sets[0], k, av, bv)
+        return
+    with kb.for_range(kcur // 2, name="k") as k2:
+        _k_step(kb, sets[0], k2 * 2, av, bv)
+        _k_step(kb, sets[1], k2 * 2 + 1, av, bv)
+    with kb.for_range(kcur % 2, name="k") as k1:    # the last k of an odd depth
+        _k_step(kb, sets[0], kcur - 1 + k1, av, bv)
+
+
+def merged(kb: KernelBuilder, sets: list) -> list[list[Var]]:
+    acc = sets[0]
+    for other in sets[1:]:
+        for r, row in enumerate(acc):
+            for v in range(len(row)):
+                kb.assign(row[v], vcall("_mm256_add_ps", row[v], other[r][v]))
+    return acc
 
 
 def micro_kernel_taps(kb: KernelBuilder, mr: int, nr: int, channels: ExprLike, taps: int,
@@ -85,19 +101,12 @@ def micro_kernel_taps(kb: KernelBuilder, mr: int, nr: int, channels: ExprLike, t
     if taps == 1:
         return micro_kernel(kb, mr, nr, channels, lambda r, c: av(r, c, 0),
                             lambda c, j: bv(c, 0, j))
-    nv = nr // LANES
-    two = mr * nv < MIN_CHAINS
-    sets = [_zeros(kb, mr, nv)] + ([_zeros(kb, mr, nv)] if two else [])
+    sets = accumulator_sets(kb, mr, nr)
     with kb.for_range(channels, name="ci") as ci:
         for t in range(taps):
             _k_step(kb, sets[t % len(sets)], ci,
                     lambda r, c, t=t: av(r, c, t), lambda c, j, t=t: bv(c, t, j))
-    acc = sets[0]
-    if two:
-        for r in range(mr):
-            for v in range(nv):
-                kb.assign(acc[r][v], vcall("_mm256_add_ps", acc[r][v], sets[1][r][v]))
-    return acc
+    return merged(kb, sets)
 
 
 def _zeros(kb: KernelBuilder, mr: int, nv: int) -> list[list[Var]]:

@@ -1,5 +1,10 @@
-"""CPU template for 2-D convolution (NCHW input, OIHW weights, groups, strides, pads
-incl. auto_pad, dilations, optional bias).
+"""CPU template for 2-D convolution (Conv: NCHW input, OIHW weights; ConvNHWC: NHWC
+input, OHWI weights; groups, strides, pads incl. auto_pad, dilations, optional bias).
+
+ConvNHWC (made by `choose_layout` for C/G >= 8 and for depthwise convs) has two
+schedules: the channels-last direct convolution (`conv_direct`, `LAST_SPACE`: the whole
+K summed in registers per micro-tile) and, for depthwise convs, `depthwise_nhwc`
+(`DepthwiseNHWCConfig`). Conv (NCHW) has the three below.
 
 Three schedules: the depthwise one chosen by the task's group structure, the other two
 by the config (both are in every f32 non-depthwise conv's space; the tuner picks):
@@ -35,10 +40,15 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from hidetc.schedules.cpu import conv_direct
+from hidetc.schedules.cpu import conv_direct, depthwise_nhwc
 from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig, build_direct
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry, conv_geometry, valid_range
 from hidetc.schedules.cpu.depthwise import DEPTHWISE_SPACE, DepthwiseConfig, build_depthwise
+from hidetc.schedules.cpu.depthwise_nhwc import (
+    DEPTHWISE_NHWC_SPACE,
+    DepthwiseNHWCConfig,
+    build_depthwise_nhwc,
+)
 from hidetc.schedules.cpu.microkernel import (
     SHORT_LIST,
     Blocking,
@@ -60,7 +70,7 @@ from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, Function, logical_and
 from hidetc.tir.mapping import spatial
 
-ConvConfig = Union[GemmConfig, DirectConfig, DepthwiseConfig]
+ConvConfig = Union[GemmConfig, DirectConfig, DepthwiseConfig, DepthwiseNHWCConfig]
 DIRECT_POSITIONS = 400   # output positions up to which the tuner tries direct configs
 
 
@@ -68,8 +78,13 @@ class ConvTemplate:
     name = "cpu.conv"
 
     def space(self, task: Task, target: Target) -> Sequence[ConvConfig]:
-        if conv_geometry(task).depthwise:
+        geo = conv_geometry(task)
+        if depthwise_nhwc.supports(geo):
+            return DEPTHWISE_NHWC_SPACE
+        if geo.depthwise:
             return DEPTHWISE_SPACE
+        if geo.channels_last:
+            return conv_direct.LAST_SPACE
         if task.outputs[0].dtype != "float32":
             return gemm_space()
         default = self.default(task, target)
@@ -83,13 +98,21 @@ class ConvTemplate:
         geo = conv_geometry(task)
         if geo.depthwise:
             return ()
+        if geo.channels_last:
+            return conv_direct.LAST_SHORT_LIST
         if task.outputs[0].dtype == "float32" and geo.oh * geo.ow <= DIRECT_POSITIONS:
             return conv_direct.SHORT_LIST + SHORT_LIST[:4]
         return SHORT_LIST
 
     def default(self, task: Task, target: Target) -> ConvConfig:
         geo = conv_geometry(task)
-        return DepthwiseConfig() if geo.depthwise else default_gemm(geo.ocg, geo.oh * geo.ow)
+        if depthwise_nhwc.supports(geo):
+            return DepthwiseNHWCConfig()
+        if geo.depthwise:
+            return DepthwiseConfig()
+        if geo.channels_last:
+            return conv_direct.LAST_SHORT_LIST[0]
+        return default_gemm(geo.ocg, geo.oh * geo.ow)
 
     def build(self, task: Task, config: ConvConfig, name: str,
               cores: int = Target().cores, prepacked: bool = False) -> Function:
@@ -97,12 +120,19 @@ class ConvTemplate:
         `prepack_weights` (constant weights packed at compile time), so the kernel
         neither packs them nor reads them in place, whatever config.pack_a says."""
         geo = conv_geometry(task)
+        if depthwise_nhwc.supports(geo):
+            if not isinstance(config, DepthwiseNHWCConfig):
+                raise ValueError(f"channels-last depthwise conv needs a DepthwiseNHWCConfig, "
+                                 f"got {config}")
+            return build_depthwise_nhwc(geo, config, task.outputs[0].dtype, name, prepacked)
         if geo.depthwise:
             if not isinstance(config, DepthwiseConfig):
                 raise ValueError(f"depthwise conv needs a DepthwiseConfig, got {config}")
             return build_depthwise(geo, config, task.outputs[0].dtype, name)
         if isinstance(config, DirectConfig):
             return build_direct(geo, config, task.outputs[0].dtype, name, cores, prepacked)
+        if geo.channels_last:
+            raise ValueError(f"ConvNHWC runs as a direct convolution, got {config}")
         if not isinstance(config, GemmConfig):
             raise ValueError(f"conv as implicit GEMM needs a GemmConfig, got {config}")
         return _build_gemm(geo, config, task.outputs[0].dtype, name, cores, prepacked)
@@ -110,15 +140,19 @@ class ConvTemplate:
 
 def can_prepack(task: Task, config: ConvConfig) -> bool:
     """Whether `prepack_weights` applies: an implicit-GEMM or direct conv (not
-    depthwise)."""
+    depthwise), or a channels-last depthwise conv."""
+    if isinstance(config, DepthwiseNHWCConfig):
+        return depthwise_nhwc.supports(conv_geometry(task))
     return isinstance(config, (GemmConfig, DirectConfig)) and not conv_geometry(task).depthwise
 
 
-def prepack_tag(task: Task, config: GemmConfig | DirectConfig) -> str:
+def prepack_tag(task: Task, config: GemmConfig | DirectConfig | DepthwiseNHWCConfig) -> str:
     """Names the packed layout (the plan's constant `<w>.packed_<tag>`): the layout of
     `prepack_weights` depends on nothing else. Implicit GEMM: MR-row panels of W (MR
     clamped to the output channels per group as `blocking` does); direct: NR-wide
     panels of W^T."""
+    if isinstance(config, DepthwiseNHWCConfig):
+        return "dw"
     if isinstance(config, DirectConfig):
         return f"t{config.nr}"
     return f"mr{_packed_mr(conv_geometry(task), config)}"
@@ -128,7 +162,8 @@ def _packed_mr(geo: ConvGeometry, config: GemmConfig) -> int:
     return max(1, min(config.mr, geo.ocg))
 
 
-def prepack_weights(task: Task, config: GemmConfig | DirectConfig, w: np.ndarray) -> np.ndarray:
+def prepack_weights(task: Task, config: GemmConfig | DirectConfig | DepthwiseNHWCConfig,
+                    w: np.ndarray) -> np.ndarray:
     """Direct configs: `conv_direct.prepack_weights`. Implicit GEMM: the weights
     [OC, C/G, KH, KW] in the layout `packed_a` builds at run time:
     [G, panels, C/G*KH*KW, MR] with row min(panel*MR + r, OC/G - 1) at [g, panel, :, r]
@@ -136,6 +171,8 @@ def prepack_weights(task: Task, config: GemmConfig | DirectConfig, w: np.ndarray
     compiled, for constant weights: the kernel then reads its A panels straight from
     the weights (`build(..., prepacked=True)`)."""
     geo = conv_geometry(task)
+    if isinstance(config, DepthwiseNHWCConfig):
+        return depthwise_nhwc.prepack_weights(geo, w)
     if isinstance(config, DirectConfig):
         return conv_direct.prepack_weights(geo, config, w)
     m, k = geo.ocg, geo.icg * geo.taps

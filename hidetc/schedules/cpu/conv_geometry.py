@@ -1,6 +1,7 @@
-"""Geometry of a 2-D convolution task (NCHW, OIHW weights): sizes, groups, strides,
-dilations and the begin pads (auto_pad resolved), plus the valid-range helper both
-CPU conv schedules use to keep every load inside the image without predicates.
+"""Geometry of a 2-D convolution task (Conv: NCHW, OIHW weights; ConvNHWC: NHWC, OHWI
+weights, `channels_last`): sizes, groups, strides, dilations and the begin pads
+(auto_pad resolved), plus the valid-range helper the CPU conv schedules use to keep
+every load inside the image without predicates.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class ConvGeometry:
     dilations: tuple[int, int]
     pads: tuple[int, int]   # top, left
     has_bias: bool
+    channels_last: bool = False   # ConvNHWC: X [N, H, W, C], W [OC, KH, KW, C/G]
 
     @property
     def icg(self) -> int:
@@ -55,14 +57,20 @@ def conv_geometry(task: Task) -> ConvGeometry:
     if len(x_type.shape) != 4:
         raise UnsupportedOpError(f"Conv: only 2-D convolution is supported, "
                                  f"got input rank {len(x_type.shape)}")
-    n, c, h, w = x_type.shape
-    oc, _, kh, kw = w_type.shape
-    oh, ow = out_type.shape[2:]
+    last = task.op == "ConvNHWC"
+    if last:
+        n, h, w, c = x_type.shape
+        oc, kh, kw, _ = w_type.shape
+        oh, ow = out_type.shape[1:3]
+    else:
+        n, c, h, w = x_type.shape
+        oc, _, kh, kw = w_type.shape
+        oh, ow = out_type.shape[2:]
     strides = tuple(task.attr("strides") or (1, 1))
     dil = tuple(task.attr("dilations") or (1, 1))
     pads = tuple(begin_pads(task, (h, w), (oh, ow), (kh, kw), strides, dil))
     return ConvGeometry(n, c, h, w, oc, kh, kw, oh, ow, task.attr("group", 1), strides,
-                        dil, pads, 2 in task.buffer_inputs)
+                        dil, pads, 2 in task.buffer_inputs, last)
 
 
 

@@ -3,7 +3,9 @@
 
 Schedule: `for r in parallel(rows): for lead in spatial(*shape[:-1]).on(r): for j in
 repeat(shape[-1]).on(0): out[lead, j] = compute(lead, j)`, with the value given by the
-op's definition in `hidetc.compute.injective`.
+op's definition in `hidetc.compute.injective`. A Concat along the last axis (the NHWC
+channel concat) copies each input's run of the row in its own loop instead (no select
+per element, so each copy vectorizes).
 """
 from __future__ import annotations
 
@@ -32,9 +34,28 @@ def build(task: Task, name: str) -> Function:
         kb.store(out, (), compute(task, [], load))
         return kb.finish()
     lead, last = shape[:-1] or (1,), shape[-1]
+    pieces = _last_axis_pieces(task)
     with kb.for_range(math.prod(lead), kind="parallel", name="r") as r:
         with kb.for_mapping(spatial(*lead), r, names=[f"i{d}" for d in range(len(lead))]) as li:
-            with kb.for_mapping(repeat(last), 0, names=["j"]) as (j,):
-                idx = list(li[:len(shape) - 1]) + [j]
-                kb.store(out, tuple(idx), compute(task, idx, load))
+            head = list(li[:len(shape) - 1])
+            if pieces is not None:        # a Concat on the last axis: one copy per input
+                for i, (offset, width) in enumerate(pieces):
+                    with kb.for_range(width, name="j") as j:
+                        kb.store(out, tuple(head + [j + offset]), load(i, head + [j]))
+            else:
+                with kb.for_mapping(repeat(last), 0, names=["j"]) as (j,):
+                    idx = head + [j]
+                    kb.store(out, tuple(idx), compute(task, idx, load))
     return kb.finish()
+
+
+def _last_axis_pieces(task: Task) -> list[tuple[int, int]] | None:
+    """(offset, width) of each input of a Concat along the last axis (NHWC channels:
+    contiguous runs, copied without the per-element select), else None."""
+    rank = len(task.outputs[0].shape)
+    if task.op != "Concat" or rank < 2 or task.attr("axis") % rank != rank - 1:
+        return None
+    if sorted(task.buffer_inputs) != list(range(len(task.inputs))):
+        return None
+    widths = [t.shape[-1] for t in task.inputs]
+    return [(sum(widths[:i]), w) for i, w in enumerate(widths)]

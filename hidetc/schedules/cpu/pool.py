@@ -1,6 +1,8 @@
 """CPU rules for 2-D pooling (NCHW): MaxPool, AveragePool, GlobalAveragePool and
 GlobalMaxPool. Channels run in parallel; windows are predicated against the padding,
-so any kernel, stride, padding, dilation and ceil_mode work.
+so any kernel, stride, padding, dilation and ceil_mode work. The channels-last pools
+(MaxPoolNHWC, AveragePoolNHWC: `build_pool_nhwc`) run output rows in parallel and
+vectorize over the channels.
 
 Windows wholly inside the image (output rows and columns known when the kernel is built,
 `window_interior`) take a branch-free body: the taps unrolled, no predicate, the
@@ -12,9 +14,23 @@ from __future__ import annotations
 
 from hidetc.schedules.cpu.conv_geometry import valid_range
 from hidetc.schedules.task import Task
-from hidetc.schedules.window import PoolGeometry, emit_pool_output, pool_geometry
+from hidetc.schedules.window import (
+    PoolGeometry,
+    emit_pool_output,
+    for_each_tap,
+    pool_geometry,
+)
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Buffer, Expr, Function, as_expr, maximum
+from hidetc.tir.ir import (
+    Buffer,
+    Const,
+    Expr,
+    Function,
+    as_expr,
+    cast,
+    maximum,
+)
+from hidetc.tir.mapping import spatial
 
 
 def window_interior(out: int, size: int, stride: int, begin: int, kernel: int,
@@ -91,3 +107,34 @@ def build_global_pool(task: Task, name: str) -> Function:
         kb.store(out, (p,), acc if is_max else acc / as_expr(float(spatial_size), acc))
     return kb.finish()
 
+
+
+def build_pool_nhwc(task: Task, name: str) -> Function:
+    """MaxPoolNHWC / AveragePoolNHWC: tasks of one output row (image, oy); per output
+    column, a row of C accumulators in a local buffer takes each tap inside the image
+    (a check per tap, uniform over the channels), then the row is stored (averages
+    divided by the count the NCHW rule uses: `emit_pool_output`). The channel loops
+    are contiguous, so gcc vectorizes them."""
+    g = pool_geometry(task)
+    is_max = task.op == "MaxPoolNHWC"
+    dt = task.outputs[0].dtype
+    padded = not is_max and task.attr("count_include_pad", 0)
+    kb = KernelBuilder(name, "cpu")
+    x = kb.buffer("x", dt, (g.n, g.h, g.w, g.c))
+    out = kb.buffer("out", dt, (g.n, g.oh, g.ow, g.c))
+    with kb.for_range(g.n * g.oh, kind="parallel", name="p") as p:
+        with kb.for_mapping(spatial(g.n, g.oh), p, names=["b", "oy"]) as (b, oy):
+            acc = kb.alloc("acc", dt, (g.c,))
+            with kb.for_range(g.ow, name="ox") as ox:
+                with kb.for_range(g.c, name="c") as c:
+                    kb.store(acc, (c,), Const(float("-inf") if is_max else 0.0, dt))
+
+                def take(ih: Expr, iw: Expr, b=b) -> None:
+                    with kb.for_range(g.c, name="c") as c:
+                        v = x[b, ih, iw, c]
+                        kb.store(acc, (c,), maximum(acc[c], v) if is_max else acc[c] + v)
+                cnt = for_each_tap(kb, g, oy, ox, padded, take)
+                with kb.for_range(g.c, name="c") as c:
+                    value = acc[c] if is_max else acc[c] / cast(maximum(cnt, 1), dt)
+                    kb.store(out, (b, oy, ox, c), value)
+    return kb.finish()
