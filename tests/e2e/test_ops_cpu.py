@@ -38,7 +38,7 @@ def test_constant_conv_weights_are_packed_at_compile_time(tmp_path):
         op, inputs, attrs, constants = CASES[case]
         path = tmp_path / f"{case}.onnx"
         onnx.save(one_node_model(op, inputs, ["out0"], attrs, constants), path)
-        result = hidetc.compile_model(path, tmp_path / case, target="cpu")
+        result = hidetc.compile_model(path, tmp_path / case, target="cpu", layout="nchw")
         (kernel,) = [k for k in result.manifest["kernels"] if k["op"] == "Conv"]
         weight = kernel["args"][1]
         assert weight.startswith("w.packed_mr") == packed, kernel["args"]
@@ -47,6 +47,11 @@ def test_constant_conv_weights_are_packed_at_compile_time(tmp_path):
         got = hidetc.load(tmp_path / case).run(inputs)["out0"]
         expected = run_graph(load_model(path), inputs)["out0"]
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    # channels-last (the cpu default): the OHWI constant packed into W^T panels
+    result = hidetc.compile_model(tmp_path / "conv_ragged.onnx", tmp_path / "nhwc", target="cpu")
+    (kernel,) = [k for k in result.manifest["kernels"] if k["op"] == "ConvNHWC"]
+    assert any(a.startswith("w_ohwi.packed_t") for a in kernel["args"]), kernel["args"]
+    assert result.manifest["verification"]["status"] == "passed"
 
 
 POOL_CASES = sorted(c for c in CASES if "pool" in c and not c.startswith("global"))

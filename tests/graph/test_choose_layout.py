@@ -205,15 +205,15 @@ def test_cpu_resnet_block_stays_nhwc_through_pools():
     assert count(after, "Transpose") == 2
 
 
-def test_cpu_depthwise_goes_nhwc_rgb_stem_and_narrow_groups_stay():
+def test_cpu_depthwise_and_rgb_stem_go_nhwc_narrow_groups_stay():
     before = mixed("float32")
     after = choose_layout.run(before, "cpu", "f32")
     verify_graph(after)
     assert_same(before, after)
-    assert count(after, "Conv") == 2 and count(after, "ConvNHWC") == 2
+    assert count(after, "Conv") == 1 and count(after, "ConvNHWC") == 3
     (dw,) = [n for n in after.nodes if n.op == "ConvNHWC" and n.attr("group") == 16]
     assert after.types[dw.inputs[1]].shape == (16, 3, 3, 1)
-    # r0 -> NHWC (depthwise), -> NCHW (grouped C/G = 4), -> NHWC (1x1), y -> NCHW
+    # x -> NHWC (stem), -> NCHW (grouped C/G = 4), -> NHWC (1x1), y -> NCHW
     assert count(after, "Transpose") == 4
 
 

@@ -30,12 +30,14 @@ for f32 on the CPU.
   convolution runs its K along contiguous channels (one pointer per output position,
   the weights in NR-channel panels, the output stored along contiguous channels), which
   beat the NCHW implicit GEMM / direct kernels inside ResNet-50 (1.06x against 1.17x of
-  ONNX Runtime, paired rounds). Every Conv with C/G >= 8, and every depthwise conv
-  (C/G = OC/G = 1) on at least 8 channels, becomes ConvNHWC; the RGB stem (C = 3)
-  stays NCHW. The sinking above also passes (`_Sinker.sink_cpu`): Concat along the
-  channels (axis 3 of the NHWC values), float MaxPool / AveragePool (MaxPoolNHWC /
-  AveragePoolNHWC) and the global pools (ReduceMean / ReduceMax over axes 1, 2, keepdims),
-  so Inception's blocks and MobileNet's stay NHWC too.
+  ONNX Runtime, paired rounds). Every Conv with one group or C/G >= 8, and every
+  depthwise conv (C/G = OC/G = 1) on at least 8 channels, becomes ConvNHWC (the RGB
+  stem too: its kernel rows are runs of KW*3 contiguous values); grouped convs with
+  2-7 channels per group stay NCHW. The sinking above also passes
+  (`_Sinker.sink_cpu`): Concat along the channels (axis 3 of the NHWC values), float
+  MaxPool / AveragePool (MaxPoolNHWC / AveragePoolNHWC) and the global pools
+  (ReduceMean / ReduceMax over axes 1, 2, keepdims), so Inception's blocks and
+  MobileNet's stay NHWC too.
 - any other target or precision: the graph is returned unchanged (the f32 SIMT CUDA
   templates are written for NCHW).
 
@@ -95,16 +97,17 @@ def wants_nhwc(graph: Graph, node: Node) -> bool:
 
 
 def wants_nhwc_cpu(graph: Graph, node: Node) -> bool:
-    """cpu f32: C/G of at least 8 (the direct kernel's K runs along C/G contiguous
-    channels per tap; the RGB stem keeps its NCHW kernel), or a depthwise conv without
-    channel multiplier on at least 8 channels (vectorized along the channels)."""
+    """cpu f32: one group (the direct kernel's K runs along a kernel row's KW*C
+    contiguous values: even the RGB stem's 21), C/G of at least 8 (grouped: a run per
+    tap of C/G channels), or a depthwise conv without channel multiplier on at least 8
+    channels (vectorized along the channels)."""
     icg = _conv_channels(graph, node)
-    if icg is None:
+    if icg is None or icg == 0:
         return False
     channels, group = graph.types[node.inputs[0]].shape[1], node.attr("group", 1)
     out_per_group = graph.types[node.inputs[1]].shape[0] // group
     depthwise = icg == 1 and out_per_group == 1 and channels >= CHANNEL_CHUNK
-    return icg >= CHANNEL_CHUNK or depthwise
+    return group == 1 or icg >= CHANNEL_CHUNK or depthwise
 
 
 @dataclass(frozen=True)

@@ -300,15 +300,25 @@ def _micro_tile_last(kb: KernelBuilder, task: _Task, r0: Expr, jp: Expr, tile: B
 
     def run(nr: int) -> None:
         sets = avx2.accumulator_sets(kb, bl.mr, nr)
-        for t in range(geo.taps):
+        for t, length in _runs(geo):
             toff = task.tap_offset(t)
-            avx2.k_loop(kb, sets, geo.icg,
+            avx2.k_loop(kb, sets, length,
                         lambda r, ci, toff=toff: task.load(offs[r] + toff, task.channel(ci)),
                         lambda ci, j, t=t: task.wt[task.g, panel, t * geo.icg + ci, j])
         for r, row in enumerate(avx2.merged(kb, sets)):
             for v, x in enumerate(row):
                 kb.evaluate(avx2.vcall("_mm256_storeu_ps", tile[r, v * LANES], x, dtype="void"))
     task.by_panel_width(kb, jp, run)
+
+
+def _runs(geo: ConvGeometry) -> list[tuple[int, int]]:
+    """The channels-last K as contiguous runs (first tap, length): per tap its C/G
+    channels; or, with one group and no horizontal dilation, per kernel row its KW taps
+    at once -- KW*C values side by side in the input (and in the OHWI weights), so the
+    RGB stem's 7x7 taps of 3 channels are 7 runs of 21, not 49 of 3."""
+    if geo.groups == 1 and geo.dilations[1] == 1:
+        return [(kh * geo.kw, geo.kw * geo.icg) for kh in range(geo.kh)]
+    return [(t, geo.icg) for t in range(geo.taps)]
 
 
 def _store(kb: KernelBuilder, task: _Task, cbuf: Buffer, out: Buffer,
