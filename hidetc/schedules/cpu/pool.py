@@ -28,6 +28,7 @@ from hidetc.tir.ir import (
     Function,
     as_expr,
     cast,
+    logical_and,
     maximum,
 )
 from hidetc.tir.mapping import spatial
@@ -110,31 +111,72 @@ def build_global_pool(task: Task, name: str) -> Function:
 
 
 def build_pool_nhwc(task: Task, name: str) -> Function:
-    """MaxPoolNHWC / AveragePoolNHWC: tasks of one output row (image, oy); per output
-    column, a row of C accumulators in a local buffer takes each tap inside the image
-    (a check per tap, uniform over the channels), then the row is stored (averages
-    divided by the count the NCHW rule uses: `emit_pool_output`). The channel loops
-    are contiguous, so gcc vectorizes them."""
+    """MaxPoolNHWC / AveragePoolNHWC: tasks of one output row (image, oy). Outputs whose
+    window lies inside the image (rows checked at run time, columns known at build
+    time: `window_interior`) take every tap in one expression per channel, divided by
+    the window size; the others accumulate their valid taps in a local row of C values
+    (a check per tap, uniform over the channels), then store it (averages divided by
+    the count the NCHW rule uses: `emit_pool_output`). The channel loops are
+    contiguous, so gcc vectorizes them."""
     g = pool_geometry(task)
-    is_max = task.op == "MaxPoolNHWC"
     dt = task.outputs[0].dtype
-    padded = not is_max and task.attr("count_include_pad", 0)
     kb = KernelBuilder(name, "cpu")
     x = kb.buffer("x", dt, (g.n, g.h, g.w, g.c))
     out = kb.buffer("out", dt, (g.n, g.oh, g.ow, g.c))
+    ylo, yhi = window_interior(g.oh, g.h, g.strides[0], g.begin[0], g.kernel[0], g.dilations[0])
+    xlo, xhi = window_interior(g.ow, g.w, g.strides[1], g.begin[1], g.kernel[1], g.dilations[1])
     with kb.for_range(g.n * g.oh, kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(g.n, g.oh), p, names=["b", "oy"]) as (b, oy):
-            acc = kb.alloc("acc", dt, (g.c,))
-            with kb.for_range(g.ow, name="ox") as ox:
-                with kb.for_range(g.c, name="c") as c:
-                    kb.store(acc, (c,), Const(float("-inf") if is_max else 0.0, dt))
-
-                def take(ih: Expr, iw: Expr, b=b) -> None:
-                    with kb.for_range(g.c, name="c") as c:
-                        v = x[b, ih, iw, c]
-                        kb.store(acc, (c,), maximum(acc[c], v) if is_max else acc[c] + v)
-                cnt = for_each_tap(kb, g, oy, ox, padded, take)
-                with kb.for_range(g.c, name="c") as c:
-                    value = acc[c] if is_max else acc[c] / cast(maximum(cnt, 1), dt)
-                    kb.store(out, (b, oy, ox, c), value)
+            row = _NHWCRow(kb, task, g, x, out, b, oy, kb.alloc("acc", dt, (g.c,)))
+            if yhi <= ylo or xhi <= xlo:
+                row.checked(0, g.ow)
+            else:
+                with kb.if_then(logical_and(oy >= ylo, oy < yhi)):
+                    row.checked(0, xlo)
+                    row.interior(xlo, xhi)
+                    row.checked(xhi, g.ow)
+                with kb.otherwise():
+                    row.checked(0, g.ow)
     return kb.finish()
+
+
+class _NHWCRow:
+    """The emitters of one NHWC pooling task (output row oy of image b)."""
+
+    def __init__(self, kb, task, g, x, out, b, oy, acc):
+        self.kb, self.g, self.x, self.out, self.b, self.oy, self.acc = kb, g, x, out, b, oy, acc
+        self.is_max = task.op == "MaxPoolNHWC"
+        self.padded = not self.is_max and bool(task.attr("count_include_pad", 0))
+
+    def interior(self, lo: int, hi: int) -> None:
+        kb, g = self.kb, self.g
+        with kb.for_range(hi - lo, name="ox") as i, kb.for_range(g.c, name="c") as c:
+            ox = i + lo
+            total = None
+            for kh in range(g.kernel[0]):
+                for kw in range(g.kernel[1]):
+                    v = self.x[self.b, self.oy * g.strides[0] - g.begin[0] + kh * g.dilations[0],
+                               ox * g.strides[1] - g.begin[1] + kw * g.dilations[1], c]
+                    total = v if total is None else (maximum(total, v) if self.is_max
+                                                     else total + v)
+            taps = g.kernel[0] * g.kernel[1]
+            kb.store(self.out, (self.b, self.oy, ox, c),
+                     total if self.is_max else total / as_expr(float(taps), total))
+
+    def checked(self, lo: int, hi: int) -> None:
+        kb, g, acc = self.kb, self.g, self.acc
+        if hi <= lo:
+            return
+        with kb.for_range(hi - lo, name="ox") as i:
+            ox = i + lo
+            with kb.for_range(g.c, name="c") as c:
+                kb.store(acc, (c,), Const(float("-inf") if self.is_max else 0.0, acc.dtype))
+
+            def take(ih: Expr, iw: Expr) -> None:
+                with kb.for_range(g.c, name="c") as c:
+                    v = self.x[self.b, ih, iw, c]
+                    kb.store(acc, (c,), maximum(acc[c], v) if self.is_max else acc[c] + v)
+            cnt = for_each_tap(kb, g, self.oy, ox, self.padded, take)
+            with kb.for_range(g.c, name="c") as c:
+                value = acc[c] if self.is_max else acc[c] / cast(maximum(cnt, 1), acc.dtype)
+                kb.store(self.out, (self.b, self.oy, ox, c), value)
