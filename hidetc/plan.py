@@ -143,7 +143,7 @@ def _group_kernel(group: FusionGroup, nodes: dict[str, Node], graph: Graph, fn: 
     return graft(fn, anchor, group, graph)
 
 
-def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
+def _kernels(graph: Graph, target: str, fuse: bool, dump_dir: str | None = None,
              chosen: Mapping[Task, Any] | None = None,
              packed_weights: dict[str, Any] | None = None):
     """[(group, kernel name, FusedKernel)] in launch order, the anchors' tasks, the
@@ -152,6 +152,7 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
     neighbours) and that kernel is reused by every group with that anchor: tune once,
     fuse many. `packed_weights` receives the pre-packed constants the kernels read
     (`_prepacked_weights`), by name."""
+    schedules = SCHEDULES[target]
     nodes = {n.name: n for n in graph.nodes}
     position = {n.name: i for i, n in enumerate(graph.nodes)}
     anchors: dict[tuple[Task, bool], Function] = {}
@@ -160,7 +161,7 @@ def _kernels(graph: Graph, schedules, fuse: bool, dump_dir: str | None = None,
     tasks: dict[str, Task] = {}
     kernels: list[tuple[FusionGroup, str, FusedKernel]] = []
     fallbacks: list[dict] = []
-    pending = list(partition(graph, fuse))
+    pending = list(partition(graph, fuse, target))
     while pending:
         group = pending.pop(0)
         key = group_key(group, nodes, graph)
@@ -254,8 +255,8 @@ def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     _check_supported(graph, target)
     nodes = {n.name: n for n in graph.nodes}
     packed: dict[str, Any] = {}
-    kernels, tasks, fallbacks, kernel_choices = _kernels(graph, SCHEDULES[target], fuse,
-                                                         dump_dir, choices, packed)
+    kernels, tasks, fallbacks, kernel_choices = _kernels(graph, target, fuse, dump_dir,
+                                                         choices, packed)
     if packed:   # the pre-packed weights join the constants (the originals may go unused)
         graph = graph.replace(
             constants={**graph.constants, **packed},

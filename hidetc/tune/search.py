@@ -76,7 +76,7 @@ def anchor_tasks(graph: Graph, target: str) -> list[tuple[Task, Any]]:
     graph constant gets the `prepack.Prepacked` form, timed as the plan will run it."""
     nodes = {n.name: n for n in graph.nodes}
     seen: dict[Task, Any] = {}
-    for group in partition(graph):
+    for group in partition(graph, target=target):
         anchor = nodes[group.anchor]
         task = task_of(anchor, graph)
         if task in seen:

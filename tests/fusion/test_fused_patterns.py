@@ -2,7 +2,9 @@
 ONNX Runtime by the compile itself, then compared with the numpy reference) and for
 the cuda target (cross-compiled by nvcc, every kernel run in the emulator), on awkward
 shapes. The launch counts prove the fusion happened; the illegal cases prove it did
-not where it must not."""
+not where it must not. The graphs keep their NCHW layout (`layout="nchw"`), so both
+targets fuse the same graph; the cpu's channels-last form of the ResNet block is
+checked in tests/fusion/test_partition.py and tests/cli/test_cli_fusion.py."""
 from __future__ import annotations
 
 import shutil
@@ -46,7 +48,7 @@ def compile_pattern(name, tmp_path, target):
     path = tmp_path / f"{name}.onnx"
     onnx.save(proto, path)
     result = hidetc.compile_model(path, tmp_path / f"out_{target}", target=target,
-                                  arch="sm_80")
+                                  arch="sm_80", layout="nchw")   # both targets: one graph
     assert len(result.manifest["kernels"]) == launches, \
         [k["op"] for k in result.manifest["kernels"]]
     return proto, path

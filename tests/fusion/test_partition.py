@@ -13,9 +13,9 @@ def ops(graph, names):
     return [by_name[n] for n in names]
 
 
-def summary(graph):
+def summary(graph, target=None):
     return [(ops(graph, [g.anchor])[0], ops(graph, g.prologues), ops(graph, g.epilogues))
-            for g in partition(graph)]
+            for g in partition(graph, target=target)]
 
 
 def test_resnet_block_fuses_bias_relu_and_residual():
@@ -109,3 +109,19 @@ def test_unfused_baseline_and_checker():
         check_partition(graph, groups[1:])
     with pytest.raises(PartitionError, match="before any group"):
         check_partition(graph, groups[::-1])
+
+
+def test_channels_last_conv_keeps_its_input_transpose_apart():
+    """On the cpu a ConvNHWC never takes a Transpose prologue (each of its contiguous
+    channel loads would become a gather): the NCHW graph input's Transpose runs as its
+    own kernel; the residual Add and Relu still fuse. (On cuda it would be taken.)"""
+    from hidetc.graph.passes import choose_layout
+
+    graph = choose_layout.run(graph_of(resnet_block()), "cuda", "f16")
+    assert ("ConvNHWC", ["Transpose"], ["Relu"]) in summary(graph, "cuda")
+    assert ("ConvNHWC", [], ["Relu"]) in summary(graph, "cpu")
+    graph = choose_layout.run(graph_of(resnet_block()), "cpu", "f32")
+    groups = summary(graph, "cpu")
+    assert ("Transpose", [], []) in groups
+    assert ("ConvNHWC", [], ["Add", "Relu"]) in groups
+    assert all("Transpose" not in pro for op, pro, _ in groups if op == "ConvNHWC")

@@ -246,8 +246,10 @@ def test_direct_conv_configs_on_every_conv_shape(tmp_path):
 
 
 def test_channels_last_direct_conv_on_every_conv_shape(tmp_path):
-    """ConvNHWC (channels-last input and output, OHWI weights): every micro-tile shape
-    on every conv shape, the weights packed per call and at compile time."""
+    """ConvNHWC (channels-last input and output, OHWI weights): every conv shape with
+    the micro-tile shapes in turn (MC blocks of 2 x MR, so several blocks per task),
+    then a sample of the space over the shapes; the weights packed per call and at
+    compile time (alternate cases)."""
     shapes = [c for c in CONV_SHAPES if c[3].get("group", 1) == 1] + [
         ((2, 8, 6, 5), (24, 8, 3, 3), True, {"pads": [0, 1, 2, 0]}),
         ((1, 300, 3, 3), (17, 300, 3, 3), True, {"pads": [1, 1, 1, 1]}),
@@ -256,21 +258,24 @@ def test_channels_last_direct_conv_on_every_conv_shape(tmp_path):
     space = TEMPLATES["ConvNHWC"].space(tasks[0], TARGET)
     assert {TEMPLATES["ConvNHWC"].default(t, TARGET) for t in tasks} <= set(space)
     micro = sorted({(c.mr, c.nr) for c in space})
-    cases = [(t, DirectConfig(mr, nr, mc=2 * mr)) for t in tasks for mr, nr in micro[::2]]
-    cases += [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(space, 12, 7))]
+    cases = [(t, DirectConfig(mr, nr, mc=2 * mr)) for t, (mr, nr) in
+             zip(tasks, itertools.cycle(micro))]           # every micro-tile shape, MC blocks
+    cases += [(t, cfg) for t, cfg in zip(itertools.cycle(tasks[::-1]), sample(space, 12, 7))]
     (tmp_path / "packed").mkdir()
     run_all(tmp_path, cases[::2])
     run_all(tmp_path / "packed", cases[1::2], prepacked=True)
 
 
 def test_channels_last_depthwise_every_config(tmp_path):
-    """ConvNHWC depthwise (C/G = OC/G = 1): every config on the depthwise shapes without
-    a channel multiplier, weights read in place and prepacked to [taps, C]."""
+    """ConvNHWC depthwise (C/G = OC/G = 1): every config, and every depthwise shape
+    without a channel multiplier under two configs, weights read in place and prepacked
+    to [taps, C]."""
     tasks = [nhwc_task(x, w, b, **a) for x, w, b, a in DEPTHWISE_SHAPES if w[0] == x[1]]
     tasks += [nhwc_task((1, 40, 7, 6), (40, 1, 3, 3), True, group=40, pads=[1, 1, 1, 1])]
     space = TEMPLATES["ConvNHWC"].space(tasks[0], TARGET)
     assert all(isinstance(c, DepthwiseNHWCConfig) for c in space)
-    cases = [(t, c) for t in tasks for c in space]
+    cases = [(tasks[-1], c) for c in space]          # every config once, every shape twice
+    cases += [(t, space[i % len(space)]) for i, t in enumerate(tasks + tasks[::-1])]
     (tmp_path / "packed").mkdir()
     run_all(tmp_path, cases[::2])
     run_all(tmp_path / "packed", cases[1::2], prepacked=True)

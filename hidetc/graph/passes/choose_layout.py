@@ -37,7 +37,9 @@ for f32 on the CPU.
   (`_Sinker.sink_cpu`): Concat along the channels (axis 3 of the NHWC values), float
   MaxPool / AveragePool (MaxPoolNHWC / AveragePoolNHWC) and the global pools
   (ReduceMean / ReduceMax over axes 1, 2, keepdims), so Inception's blocks and
-  MobileNet's stay NHWC too.
+  MobileNet's stay NHWC too; and a binary op's operand that already has its NHWC
+  transpose (a graph input the first convolution reads, added back as a residual)
+  uses it instead of transposing the other operand back.
 - any other target or precision: the graph is returned unchanged (the f32 SIMT CUDA
   templates are written for NCHW).
 
@@ -172,7 +174,7 @@ class _Sinker:
         """`value` as an NHWC operand for an op whose NCHW output has `shape`."""
         if value in self.nhwc and self.rw.types[value].shape == shape:
             return self.nhwc[value]
-        if value in self.to_nhwc and self.rw.types[value].shape == shape:
+        if self.cpu and value in self.to_nhwc and self.rw.types[value].shape == shape:
             return self.to_nhwc[value]      # already transposed for another consumer
         array = self.rw.constants.get(value)
         if array is None or array.ndim > 4:
