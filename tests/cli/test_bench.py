@@ -27,7 +27,7 @@ def test_bench_model_file_and_artifact(tmp_path):
     row = doc["rows"][0]
     assert row["hidetc_ms"] > 0 and row["onnxruntime_ms"] > 0 and row["check"] == "passed"
     assert row["ratio_onnxruntime"] == row["hidetc_ms"] / row["onnxruntime_ms"]
-    assert len(row["profile"]) == row["kernels"] == 4
+    assert len(row["profile"]) == row["kernels"] == 5   # + the input's NHWC transpose
     assert all(p["ms"] >= 0 for p in row["profile"])
     assert row["hidetc_peak_mb"] > 0 and row["onnxruntime_peak_mb"] > 0
     artifact = tmp_path / "work" / "block-f32.out"
