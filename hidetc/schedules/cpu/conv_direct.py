@@ -39,14 +39,19 @@ weights packed with k in (kh, kw, ci) order): the input element of position p un
 t for channel ci sits at xsrc[off(p) + tap(t)][ci], so per tap each of the MR rows
 walks one pointer along contiguous channels -- the GEMM micro-kernel with A read in
 place. Each micro-tile sums the *whole* K in registers (`_registers_last`: taps
-unrolled, one channel loop each; no K blocks, no cbuf), then goes out through an
-MR x NR tile buffer, the store running along contiguous output channels (vectorized,
-epilogues grafted on it). The zero-padded copy is [N, HP*WP, C]. KC plays no part
-(`LAST_SPACE` fixes it); MC blocks the positions whose input stays cached while the
-NR-channel panels go by. Inside ResNet-50 this beat the NCHW implicit GEMM and direct
-kernels (1.06x against 1.17x of ONNX Runtime); a K-blocked variant with cbuf was
-1.09x, and one with the channels innermost under unrolled taps (the NCHW loop) was
-slower than the GEMM on 3x3 convs (MR x taps broadcast addresses per channel).
+unrolled, one channel loop each; no K blocks, no cbuf) when KC = 0, then goes out
+through an MR x NR tile buffer, the store running along contiguous output channels
+(vectorized, epilogues grafted on it). With one group and no horizontal dilation a
+kernel row's KW taps are one run of KW*C contiguous values (`_runs`). KC > 0 cuts the
+runs into K blocks accumulated in cbuf (`_accumulate_last`), which keeps a KC x NR
+chunk of the weights in L1 across the micro-tiles: the tuner picks it for big K on
+small maps (ResNet-50's 1x1 2048 -> 512 on 7x7: 0.66 ms against 1.28 ms in registers,
+kernels alone). The zero-padded copy is [N, HP*WP, C]. MC blocks the positions whose
+input stays cached while the NR-channel panels go by. Inside ResNet-50 channels-last
+beat the NCHW implicit GEMM and direct kernels (1.06x against 1.17x of ONNX Runtime,
+paired rounds); the variant with the channels innermost under unrolled taps (the NCHW
+loop) was slower than the GEMM on 3x3 convs (MR x taps broadcast addresses per
+channel).
 
 Guarantees: correct for every config on every conv shape it is built for (not
 depthwise: `conv.py` sends those to `depthwise.py`); positions past P are clamped to
@@ -112,15 +117,19 @@ class DirectConfig:
 SHORT_LIST = (DirectConfig(3, 32, 64, 192, 128), DirectConfig(4, 24, 64, 192, 256),
               DirectConfig(3, 32, 64, 96, 128))
 
-# Channels-last (ConvNHWC) sums the whole K in registers: KC plays no part (fixed),
-# MC blocks the positions whose input stays cached while the panels go by. The tuner's
-# first configs: kernels alone, cold weights, on ResNet-50's convs the winners were
-# 3 x 32 on 3x3 convs and small maps, 5 x 16 and 6 x 16 on 1x1 convs over 56x56 maps.
-LAST_SPACE = tuple(DirectConfig(mr, nr, mc, nc, 256) for (mr, nr), mc, nc in
-                   itertools.product(MICRO_SHAPES, (64, 256), (96, 192, 384)))
-LAST_SHORT_LIST = (DirectConfig(3, 32, 64, 192, 256), DirectConfig(3, 32, 64, 96, 256),
-                   DirectConfig(6, 16, 64, 192, 256), DirectConfig(5, 16, 64, 96, 256),
-                   DirectConfig(4, 24, 64, 192, 256))
+# Channels-last (ConvNHWC): KC = 0 sums each micro-tile's whole K in registers
+# (`_registers_last`); KC > 0 cuts the runs into K blocks of KC values accumulated in
+# cbuf (`_accumulate_last`: the weights chunk stays in L1 across micro-tiles, for big K
+# on small maps). MC blocks the positions whose input stays cached while the panels go
+# by. The tuner's first configs: kernels alone, cold weights, on ResNet-50's convs the
+# winners were 3 x 32 on 3x3 convs and small maps, 5 x 16 and 6 x 16 on 1x1 convs over
+# 56x56 maps.
+LAST_SPACE = tuple(DirectConfig(mr, nr, mc, nc, kc) for (mr, nr), mc, nc, kc in
+                   itertools.product(MICRO_SHAPES, (64, 256), (96, 192, 384), (0, 512)))
+LAST_SHORT_LIST = (DirectConfig(3, 32, 64, 192, 0), DirectConfig(3, 32, 64, 96, 0),
+                   DirectConfig(6, 16, 64, 192, 0), DirectConfig(5, 16, 64, 96, 0),
+                   DirectConfig(3, 32, 64, 192, 512), DirectConfig(6, 16, 64, 192, 512),
+                   DirectConfig(4, 24, 64, 192, 0))
 
 DIRECT_SPACE = tuple(DirectConfig(mr, nr, 64, nc, kc) for (mr, nr), nc, kc in
                      itertools.product(MICRO_SHAPES, (96, 192, 384), (128, 256)))
@@ -164,11 +173,11 @@ def build_direct(geo: ConvGeometry, cfg: DirectConfig, dt: str, name: str, cores
                       name="p") as p:
         with kb.for_mapping(spatial(*tiles), p, names=["b", "g", "ib", "jb"]) as (b, g, ib, jb):
             task = _Task(geo, bl, src, wp, wt, b, g, ib * bl.mt, jb * bl.nc)
-            if geo.channels_last:
+            if geo.channels_last and cfg.kc == 0:
                 _registers_last(kb, task, dt, out, bias)
             else:
-                cbuf = _accumulate(kb, task, dt)
-                _store(kb, task, cbuf, out, bias)
+                blocked = _accumulate_last if geo.channels_last else _accumulate
+                _store(kb, task, blocked(kb, task, dt, cfg.kc), out, bias)
     return kb.finish()
 
 
@@ -235,7 +244,7 @@ class _Task:
         return kh * self.geo.dilations[0] * self.wp + kw * self.geo.dilations[1]
 
 
-def _accumulate(kb: KernelBuilder, task: _Task, dt: str) -> Buffer:
+def _accumulate(kb: KernelBuilder, task: _Task, dt: str, kc: int = 0) -> Buffer:
     """cbuf[MT][NCW] = the task's positions x output channels over all K blocks."""
     bl, geo = task.bl, task.geo
     rows, cols = task.rows, task.cols
@@ -264,6 +273,50 @@ def _accumulate(kb: KernelBuilder, task: _Task, dt: str) -> Buffer:
                     acc = avx2.micro_kernel_taps(kb, bl.mr, nr, chans, geo.taps, av, bv)
                     avx2.accumulate_tile(kb, acc, (r0, jp * bl.nr), kblk, cbuf)
                 task.by_panel_width(kb, jp, run)
+    return cbuf
+
+
+def _accumulate_last(kb: KernelBuilder, task: _Task, dt: str, kc: int) -> Buffer:
+    """Channels-last with K blocks (config KC > 0): each contiguous run (`_runs`) cut
+    into chunks of at most KC values; per chunk, every micro-tile of the task sums it in
+    registers and adds it into cbuf[MT][NCW] (the NCHW direct kernel's blocking), so a
+    chunk of the weights panel (KC x NR) stays in L1 across the micro-tiles instead of
+    the whole panel streaming from L2 for each of them."""
+    bl, geo = task.bl, task.geo
+    rows, cols = task.rows, task.cols
+    cbuf = kb.alloc("cbuf", dt, (bl.mt, bl.ncw))
+    runs = _runs(geo)
+    length = runs[0][1]
+    step = runs[1][0] - runs[0][0] if len(runs) > 1 else 1
+    chunk = max(1, min(kc, length))
+    per_run = -(-length // chunk)
+    with kb.for_range(len(runs) * per_run, name="kb") as kblk:
+        run, q = (kblk // per_run, kblk % per_run) if per_run > 1 else (kblk, 0)
+        t0 = run * step
+        first = kb.declare("first", "int32", t0 * geo.icg + q * chunk)   # weights row
+        toff = kb.declare("toff", "int32", (t0 // geo.kw) * (geo.dilations[0] * task.wp)
+                          + (t0 % geo.kw) * geo.dilations[1])
+        c0 = q * chunk
+        count = chunk if length % chunk == 0 else minimum(length - c0, chunk)
+        with kb.for_range(ceil_div(rows, bl.mc), name="ib") as ib:
+            i1 = ib * bl.mc
+            brows = rows if bl.mt == bl.mc else minimum(rows - i1, bl.mc)
+            with kb.for_range(ceil_div(cols, bl.nr), name="jp") as jp, \
+                    kb.for_range(ceil_div(brows, bl.mr), name="ip") as ip:
+                r0 = i1 + ip * bl.mr
+                offs = task.row_offsets(kb, r0)
+                panel = task.o0 // bl.nr + jp
+
+                def av(r, ci, offs=offs, c0=c0, toff=toff):
+                    return task.load(offs[r] + toff, task.channel(c0 + ci))
+
+                def bv(ci, j, panel=panel, first=first):
+                    return task.wt[task.g, panel, first + ci, j]
+
+                def run_tile(nr: int, av=av, bv=bv, r0=r0, jp=jp) -> None:
+                    acc = avx2.micro_kernel(kb, bl.mr, nr, count, av, bv)
+                    avx2.accumulate_tile(kb, acc, (r0, jp * bl.nr), kblk, cbuf)
+                task.by_panel_width(kb, jp, run_tile)
     return cbuf
 
 
