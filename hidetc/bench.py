@@ -8,7 +8,9 @@ ONNX Runtime, then time both -- warm-up, then rounds that alternate hidetc and t
 other runtime's spinning worker threads go to sleep: interleaved back to back, ONNX
 Runtime's spinning pool took the cores from hidetc's OpenMP threads and doubled its
 latency), the reported latency is the median over all calls, so a busy moment hurts
-both sides alike. Peak memory: a child process
+both sides alike; `ratio` is the ratio of those medians, `paired` the median over
+rounds of the ratio of each round's fastest calls (`paired_ratio`: steadier when the
+machine's speed drifts between rounds). Peak memory: a child process
 per runtime loads the model, runs one inference and reports its own peak RSS
 (VmHWM: ru_maxrss would include the forking parent's), both children importing the
 same libraries. Peers: ONNX
@@ -115,6 +117,7 @@ def alternate(runners: dict[str, Callable[[], object]], repeat: int, rounds: int
         for _ in range(warmup):
             fn()
     times: dict[str, list[float]] = {k: [] for k in runners}
+    best: dict[str, list[float]] = {k: [] for k in runners}     # per round: its fastest call
     per_round = max(1, repeat // rounds)
     for _ in range(rounds):
         for name, fn in runners.items():
@@ -124,8 +127,15 @@ def alternate(runners: dict[str, Callable[[], object]], repeat: int, rounds: int
                 start = time.perf_counter()
                 fn()
                 times[name].append((time.perf_counter() - start) * 1e3)
+            best[name].append(min(times[name][-per_round:]))
     return {k: {"median_ms": float(np.median(v)), "min_ms": float(np.min(v)),
-                "calls": len(v)} for k, v in times.items()}
+                "calls": len(v), "round_best_ms": best[k]} for k, v in times.items()}
+
+
+def paired_ratio(a: list[float], b: list[float]) -> float:
+    """The median over rounds of a's best call over b's in the same round: on a machine
+    whose speed drifts between rounds, steadier than the ratio of medians."""
+    return float(np.median(np.asarray(a) / np.asarray(b)))
 
 
 def peak_memory(kind: str, target: str, path: Path, inputs: dict, work: Path) -> Optional[float]:
@@ -181,6 +191,8 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
     if "onnxruntime" in timed:
         row["onnxruntime_ms"] = timed["onnxruntime"]["median_ms"]
         row["ratio_onnxruntime"] = row["hidetc_ms"] / row["onnxruntime_ms"]
+        row["ratio_onnxruntime_paired"] = paired_ratio(timed["hidetc"]["round_best_ms"],
+                                                       timed["onnxruntime"]["round_best_ms"])
     if vs_torch and onnx_path is not None:
         from hidetc.bench_torch import torch_peers
         for peer, ms in torch_peers(name, model.target, precision, inputs, repeat).items():
@@ -198,11 +210,13 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
 
 def format_table(rows: list[dict]) -> str:
     head = (f"{'model':<16}{'target':<7}{'prec':<5}{'hidetc ms':>10}{'ORT ms':>9}{'ratio':>7}"
-            f"{'kernels':>8}{'compile s':>10}{'peak MiB':>17}  check")
+            f"{'paired':>7}{'kernels':>8}{'compile s':>10}{'peak MiB':>17}  check")
     lines = [head]
     for r in rows:
         ort_ms = f"{r['onnxruntime_ms']:.2f}" if "onnxruntime_ms" in r else "-"
         ratio = f"{r['ratio_onnxruntime']:.2f}x" if "ratio_onnxruntime" in r else "-"
+        paired = (f"{r['ratio_onnxruntime_paired']:.2f}x" if "ratio_onnxruntime_paired" in r
+                  else "-")
         comp = f"{r['compile_s']:.1f}" if "compile_s" in r else "-"
         mem = "-"
         if r.get("hidetc_peak_mb"):
@@ -210,7 +224,7 @@ def format_table(rows: list[dict]) -> str:
             if r.get("onnxruntime_peak_mb"):
                 mem += f" vs {r['onnxruntime_peak_mb']:.0f}"
         lines.append(f"{r['model']:<16}{r['target']:<7}{r['precision']:<5}"
-                     f"{r['hidetc_ms']:>10.2f}{ort_ms:>9}{ratio:>7}{r['kernels']:>8}"
+                     f"{r['hidetc_ms']:>10.2f}{ort_ms:>9}{ratio:>7}{paired:>7}{r['kernels']:>8}"
                      f"{comp:>10}{mem:>17}  {r.get('check', '-')}")
         for key in sorted(k for k in r if k.startswith("ratio_torch")):
             peer = key[len("ratio_"):]

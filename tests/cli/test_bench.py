@@ -27,6 +27,7 @@ def test_bench_model_file_and_artifact(tmp_path):
     row = doc["rows"][0]
     assert row["hidetc_ms"] > 0 and row["onnxruntime_ms"] > 0 and row["check"] == "passed"
     assert row["ratio_onnxruntime"] == row["hidetc_ms"] / row["onnxruntime_ms"]
+    assert row["ratio_onnxruntime_paired"] > 0 and "paired" in result.output
     assert len(row["profile"]) == row["kernels"] == 5   # + the input's NHWC transpose
     assert all(p["ms"] >= 0 for p in row["profile"])
     assert row["hidetc_peak_mb"] > 0 and row["onnxruntime_peak_mb"] > 0
@@ -40,3 +41,10 @@ def test_bench_bad_subject(tmp_path):
     result = invoke("bench", "no_such_model", "--work", tmp_path)
     assert result.exit_code == 2
     assert "hidetc: error: no_such_model: not a model file" in result.output
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios():
+    from hidetc.bench import alternate, paired_ratio
+    assert paired_ratio([2.0, 4.0, 9.0], [1.0, 2.0, 3.0]) == 2.0
+    timed = alternate({"a": lambda: None, "b": lambda: None}, repeat=6, rounds=3, pause=0)
+    assert [len(t["round_best_ms"]) for t in timed.values()] == [3, 3]
