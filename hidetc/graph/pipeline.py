@@ -37,10 +37,10 @@ Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[prec
 Then the target's passes `TARGET_PASSES[target]` (when `lower_precision` is given one):
   cpu:  widen_half_cpu  MatMul/Conv on float16/bfloat16 -> float32 between Casts (the
                         CPU templates are float32-only; numpy sums half products in f32).
-        choose_layout   Conv with C/G >= 8 -> ConvNHWC (the channels-last direct
-                        convolution, OHWI weights), transposes sunk through elementwise
-                        ops, channel Concats and global pools, so CNNs stay NHWC from
-                        convolution to convolution.
+        choose_layout   Conv with one group or C/G >= 8, and depthwise Conv -> ConvNHWC
+                        (channels-last kernels, OHWI weights), transposes sunk through
+                        elementwise ops, channel Concats, pools and global pools, so
+                        CNNs stay NHWC from the first convolution to the head.
   cuda: nothing.
 `lower_precision(..., layout="nchw")` (`--layout nchw`) leaves the layout passes out.
 Kept apart from PASSES so the optimizations see the model's own dtypes (folding in

@@ -194,11 +194,16 @@ def inception_like() -> Graph:
     return build({"x": ("float32", (1, 8, 9, 9))}, nodes, ["y"], constants)
 
 
-def test_cpu_resnet_block_stays_nhwc_through_pools():
-    before = resnet_like("float32")
+def on_cpu(before: Graph) -> Graph:
+    """The cpu layout pass's graph, checked: it verifies and computes what `before` does."""
     after = choose_layout.run(before, "cpu", "f32")
     verify_graph(after)
     assert_same(before, after)
+    return after
+
+
+def test_cpu_resnet_block_stays_nhwc_through_pools():
+    after = on_cpu(resnet_like("float32"))
     assert count(after, "Conv") == 0 and count(after, "ConvNHWC") == 5
     assert count(after, "MaxPoolNHWC") == 1 and count(after, "ReduceMean") == 1
     # x -> NHWC; the pooled [1, 1, 1, 32] -> NCHW for the Reshape: nothing else
@@ -206,10 +211,7 @@ def test_cpu_resnet_block_stays_nhwc_through_pools():
 
 
 def test_cpu_depthwise_and_rgb_stem_go_nhwc_narrow_groups_stay():
-    before = mixed("float32")
-    after = choose_layout.run(before, "cpu", "f32")
-    verify_graph(after)
-    assert_same(before, after)
+    after = on_cpu(mixed("float32"))
     assert count(after, "Conv") == 1 and count(after, "ConvNHWC") == 3
     (dw,) = [n for n in after.nodes if n.op == "ConvNHWC" and n.attr("group") == 16]
     assert after.types[dw.inputs[1]].shape == (16, 3, 3, 1)
@@ -218,10 +220,7 @@ def test_cpu_depthwise_and_rgb_stem_go_nhwc_narrow_groups_stay():
 
 
 def test_cpu_inception_block_concat_and_pools_stay_nhwc():
-    before = inception_like()
-    after = choose_layout.run(before, "cpu", "f32")
-    verify_graph(after)
-    assert_same(before, after)
+    after = on_cpu(inception_like())
     assert count(after, "ConvNHWC") == 5
     assert count(after, "AveragePoolNHWC") == 1 and count(after, "MaxPoolNHWC") == 1
     (cat,) = [n for n in after.nodes if n.op == "Concat"]

@@ -63,7 +63,7 @@ from hidetc.graph.ops.layout import TO_NCHW, TO_NHWC
 from hidetc.graph.passes import eliminate_dead_code
 from hidetc.graph.passes.common import Rewriter, node_base, resolve
 
-CHANNEL_CHUNK = 8               # halves per 16-byte cp.async chunk
+CHANNEL_CHUNK = 8   # halves per 16-byte cp.async chunk (cuda); floats per ymm (cpu)
 UNARY_OPS = frozenset(UNARY) | {"Clip", "Cast"}   # input 0 only; others are scalars
 BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div", "PRelu"})
 FLOATS = frozenset({"float32", "float16", "bfloat16", "float64"})

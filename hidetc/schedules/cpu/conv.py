@@ -94,7 +94,8 @@ class ConvTemplate:
     def short_list(self, task: Task, target: Target) -> Sequence[ConvConfig]:
         """Configs the tuner tries first after the default: the implicit GEMM's
         (`microkernel.SHORT_LIST`), and on maps of at most DIRECT_POSITIONS positions
-        first the direct convolution's wide-panel configs (`conv_direct.SHORT_LIST`)."""
+        first the direct convolution's wide-panel configs (`conv_direct.SHORT_LIST`);
+        channels-last: `conv_direct.LAST_SHORT_LIST`; depthwise: none (small spaces)."""
         geo = conv_geometry(task)
         if geo.depthwise:
             return ()

@@ -82,8 +82,9 @@ from hidetc.tir.mapping import spatial
 @dataclass(frozen=True)
 class DirectConfig:
     """Knobs of the direct convolution: micro-tile MR positions x NR output channels,
-    MC positions per L2 block, NC output channels per task, KC = K block depth (rounded
-    down to whole input channels)."""
+    MC positions per L2 block, NC output channels per task, KC = K block depth (NCHW:
+    rounded down to whole input channels; channels-last: values of a contiguous run,
+    0 = no K blocks, the whole K in registers)."""
     mr: int = 6
     nr: int = 16
     mc: int = 64
@@ -103,12 +104,12 @@ SHORT_LIST = (DirectConfig(3, 32, 64, 192, 128), DirectConfig(4, 24, 64, 192, 25
               DirectConfig(3, 32, 64, 96, 128))
 
 # Channels-last (ConvNHWC): KC = 0 sums each micro-tile's whole K in registers
-# (`_registers_last`); KC > 0 cuts the runs into K blocks of KC values accumulated in
-# cbuf (`_accumulate_last`: the weights chunk stays in L1 across micro-tiles, for big K
-# on small maps). MC blocks the positions whose input stays cached while the panels go
-# by. The tuner's first configs: kernels alone, cold weights, on ResNet-50's convs the
-# winners were 3 x 32 on 3x3 convs and small maps, 5 x 16 and 6 x 16 on 1x1 convs over
-# 56x56 maps.
+# (`conv_direct_last.registers`); KC > 0 cuts the runs into K blocks of KC values
+# accumulated in cbuf (`conv_direct_last.accumulate`: the weights chunk stays in L1
+# across micro-tiles, for big K on small maps). MC blocks the positions whose input
+# stays cached while the panels go by. The tuner's first configs: kernels alone, cold
+# weights, on ResNet-50's convs the winners were 3 x 32 on 3x3 convs and small maps,
+# 5 x 16 and 6 x 16 on 1x1 convs over 56x56 maps.
 LAST_SPACE = tuple(DirectConfig(mr, nr, mc, nc, kc) for (mr, nr), mc, nc, kc in
                    itertools.product(MICRO_SHAPES, (64, 256), (96, 192, 384), (0, 512)))
 LAST_SHORT_LIST = (DirectConfig(3, 32, 64, 192, 0), DirectConfig(3, 32, 64, 96, 0),

@@ -42,8 +42,7 @@ def accumulate(kb: KernelBuilder, task: DirectTask, dt: str, kc: int) -> Buffer:
         run, q = (kblk // per_run, kblk % per_run) if per_run > 1 else (kblk, 0)
         t0 = run * step
         first = kb.declare("first", "int32", t0 * geo.icg + q * chunk)   # weights row
-        toff = kb.declare("toff", "int32", (t0 // geo.kw) * (geo.dilations[0] * task.wp)
-                          + (t0 % geo.kw) * geo.dilations[1])
+        toff = kb.declare("toff", "int32", task.tap_offset(t0))
         c0 = q * chunk
         count = chunk if length % chunk == 0 else minimum(length - c0, chunk)
         with task.micro_tiles(kb) as (r0, jp):
@@ -64,7 +63,7 @@ def accumulate(kb: KernelBuilder, task: DirectTask, dt: str, kc: int) -> Buffer:
 
 
 def registers(kb: KernelBuilder, task: DirectTask, dt: str, out: Buffer,
-                    bias: Buffer | None) -> None:
+              bias: Buffer | None) -> None:
     """A channels-last task: per block of MC positions, per NR-channel panel, per
     micro-tile of MR positions, the whole K (every tap, each a run of C/G contiguous
     channels: the GEMM's loop with A read in place, one pointer per row) summed in
@@ -74,7 +73,7 @@ def registers(kb: KernelBuilder, task: DirectTask, dt: str, out: Buffer,
     rows, cols = task.rows, task.cols
     tile = kb.alloc("tile", dt, (bl.mr, bl.nr))
     with task.micro_tiles(kb) as (r0, jp):
-        _micro_tile_last(kb, task, r0, jp, tile)
+        _micro_tile(kb, task, r0, jp, tile)
         with kb.for_range(minimum(rows - r0, bl.mr), name="r") as r, \
                 kb.for_range(minimum(cols - jp * bl.nr, bl.nr), name="j") as j:
             oc = task.out_channel(jp * bl.nr + j)
@@ -82,7 +81,7 @@ def registers(kb: KernelBuilder, task: DirectTask, dt: str, out: Buffer,
             kb.store(out, (task.b, task.p0 + r0 + r, oc), value)
 
 
-def _micro_tile_last(kb: KernelBuilder, task: DirectTask, r0: Expr, jp: Expr, tile: Buffer) -> None:
+def _micro_tile(kb: KernelBuilder, task: DirectTask, r0: Expr, jp: Expr, tile: Buffer) -> None:
     """tile[r][j] = the sum over every tap and channel for position p0 + r0 + r and
     the panel's channel j (a narrow panel of at most 8 channels fills columns 0..7)."""
     bl, geo = task.bl, task.geo

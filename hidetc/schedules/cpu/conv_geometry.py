@@ -1,7 +1,8 @@
 """Geometry of a 2-D convolution task (Conv: NCHW, OIHW weights; ConvNHWC: NHWC, OHWI
 weights, `channels_last`): sizes, groups, strides, dilations and the begin pads
-(auto_pad resolved), plus the valid-range helper the CPU conv schedules use to keep
-every load inside the image without predicates.
+(auto_pad resolved), plus the valid-range helpers (`valid_range`, `window_interior`)
+the CPU conv and pooling schedules use to keep every load inside the image without
+predicates.
 """
 from __future__ import annotations
 
@@ -46,6 +47,14 @@ class ConvGeometry:
     def depthwise(self) -> bool:
         return self.icg == 1 and self.groups > 1
 
+    def interior(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """Output rows [y0, y1) and columns [x0, x1) whose every tap is inside the
+        input (`window_interior`; empty ranges when none is)."""
+        return (window_interior(self.oh, self.h, self.strides[0], self.pads[0], self.kh,
+                                self.dilations[0]),
+                window_interior(self.ow, self.w, self.strides[1], self.pads[1], self.kw,
+                                self.dilations[1]))
+
     @property
     def pointwise(self) -> bool:
         return ((self.kh, self.kw, self.strides, self.pads) == (1, 1, (1, 1), (0, 0))
@@ -83,3 +92,11 @@ def valid_range(out: int, size: int, stride: int, pad: int, offset: int) -> tupl
     while hi < out and hi * stride - pad + offset < size:
         hi += 1
     return lo, hi
+
+
+def window_interior(out: int, size: int, stride: int, begin: int, kernel: int,
+                    dilation: int) -> tuple[int, int]:
+    """Output positions [lo, hi) whose whole window (`kernel` taps `dilation` apart)
+    lies inside [0, size) (hi <= lo: none)."""
+    ranges = [valid_range(out, size, stride, begin, k * dilation) for k in range(kernel)]
+    return max(r[0] for r in ranges), min(r[1] for r in ranges)

@@ -128,8 +128,7 @@ def _flat(geo: ConvGeometry) -> bool:
 
 
 def _interior_box(geo: ConvGeometry):
-    y0, y1 = _interior(geo.oh, geo.h, geo.strides[0], geo.pads[0], geo.dilations[0], geo.kh)
-    x0, x1 = _interior(geo.ow, geo.w, geo.strides[1], geo.pads[1], geo.dilations[1], geo.kw)
+    (y0, y1), (x0, x1) = geo.interior()
     return None if y1 <= y0 or x1 <= x0 else (y0, y1, x0, x1)
 
 
@@ -165,17 +164,10 @@ def _flat_band(ctx: _Ctx, acc: Buffer, first: Expr, count: ExprLike) -> None:
             _accumulated_row(ctx, acc, y)
 
 
-def _interior(out: int, size: int, stride: int, pad: int, dil: int, taps: int):
-    """Output positions whose every tap is inside the input: [lo, hi) (maybe empty)."""
-    ranges = [valid_range(out, size, stride, pad, t * dil) for t in range(taps)]
-    return max(r[0] for r in ranges), min(r[1] for r in ranges)
-
-
 def _output_row(ctx: _Ctx, cfg: DepthwiseConfig, acc: Buffer, y: Expr,
                 phases: Buffer | None = None) -> None:
     geo, kb = ctx.geo, ctx.kb
-    y0, y1 = _interior(geo.oh, geo.h, geo.strides[0], geo.pads[0], geo.dilations[0], geo.kh)
-    x0, x1 = _interior(geo.ow, geo.w, geo.strides[1], geo.pads[1], geo.dilations[1], geo.kw)
+    (y0, y1), (x0, x1) = geo.interior()
     if not cfg.fused or y1 <= y0 or x1 <= x0:
         _accumulated_row(ctx, acc, y)
         return

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hidetc.schedules.cpu.conv_geometry import ConvGeometry, valid_range
+from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.microkernel import tile_extent
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, Function, logical_and
@@ -47,12 +47,6 @@ def supports(geo: ConvGeometry) -> bool:
 def prepack_weights(geo: ConvGeometry, w: np.ndarray) -> np.ndarray:
     """OHWI [C, KH, KW, 1] -> [KH*KW, C]."""
     return np.ascontiguousarray(np.asarray(w).reshape(geo.c, geo.taps).T)
-
-
-def _interior(out: int, size: int, stride: int, pad: int, kernel: int, dilation: int
-              ) -> tuple[int, int]:
-    ranges = [valid_range(out, size, stride, pad, k * dilation) for k in range(kernel)]
-    return max(r[0] for r in ranges), min(r[1] for r in ranges)
 
 
 @dataclass(frozen=True)
@@ -127,8 +121,7 @@ def build_depthwise_nhwc(geo: ConvGeometry, cfg: DepthwiseNHWCConfig, dt: str, n
         return kb.finish()
     cb = max(1, min(cfg.cblock, geo.c))
     blocks = -(-geo.c // cb)
-    ylo, yhi = _interior(geo.oh, geo.h, geo.strides[0], geo.pads[0], geo.kh, geo.dilations[0])
-    xlo, xhi = _interior(geo.ow, geo.w, geo.strides[1], geo.pads[1], geo.kw, geo.dilations[1])
+    (ylo, yhi), (xlo, xhi) = geo.interior()
     with kb.for_range(geo.n * geo.oh * blocks, kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(geo.n, geo.oh, blocks), p, names=["b", "oy", "cb"]) \
                 as (b, oy, cbi):

@@ -91,6 +91,8 @@ class DirectTask:
             return self.src[self.b, position, channel]
         return self.src[self.b, channel, position]
 
-    def tap_offset(self, t: int) -> int:
-        kh, kw = divmod(t, self.geo.kw)
-        return kh * self.geo.dilations[0] * self.wp + kw * self.geo.dilations[1]
+    def tap_offset(self, t: ExprLike) -> ExprLike:
+        """Source offset of tap t = kh * KW + kw from tap (0, 0) (t may be a run-time
+        expression)."""
+        kh, kw = t // self.geo.kw, t % self.geo.kw
+        return kh * (self.geo.dilations[0] * self.wp) + kw * self.geo.dilations[1]

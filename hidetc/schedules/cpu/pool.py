@@ -12,7 +12,7 @@ output row is cut into left border, interior, right border.
 """
 from __future__ import annotations
 
-from hidetc.schedules.cpu.conv_geometry import valid_range
+from hidetc.schedules.cpu.conv_geometry import window_interior
 from hidetc.schedules.task import Task
 from hidetc.schedules.window import (
     PoolGeometry,
@@ -32,14 +32,6 @@ from hidetc.tir.ir import (
     maximum,
 )
 from hidetc.tir.mapping import spatial
-
-
-def window_interior(out: int, size: int, stride: int, begin: int, kernel: int,
-                    dilation: int) -> tuple[int, int]:
-    """Output positions [lo, hi) whose whole window lies inside [0, size) (hi <= lo:
-    none)."""
-    ranges = [valid_range(out, size, stride, begin, k * dilation) for k in range(kernel)]
-    return max(r[0] for r in ranges), min(r[1] for r in ranges)
 
 
 def build_pool(task: Task, name: str) -> Function:
@@ -107,7 +99,6 @@ def build_global_pool(task: Task, name: str) -> Function:
             kb.assign(acc, maximum(acc, x[p, k]) if is_max else acc + x[p, k])
         kb.store(out, (p,), acc if is_max else acc / as_expr(float(spatial_size), acc))
     return kb.finish()
-
 
 
 def build_pool_nhwc(task: Task, name: str) -> Function:
