@@ -63,23 +63,26 @@ def pool_geometry(task: Task) -> PoolGeometry:
 
 
 def emit_pool_output(kb: KernelBuilder, task: Task, g: PoolGeometry, x: Buffer, out: Buffer,
-                     p: Expr, y: Expr, xo: Expr) -> None:
+                     p: Expr, y: Expr, xo: Expr, channel: Expr | None = None) -> None:
     """Store out[p, y, xo]: max or average over the window; x and out are viewed as
-    (N*C, H, W) and (N*C, OH, OW). count_include_pad divides by the window clipped to
-    the padded input (the taps inside the pads, dilation included; not the ceil_mode
-    overrun: the op's reference), otherwise by the number of in-image taps."""
-    is_max = task.op == "MaxPool"
+    (N*C, H, W) and (N*C, OH, OW). With `channel` the views are channels-last instead,
+    (N, H, W, C) and (N, OH, OW, C), p the image: out[p, y, xo, channel].
+    count_include_pad divides by the window clipped to the padded input (the taps inside
+    the pads, dilation included; not the ceil_mode overrun: the op's reference),
+    otherwise by the number of in-image taps."""
+    is_max = task.op in ("MaxPool", "MaxPoolNHWC")
     dt = out.dtype
     acc = kb.declare("acc", dt, float("-inf") if is_max else 0.0)
+    last = () if channel is None else (channel,)
 
     def take(ih: Expr, iw: Expr) -> None:
-        v = x[p, ih, iw]
+        v = x[(p, ih, iw) + last]
         kb.assign(acc, maximum(acc, v) if is_max else acc + v)
     cnt = for_each_tap(kb, g, y, xo, not is_max and task.attr("count_include_pad", 0), take)
     if is_max:
-        kb.store(out, (p, y, xo), acc)
+        kb.store(out, (p, y, xo) + last, acc)
     else:
-        kb.store(out, (p, y, xo), acc / cast(maximum(cnt, 1), dt))
+        kb.store(out, (p, y, xo) + last, acc / cast(maximum(cnt, 1), dt))
 
 
 def for_each_tap(kb: KernelBuilder, g: PoolGeometry, y: Expr, xo: Expr, padded: bool,

@@ -77,9 +77,13 @@ def test_pattern_cuda_emulated(name, tmp_path):
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 def test_f16_nhwc_block_cuda_emulated(tmp_path):
     """--precision f16: the convolutions go NHWC on tensor cores; the first takes the
-    NCHW -> NHWC Transpose as a prologue (its cp.async loads expanded), the second the
-    Transpose back, the residual Add and the Relu as epilogues; 1e-2 against ORT."""
-    proto = resnet_block(c=16, hw=5)
+    input Cast and the NCHW -> NHWC Transpose as prologues (its cp.async loads
+    expanded), the second the residual Add (of the first's NHWC output) and the Relu
+    as epilogues; the global pool runs on the NHWC values (a ReduceMean) and takes the
+    Transpose back of the pooled [1, 1, 1, C] and the Flatten; 1e-2 against ORT.
+    (With the block input as the residual, its NHWC transpose is shared by the conv and
+    the Add: a kernel of its own.)"""
+    proto = resnet_block(c=16, hw=5, residual="r1")
     path = tmp_path / "block.onnx"
     onnx.save(proto, path)
     result = hidetc.compile_model(path, tmp_path / "out", target="cuda", precision="f16",
@@ -87,8 +91,10 @@ def test_f16_nhwc_block_cuda_emulated(tmp_path):
     groups = {k["op"]: k["group"] for k in result.manifest["kernels"]}
     assert result.manifest["fusion"]["fallbacks"] == []
     convs = [k for k in result.manifest["kernels"] if k["op"] == "ConvNHWC"]
-    assert [[op for _, op in k["group"]["prologues"]] for k in convs] == [["Transpose"], []]
-    assert [op for _, op in convs[1]["group"]["epilogues"]] == ["Transpose", "Add", "Relu"]
+    prologues = [[op for _, op in k["group"]["prologues"]] for k in convs]
+    assert prologues == [["Cast", "Transpose"], []]
+    assert [op for _, op in convs[1]["group"]["epilogues"]] == ["Add", "Relu"]
+    assert [op for _, op in groups["ReduceMean"]["epilogues"]] == ["Transpose", "Reshape"]
     assert groups["MatMul"]["epilogues"][-1][1] == "Cast"
     inputs = inputs_for(proto)
     got = hidetc.load(tmp_path / "out", emulate=True).run(inputs)

@@ -35,13 +35,14 @@ def graph_of(proto: onnx.ModelProto) -> Graph:
     return optimize(import_model(proto))
 
 
-def resnet_block(c: int = 8, hw: int = 5) -> onnx.ModelProto:
-    """conv-relu-conv + residual add + relu, then GAP -> flatten -> matmul + bias."""
+def resnet_block(c: int = 8, hw: int = 5, residual: str = "x") -> onnx.ModelProto:
+    """conv-relu-conv + residual add (of the block input x, or of `residual`: r1, the
+    first conv's output) + relu, then GAP -> flatten -> matmul + bias."""
     nodes = [
         ("Conv", ["x", "w1", "b1"], ["c1"], {"pads": [1, 1, 1, 1]}),
         ("Relu", ["c1"], ["r1"], {}),
         ("Conv", ["r1", "w2", "b2"], ["c2"], {"pads": [1, 1, 1, 1]}),
-        ("Add", ["c2", "x"], ["s"], {}),
+        ("Add", ["c2", residual], ["s"], {}),
         ("Relu", ["s"], ["r2"], {}),
         ("GlobalAveragePool", ["r2"], ["g"], {}),
         ("Flatten", ["g"], ["f"], {}),

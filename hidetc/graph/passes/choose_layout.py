@@ -2,30 +2,21 @@
 for f32 on the CPU.
 
 `run(graph, target, precision)`:
-- target "cuda", precision "f16": the tensor-core implicit-GEMM convolution
-  (`schedules/cuda/conv_tc.py`) wants NHWC, where one 16-byte chunk of its im2col tile
-  is 8 consecutive input channels of one input pixel (one cp.async). Each 2-D Conv
-  whose per-group input channels C/G are a multiple of 8 and whose weight is a constant
-  becomes
+- target "cuda", precision "f16" (`wants_nhwc`): the tensor-core implicit-GEMM
+  convolution (`schedules/cuda/conv_tc.py`) wants NHWC, where one 16-byte chunk of its
+  im2col tile is 8 consecutive input channels of one input pixel (one cp.async). Each
+  2-D Conv whose per-group input channels C/G are a multiple of 8 and whose weight is a
+  constant becomes
       Transpose(perm 0,2,3,1) -> ConvNHWC(W as OHWI, a new constant) -> Transpose(0,3,1,2)
-  with the pads resolved (auto_pad folded into explicit pads). Convs stay NCHW when
-  C/G % 8 != 0: the chunk would straddle input pixels, so the gather degrades to 8-,
-  4-byte or scalar copies and the GEMM is too narrow to feed the tensor cores
-  (depthwise C/G = 1, the RGB stem C = 3); the direct/SIMT NCHW kernels serve them
-  better and the layout shuffle would cost two transposes for nothing. Convs with a
-  non-constant weight also stay (their weight cannot be re-laid-out at compile time).
-  Then the transposes are sunk and cancelled, in one topological walk tracking which
-  NCHW values are `Transpose(u, 0,3,1,2)` of an NHWC value u (not yet materialized):
-    * Transpose(v, 0,2,3,1) of such a v is u itself (the pair cancels);
-    * a layout-agnostic elementwise op on such a v (the unary ops, Relu, Clip, Cast,
-      and Add/Sub/Mul/Div/PRelu when the other operand is such a value too, or a
-      constant broadcastable to v's shape, re-laid-out as a new constant, and the
-      output has v's shape) is applied to u instead, its output tracked the same way;
-    * a second Transpose(v, 0,2,3,1) of the same value reuses the first;
-    * anything else (MaxPool, GlobalAveragePool, Reshape, Concat, a graph output ...)
-      gets the NCHW value materialized by one Transpose right before its first use.
-  So a ResNet block (conv-relu-conv-add-relu with a 1x1 projection) stays NHWC from
-  convolution to convolution, and a transpose remains only at layout-specific ops.
+  with the pads resolved (auto_pad folded into explicit pads); so does every depthwise
+  conv (C/G = OC/G = 1) on a multiple of 8 channels, which the channel-vector kernel
+  of `schedules/cuda/depthwise_nhwc.py` runs with 16-byte loads and stores (MobileNet's
+  blocks then stay NHWC from pointwise conv to pointwise conv). Other convs stay NCHW:
+  for C/G % 8 != 0 the chunk would straddle input pixels, the gather degrades to 8-,
+  4-byte or scalar copies and the GEMM is too narrow to feed the tensor cores (the RGB
+  stem C = 3); the SIMT NCHW kernels serve them better and the layout shuffle would
+  cost two transposes for nothing. Convs with a non-constant weight also stay (their
+  weight cannot be re-laid-out at compile time).
 - target "cpu", precision "f32" (`wants_nhwc_cpu`): the channels-last direct
   convolution runs its K along contiguous channels (one pointer per output position,
   the weights in NR-channel panels, the output stored along contiguous channels), which
@@ -33,15 +24,30 @@ for f32 on the CPU.
   ONNX Runtime, paired rounds). Every Conv with one group or C/G >= 8, and every
   depthwise conv (C/G = OC/G = 1) on at least 8 channels, becomes ConvNHWC (the RGB
   stem too: its kernel rows are runs of KW*3 contiguous values); grouped convs with
-  2-7 channels per group stay NCHW. The sinking above also passes
-  (`_Sinker.sink_cpu`): Concat along the channels (axis 3 of the NHWC values), float
-  MaxPool / AveragePool (MaxPoolNHWC / AveragePoolNHWC) and the global pools
-  (ReduceMean / ReduceMax over axes 1, 2, keepdims), so Inception's blocks and
-  MobileNet's stay NHWC too; and a binary op's operand that already has its NHWC
-  transpose (a graph input the first convolution reads, added back as a residual)
-  uses it instead of transposing the other operand back.
+  2-7 channels per group stay NCHW.
 - any other target or precision: the graph is returned unchanged (the f32 SIMT CUDA
   templates are written for NCHW).
+
+Then, on both targets, the transposes are sunk and cancelled, in one topological walk
+tracking which NCHW values are `Transpose(u, 0,3,1,2)` of an NHWC value u (not yet
+materialized):
+  * Transpose(v, 0,2,3,1) of such a v is u itself (the pair cancels);
+  * a layout-agnostic elementwise op on such a v (the unary ops, Relu, Clip, Cast, and
+    Add/Sub/Mul/Div/PRelu when the other operand is such a value too, a value that
+    already has its NHWC transpose (a graph input the first convolution reads, added
+    back as a residual), or a constant broadcastable to v's shape, re-laid-out as a new
+    constant, and the output has v's shape) is applied to u instead, its output
+    tracked the same way;
+  * Concat along the channels (axis 3 of the NHWC values), float MaxPool / AveragePool
+    (MaxPoolNHWC / AveragePoolNHWC, both targets have kernels) and the global pools
+    (ReduceMean / ReduceMax over axes 1, 2, keepdims) of such values are applied to
+    the NHWC values too (`_Sinker.sink_pool_or_concat`), so Inception's blocks stay
+    NHWC from concat to concat;
+  * a second Transpose(v, 0,2,3,1) of the same value reuses the first;
+  * anything else (Reshape, Flatten, a graph output ...) gets the NCHW value
+    materialized by one Transpose right before its first use.
+So a ResNet block (conv-relu-conv-add-relu with a 1x1 projection) stays NHWC from
+convolution to convolution, and a transpose remains only at layout-specific ops.
 
 Assumes: nodes in topological order; the verifier's invariants hold. Guarantees: the
 graph computes the same outputs (the same numpy reference results; the pass never
@@ -51,7 +57,6 @@ nothing applies.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -68,7 +73,7 @@ UNARY_OPS = frozenset(UNARY) | {"Clip", "Cast"}   # input 0 only; others are sca
 BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div", "PRelu"})
 FLOATS = frozenset({"float32", "float16", "bfloat16", "float64"})
 GLOBAL_POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
-CPU_SINKS = frozenset({"Concat", "MaxPool", "AveragePool", *GLOBAL_POOLS})
+LAYOUT_SINKS = frozenset({"Concat", "MaxPool", "AveragePool", *GLOBAL_POOLS})
 
 
 def run(graph: Graph, target: str, precision: str) -> Graph:
@@ -78,7 +83,7 @@ def run(graph: Graph, target: str, precision: str) -> Graph:
     rewritten = rewrite_convs(graph, policy)
     if rewritten is graph:
         return graph
-    return eliminate_dead_code.run(sink_transposes(rewritten, policy.cpu))
+    return eliminate_dead_code.run(sink_transposes(rewritten))
 
 
 # ------------------------------------------------------------------ Conv -> ConvNHWC
@@ -92,10 +97,21 @@ def _conv_channels(graph: Graph, node: Node) -> int | None:
     return graph.types[node.inputs[0]].shape[1] // node.attr("group", 1)
 
 
+def _depthwise(graph: Graph, node: Node, icg: int) -> bool:
+    """One input and one output channel per group (no channel multiplier)."""
+    group = node.attr("group", 1)
+    return icg == 1 and group > 1 and graph.types[node.inputs[1]].shape[0] == group
+
+
 def wants_nhwc(graph: Graph, node: Node) -> bool:
-    """cuda f16: C/G a positive multiple of 8 (one 16-byte chunk per pixel)."""
+    """cuda f16: C/G a positive multiple of 8 (one 16-byte chunk per pixel), or a
+    depthwise conv on a multiple of 8 channels (16-byte channel vectors)."""
     icg = _conv_channels(graph, node)
-    return icg is not None and icg > 0 and icg % CHANNEL_CHUNK == 0
+    if icg is None or icg == 0:
+        return False
+    channels = graph.types[node.inputs[0]].shape[1]
+    return icg % CHANNEL_CHUNK == 0 or (_depthwise(graph, node, icg)
+                                        and channels % CHANNEL_CHUNK == 0)
 
 
 def wants_nhwc_cpu(graph: Graph, node: Node) -> bool:
@@ -107,25 +123,19 @@ def wants_nhwc_cpu(graph: Graph, node: Node) -> bool:
     if icg is None or icg == 0:
         return False
     channels, group = graph.types[node.inputs[0]].shape[1], node.attr("group", 1)
-    out_per_group = graph.types[node.inputs[1]].shape[0] // group
-    depthwise = icg == 1 and out_per_group == 1 and channels >= CHANNEL_CHUNK
+    depthwise = _depthwise(graph, node, icg) and channels >= CHANNEL_CHUNK
     return group == 1 or icg >= CHANNEL_CHUNK or depthwise
 
 
-@dataclass(frozen=True)
-class Policy:
-    wants: Callable[[Graph, Node], bool]
-    cpu: bool       # also sink Concat and the global pools (the CPU has NHWC kernels)
+Policy = Callable[[Graph, Node], bool]     # which convs go NHWC
+POLICIES: dict[tuple[str, str], Policy] = {("cuda", "f16"): wants_nhwc,
+                                           ("cpu", "f32"): wants_nhwc_cpu}
 
 
-POLICIES = {("cuda", "f16"): Policy(wants_nhwc, False),
-            ("cpu", "f32"): Policy(wants_nhwc_cpu, True)}
-
-
-def rewrite_convs(graph: Graph, policy: Policy = POLICIES[("cuda", "f16")]) -> Graph:
+def rewrite_convs(graph: Graph, policy: Policy = wants_nhwc) -> Graph:
     rw = Rewriter(graph)
     for node in graph.nodes:
-        if policy.wants(graph, node):
+        if policy(graph, node):
             to_nhwc(rw, node)
         else:
             rw.emit(node)
@@ -155,9 +165,8 @@ def is_perm(node: Node, perm: tuple[int, ...]) -> bool:
 
 
 class _Sinker:
-    def __init__(self, graph: Graph, cpu: bool = False):
+    def __init__(self, graph: Graph):
         self.graph = graph
-        self.cpu = cpu
         self.rw = Rewriter(graph)
         self.nhwc: dict[str, str] = {}     # NCHW value -> NHWC value it transposes (lazy)
         self.subst: dict[str, str] = {}    # renamed values (cancelled pairs)
@@ -174,7 +183,7 @@ class _Sinker:
         """`value` as an NHWC operand for an op whose NCHW output has `shape`."""
         if value in self.nhwc and self.rw.types[value].shape == shape:
             return self.nhwc[value]
-        if self.cpu and value in self.to_nhwc and self.rw.types[value].shape == shape:
+        if value in self.to_nhwc and self.rw.types[value].shape == shape:
             return self.to_nhwc[value]      # already transposed for another consumer
         array = self.rw.constants.get(value)
         if array is None or array.ndim > 4:
@@ -189,8 +198,8 @@ class _Sinker:
         ins = node.inputs
         if len(node.outputs) != 1:
             return False
-        if self.cpu and node.op in CPU_SINKS:
-            return self.sink_cpu(node)
+        if node.op in LAYOUT_SINKS:
+            return self.sink_pool_or_concat(node)
         if not any(v in self.nhwc for v in ins if v):
             return False
         if node.op in UNARY_OPS and ins[0] in self.nhwc:
@@ -209,8 +218,8 @@ class _Sinker:
         self.nhwc[out] = self.rw.add(node.op, new_inputs, f"{out}_nhwc", **node.attr_dict)
         return True
 
-    def sink_cpu(self, node: Node) -> bool:
-        """The cpu's extra NHWC ops: a channel Concat of NHWC values is a Concat on
+    def sink_pool_or_concat(self, node: Node) -> bool:
+        """The NHWC twins of layout-specific ops: a channel Concat of NHWC values is a Concat on
         axis 3; a 2-D float MaxPool / AveragePool its NHWC twin (single-output: a
         MaxPool with Indices has two and stays); a global pool a ReduceMean/ReduceMax
         over axes 1 and 2. An input counts as NHWC when it is tracked or already has
@@ -262,5 +271,5 @@ class _Sinker:
         return self.rw.finish()
 
 
-def sink_transposes(graph: Graph, cpu: bool = False) -> Graph:
-    return _Sinker(graph, cpu).finish()
+def sink_transposes(graph: Graph) -> Graph:
+    return _Sinker(graph).finish()

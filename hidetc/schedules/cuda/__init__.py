@@ -19,6 +19,7 @@ from hidetc.schedules.cpu.scan import ARG_OPS
 from hidetc.schedules.cuda import (
     conv_gemm,
     conv_tc,
+    depthwise_nhwc,
     injective,
     matmul_simt,
     matmul_tc,
@@ -51,11 +52,13 @@ RULES: dict[str, Builder] = {
     "LayerNormalization": reduce.build_layernorm,
     "MaxPool": pool.build_pool,
     "AveragePool": pool.build_pool,
+    "MaxPoolNHWC": pool.build_pool,
+    "AveragePoolNHWC": pool.build_pool,
     "GlobalAveragePool": reduce.build_global_pool,
     "GlobalMaxPool": reduce.build_global_pool,
     "MatMul": lambda task, name: build_matmul(task, name),
     "Conv": conv_gemm.build_conv,
-    "ConvNHWC": conv_tc.build_default,
+    "ConvNHWC": lambda task, name: build_conv_nhwc(task, name),
     **{op: scan.build_arg for op in ARG_OPS},
     "CumSum": scan.build_cumsum,
     "CumProd": scan.build_cumsum,
@@ -88,6 +91,14 @@ def build_matmul(task: Task, name: str) -> Function:
     return template.build(task, template.default(task, Target(kind="cuda")), name)
 
 
+def build_conv_nhwc(task: Task, name: str) -> Function:
+    """ConvNHWC's rule: depthwise convs get the channel-vector direct kernel
+    (`depthwise_nhwc`), the others the tensor-core template's default config."""
+    if depthwise_nhwc.is_depthwise(task):
+        return depthwise_nhwc.build_depthwise_nhwc(task, name)
+    return conv_tc.build_default(task, name)
+
+
 def supports(op: str) -> bool:
     return op in RULES
 
@@ -103,9 +114,11 @@ def build_kernel(task: Task, name: str) -> Function:
 
 def kernel_choice(task: Task) -> tuple[Template | None, Any]:
     """(template, its default config) for a templated task, else (None, None): a rule
-    builds the kernel (depthwise Conv: the direct kernel, which wins there). What
-    `build_kernel` builds."""
+    builds the kernel (depthwise Conv and ConvNHWC: the direct kernels, which win
+    there). What `build_kernel` builds."""
     if task.op == "Conv" and conv_geometry(task).depthwise:
+        return None, None
+    if task.op == "ConvNHWC" and depthwise_nhwc.is_depthwise(task):
         return None, None
     template = template_for(task)
     if template is None:

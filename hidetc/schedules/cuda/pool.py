@@ -1,6 +1,9 @@
-"""CUDA rule for 2-D pooling (NCHW): MaxPool and AveragePool, one thread per output
+"""CUDA rules for 2-D pooling: MaxPool and AveragePool (NCHW), one thread per output
 element (`spatial(N*C, OH, OW)` over the global thread index, tail predicated by the
-mapping guard), each window predicated against the padding.
+mapping guard), each window predicated against the padding; MaxPoolNHWC and
+AveragePoolNHWC (channels-last, from `choose_layout` on cuda f16) the same with the
+channel fastest (`spatial(N, OH, OW, C)`: a warp reads and writes consecutive channels
+of a pixel, coalesced).
 
 float16 storage: the window body (`emit_pool_output`, shared with the CPU) is built on
 float32 views of the buffers, then `widen_storage` makes each view load read the
@@ -35,19 +38,24 @@ THREADS = 256
 
 def build_pool(task: Task, name: str) -> Function:
     g = pool_geometry(task)
-    n, c, h, w, oh, ow = g.n, g.c, g.h, g.w, g.oh, g.ow
-    out_type = task.outputs[0]
-    dt = out_type.dtype
+    nhwc = task.op.endswith("NHWC")
+    dt = task.outputs[0].dtype
     kb = KernelBuilder(name, "cuda")
-    x = kb.buffer("x", dt, (n * c, h, w))
-    out = kb.buffer("out", dt, (n * c, oh, ow))
+    if nhwc:
+        x = kb.buffer("x", dt, (g.n, g.h, g.w, g.c))
+        out = kb.buffer("out", dt, (g.n, g.oh, g.ow, g.c))
+        mapping, names = spatial(g.n, g.oh, g.ow, g.c), ["p", "y", "xo", "ch"]
+    else:
+        x = kb.buffer("x", dt, (g.n * g.c, g.h, g.w))
+        out = kb.buffer("out", dt, (g.n * g.c, g.oh, g.ow))
+        mapping, names = spatial(g.n * g.c, g.oh, g.ow), ["p", "y", "xo"]
     wide = COMPUTE_DTYPE.get(dt, dt)
     views = {} if wide == dt else {Buffer(b.name, wide, b.shape, b.scope): b for b in (x, out)}
     xv, outv = list(views) or [x, out]
     worker = block_idx() * THREADS + thread_idx()
-    with kb.for_mapping(spatial(n * c, oh, ow), worker, names=["p", "y", "xo"]) as (p, y, xo):
-        emit_pool_output(kb, task, g, xv, outv, p, y, xo)
-    blocks = max(ceil_div(n * c * oh * ow, THREADS), 1)
+    with kb.for_mapping(mapping, worker, names=names) as idx:
+        emit_pool_output(kb, task, g, xv, outv, *idx)
+    blocks = max(ceil_div(g.n * g.c * g.oh * g.ow, THREADS), 1)
     fn = kb.finish(grid=(blocks, 1, 1), block=(THREADS, 1, 1))
     return widen_storage(fn, views) if views else fn
 
