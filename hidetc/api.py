@@ -179,11 +179,13 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
 
 
 def _group_dict(group, graph) -> dict:
-    """The fusion group of a launch: prologue and epilogue nodes as [name, op]."""
+    """The fusion group of a launch: prologue and epilogue nodes as [name, op], and the
+    Concat node it writes its slice of (`into`), if any."""
     ops = {n.name: n.op for n in graph.nodes}
     return {"kind": group.kind,
             "prologues": [[n, ops[n]] for n in group.prologues],
-            "epilogues": [[n, ops[n]] for n in group.epilogues]}
+            "epilogues": [[n, ops[n]] for n in group.epilogues],
+            **({"into": [group.into, ops[group.into]]} if group.into else {})}
 
 
 def _entry_dict(entry) -> dict:

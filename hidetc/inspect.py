@@ -76,10 +76,13 @@ def describe(manifest: dict) -> str:
 
 
 def _members(kernel: dict) -> str:
-    """'Pad > * > Relu, Add': prologue ops, then '*' for the anchor, then epilogue ops."""
+    """'Pad > * > Relu, Add': prologue ops, then '*' for the anchor, then epilogue ops;
+    ' => Concat' when the result goes straight into its slice of a Concat's output."""
     group = kernel.get("group") or {}
     pro = [op for _, op in group.get("prologues", [])]
     epi = [op for _, op in group.get("epilogues", [])]
-    if not pro and not epi:
+    into = f" => {group['into'][1]}" if group.get("into") else ""
+    if not pro and not epi and not into:
         return ""
-    return " > ".join(([", ".join(pro)] if pro else []) + ["*"] + ([", ".join(epi)] if epi else []))
+    return " > ".join(([", ".join(pro)] if pro else []) + ["*"] +
+                      ([", ".join(epi)] if epi else [])) + into

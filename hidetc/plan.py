@@ -89,9 +89,10 @@ def _lifetimes(graph: Graph, steps: list[tuple[tuple[str, ...], tuple[str, ...]]
         for value in reads:
             if value in first:
                 last[value] = step
-        for value in writes:
+        for value in writes:      # a Concat's output has a writer per input: the first
             if value and value not in outputs:
-                first[value] = last[value] = step
+                first.setdefault(value, step)
+                last[value] = step
     return [PlanValue(v, graph.types[v].nbytes, first[v], last[v]) for v in first]
 
 
@@ -129,7 +130,17 @@ def group_key(group: FusionGroup, nodes: dict[str, Node], graph: Graph) -> tuple
                 local[o] = f"m{k}"
         role = "a" if name == group.anchor else ("p" if name in group.prologues else "e")
         parts.append((role, task_of(node, graph), tuple(refs)))
+    if group.into:       # the slice of the Concat output the kernel writes
+        concat = nodes[group.into]
+        result = nodes[group.output_node].outputs[0]
+        parts.append(("c", task_of(concat, graph), (concat.inputs.index(result),)))
     return tuple(parts)
+
+
+def written_values(group: FusionGroup, nodes: dict[str, Node]) -> tuple[str, ...]:
+    """The values a group's kernel writes: its output node's, or the Concat output it
+    writes its slice of."""
+    return tuple(o for o in nodes[group.into or group.output_node].outputs if o)
 
 
 def _group_kernel(group: FusionGroup, nodes: dict[str, Node], graph: Graph, fn: Function
@@ -161,6 +172,7 @@ def _kernels(graph: Graph, target: str, fuse: bool, dump_dir: str | None = None,
     tasks: dict[str, Task] = {}
     kernels: list[tuple[FusionGroup, str, FusedKernel]] = []
     fallbacks: list[dict] = []
+    keep: set[str] = set()      # Concats a producer could not write into: kept
     pending = list(partition(graph, fuse, target))
     while pending:
         group = pending.pop(0)
@@ -193,6 +205,12 @@ def _kernels(graph: Graph, target: str, fuse: bool, dump_dir: str | None = None,
                                   replace(anchors[task, packed is not None], name=name))
         except GraftError as error:
             fallbacks.append({"anchor": group.anchor, "op": task.op, "reason": str(error)})
+            if group.into:     # plan again from the start with that Concat as a kernel
+                keep.add(group.into)
+                pending = list(partition(graph, fuse, target, frozenset(keep)))
+                kernels.clear()
+                tasks.clear()
+                continue
             pending[:0] = _smaller(group, position)
             continue
         if packed is not None:   # the anchor's own weights slot (its inputs come first)
@@ -262,8 +280,7 @@ def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
             constants={**graph.constants, **packed},
             types={**graph.types, **{k: TensorType(str(v.dtype), tuple(v.shape))
                                      for k, v in packed.items()}})
-    steps = [(fused.args, tuple(o for o in nodes[g.output_node].outputs if o))
-             for g, _, fused in kernels]
+    steps = [(fused.args, written_values(g, nodes)) for g, _, fused in kernels]
     memory = plan_memory(_lifetimes(graph, steps))
     produced = {o for node in graph.nodes for o in node.outputs if o}
     slot_of, sources = _output_sources(graph, produced)

@@ -228,7 +228,22 @@ def reference_cast(x: np.ndarray, to: str, saturate: bool = True,
         info = ml_dtypes.finfo(to)
         wide = x.astype(np.float64)
         return np.clip(wide, float(info.min), float(info.max)).astype(to)
+    if to in NARROW_INTS and x.dtype.kind == "f":   # spelled out: ml_dtypes 0.7 changed it
+        return _wrap_int(x, to)
     return x.astype(to)
+
+
+def _wrap_int(x: np.ndarray, to: str) -> np.ndarray:
+    """Float -> INT4/UINT4/INT2/UINT2 as the kernels do it: truncated toward zero to
+    int32 (NaN and values outside int32 give 0), then the low bits, wrapped."""
+    width, signed = _INT_BITS[to]
+    wide = x.astype(np.float64)
+    ok = np.isfinite(wide) & (wide > -2147483649.0) & (wide < 2147483648.0)
+    low = np.where(ok, np.trunc(np.where(ok, wide, 0.0)), 0.0).astype(np.int64) & \
+        ((1 << width) - 1)
+    if signed:
+        low = np.where(low >= 1 << (width - 1), low - (1 << width), low)
+    return low.astype(np.int8).astype(to)
 
 
 def _e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:

@@ -21,6 +21,13 @@ rewrites that Function (before lowering):
   keep the index; Reshape and Transpose map it), reading their other inputs from new
   buffer parameters, and store the final value to the group's output at the final
   index. Vector stores (`hidetc_copy*` from registers to O) are expanded per element.
+- **into a Concat** (`FusionGroup.into`): the group's result goes to its slice of the
+  Concat's output instead (the buffer parameter becomes the Concat's output): the
+  index on the concat axis moves by the slice offset. Along the last axis the kernel's
+  own view index is kept when it only merges leading dims (a channels-last conv's
+  [N*OH*OW, C] rows are rows of the [N*OH*OW, C_total] output: no div/mod); a slice
+  that is contiguous (every dim before the axis is 1: NCHW batch 1) is one linear
+  offset; otherwise the logical index is shifted.
 
 A kernel view of a tensor may differ from its logical shape (a 1-D MatMul operand
 viewed as 1 x K, Softmax's (outer, n, inner) view): indices go through the row-major
@@ -137,14 +144,23 @@ class _Graft(Rewriter):
         self.prologue = {b: v for b, v in self.inputs
                          if v in self.producer and self.producer[v].name in self.prologue_nodes}
         self.epilogue = list(group.epilogues)
-        self.out_buffer = buffers[n_in] if self.epilogue else None
+        self.out_buffer = buffers[n_in] if self.epilogue or group.into else None
         self.external: dict[str, Buffer] = {}
         self.final: Buffer | None = None
-        if self.epilogue:
-            out_value = self.members[group.output_node].outputs[0]
-            t = graph.types[out_value]
+        self.slice: tuple[int, int, tuple[int, ...]] | None = None   # axis, offset, shape
+        if self.out_buffer is not None:
+            self.result = self.members[group.output_node].outputs[0]
+            self.final_value = self.result
+            if group.into:
+                concat = next(n for n in graph.nodes if n.name == group.into)
+                self.final_value = concat.outputs[0]
+                rank = len(_shape(graph, self.final_value))
+                axis = concat.attr("axis") % rank
+                k = concat.inputs.index(self.result)
+                start = sum(_shape(graph, v)[axis] for v in concat.inputs[:k])
+                self.slice = (axis, start, _shape(graph, self.final_value))
+            t = graph.types[self.final_value]
             self.final = Buffer(self._fresh("out"), t.dtype, tuple(t.shape))
-            self.final_value = out_value
         self.tasks = {name: task_of(node, graph) for name, node in self.members.items()}
 
     def _fresh(self, hint: str) -> str:
@@ -239,14 +255,31 @@ class _Graft(Rewriter):
             var = Var(self._fresh("v"), result.dtype)
             stmts.append(Declare(var, result))
             env[node.outputs[0]] = (var, at)
-        expr, at = env[self.final_value]
-        target = at
-        if view is not None and _shape(self.graph, self.final_value) == out_shape:
-            self.final = Buffer(self.final.name, self.final.dtype, view_shape)
-            target = view
+        expr, at = env[self.result]
+        target, shape = at, _shape(self.graph, self.final_value)
+        if view is not None and _shape(self.graph, self.result) == out_shape:
+            target, shape = view, view_shape
+        if self.slice is not None:
+            target, shape = self.into_slice(at, view if target is view else None, view_shape)
+        if shape != self.final.shape:
+            self.final = Buffer(self.final.name, self.final.dtype, shape)
         stmts.append(Store(self.final, tuple(as_expr(i) for i in target),
                            cast(expr, self.final.dtype)))
         return seq(*stmts)
+
+    def into_slice(self, at: list[Expr], view: list[Expr] | None, view_shape: tuple
+                   ) -> tuple[list[Expr], tuple[int, ...]]:
+        """(index, buffer shape) of the Concat output element for result element `at`
+        (logical), or `view` (the kernel's own view index, when still valid)."""
+        axis, start, full = self.slice
+        part = _shape(self.graph, self.result)
+        if axis == len(full) - 1 and view is not None and view_shape[-1] == part[-1]:
+            return view[:-1] + [view[-1] + start], tuple(view_shape[:-1]) + (full[-1],)
+        if int(np.prod(full[:axis])) == 1:
+            inner = int(np.prod(full[axis + 1:]))
+            flat = linearize(view, view_shape) if view is not None else linearize(at, part)
+            return [flat + start * inner], (int(np.prod(full)),)
+        return [a + start if d == axis else a for d, a in enumerate(at)], full
 
     def visit_Store(self, s: Store) -> Stmt:
         if s.buffer is not self.out_buffer:

@@ -24,22 +24,33 @@ Rules, in order:
    not yet in a group, and the value is consumed by nothing else (one consumer node,
    not a graph output): a fused value is never computed twice; the target may refuse
    some producer ops for some anchors (`GATHERING_PROLOGUES`: on the cpu a Transpose
-   into a ConvNHWC). Prologues recurse into their own inputs.
+   into a ConvNHWC, on both a Concat into a convolution or MatMul). Prologues recurse
+   into their own inputs.
 2. The remaining nodes with a compute definition form *injective groups*, in reverse
    topological order: the latest unassigned one is the group's anchor (built by the
    injective rule) and takes prologues by the same rule.
 3. Everything else is a group of its own.
+4. Concat without copies (`_absorb_concats`): a Concat left as a group of its own
+   whose inputs are distinct, each the output of a different anchor or injective group
+   and read by nothing but the Concat (not graph outputs), and whose output is not a
+   graph output, disappears: each producing group writes its result straight into its
+   slice of the Concat's output (`FusionGroup.into` names the Concat; the graft maps
+   the store index, `hidetc.fusion.graft`). Inception's blocks then write their four
+   branches into the block output, with no copy kernel. `keep` names Concats to leave
+   alone (the planner's fallback when a producer's kernel refuses the graft).
 
-Every group has exactly one output value (its last node's), and every other value
-produced inside a group is consumed only inside it, so running the groups in the
-order of their output nodes is a topological order (`check_partition` proves it for
-each partition: every node in exactly one group, internal values private, inputs of
-each group produced by earlier groups, graph outputs produced by group outputs).
+Every group has exactly one output value (its last node's; a group with `into` writes
+it into the Concat's output instead), and every other value produced inside a group is
+consumed only inside it, so running the groups in the order of their output nodes is
+a topological order (`check_partition` proves it for each partition: every node in
+exactly one group or absorbed into its inputs' producers, internal values private,
+inputs of each group produced by earlier groups -- a Concat's output once all its
+writers ran --, graph outputs produced by group outputs).
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hidetc.compute.injective import COMPUTE
 from hidetc.graph.ir import Graph, Node
@@ -54,6 +65,7 @@ class FusionGroup:
     prologues: tuple[str, ...] = ()   # node names, topological order
     epilogues: tuple[str, ...] = ()   # node names, chain order
     kind: str = "anchor"              # "anchor" | "injective" | "single"
+    into: str = ""                    # a Concat node: the output goes into its slice
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -65,7 +77,7 @@ class FusionGroup:
 
     @property
     def fused(self) -> bool:
-        return bool(self.prologues or self.epilogues)
+        return bool(self.prologues or self.epilogues or self.into)
 
 
 class PartitionError(AssertionError):
@@ -163,8 +175,13 @@ def _epilogues(anchor: Node, uses: _Uses, taken: set[str], limit: int = 32) -> l
 # channels-last direct conv reads its input along contiguous channels; through a
 # Transpose from NCHW every load becomes a gather with index arithmetic (MobileNet-V2's
 # stem: 0.44 ms fused, 0.07 + 0.21 ms with the Transpose as its own kernel). (cuda's
-# tensor-core ConvNHWC keeps it: unmeasured on a GPU.)
-GATHERING_PROLOGUES = {"cpu": {"ConvNHWC": ("Transpose",)}}
+# tensor-core ConvNHWC keeps it: unmeasured on a GPU.) A Concat into a convolution or a
+# MatMul would turn each of their many reads of an input element into a select over
+# the Concat's inputs (and the tensor-core tiles' 16-byte copies into element loads):
+# the producers write into the Concat's output instead (rule 4).
+_NO_CONCAT = {"Conv": ("Concat",), "ConvNHWC": ("Concat",), "MatMul": ("Concat",)}
+GATHERING_PROLOGUES = {"cpu": {**_NO_CONCAT, "ConvNHWC": ("Transpose", "Concat")},
+                       "cuda": _NO_CONCAT}
 
 
 def _prologue_ok(node: Node) -> bool:
@@ -197,11 +214,11 @@ def _prologues(anchor: Node, uses: _Uses, taken: set[str], target: str | None = 
     return sorted(found, key=uses.position.__getitem__)
 
 
-def partition(graph: Graph, fuse: bool = True, target: str | None = None
-              ) -> list[FusionGroup]:
+def partition(graph: Graph, fuse: bool = True, target: str | None = None,
+              keep: frozenset[str] = frozenset()) -> list[FusionGroup]:
     """The fusion groups of `graph`, in execution order (see the module docstring).
     With `fuse=False` every node is a group of its own (the unfused baseline); `target`
-    applies its `GATHERING_PROLOGUES`."""
+    applies its `GATHERING_PROLOGUES`; the Concat nodes named in `keep` stay kernels."""
     uses = _Uses(graph)
     if not fuse:
         return [FusionGroup(n.name, kind="single") for n in graph.nodes]
@@ -225,14 +242,39 @@ def partition(graph: Graph, fuse: bool = True, target: str | None = None
         else:
             groups.append(FusionGroup(node.name, kind="single"))
     groups.sort(key=lambda g: uses.position[g.output_node])
+    groups = _absorb_concats(groups, uses, keep)
     check_partition(graph, groups)
     return groups
+
+
+def _absorb_concats(groups: list[FusionGroup], uses: _Uses, keep: frozenset[str]
+                    ) -> list[FusionGroup]:
+    """Rule 4: each qualifying Concat's group removed, its producers writing into it."""
+    writer = {uses.node[g.output_node].outputs[0]: i for i, g in enumerate(groups)
+              if _single_output(uses.node[g.output_node])}
+    absorbed: set[int] = set()
+    for i, group in enumerate(groups):
+        node = uses.node[group.anchor]
+        if node.op != "Concat" or group.fused or node.name in keep:
+            continue
+        ins = node.inputs
+        if node.outputs[0] in uses.outputs or not all(ins) or len(set(ins)) != len(ins):
+            continue
+        producers = [writer.get(v) for v in ins]
+        if any(p is None or groups[p].kind == "single" or groups[p].into
+               or uses.private(v) is not node for p, v in zip(producers, ins)):
+            continue
+        for p in producers:
+            groups[p] = replace(groups[p], into=node.name)
+        absorbed.add(i)
+    return [g for i, g in enumerate(groups) if i not in absorbed]
 
 
 def check_partition(graph: Graph, groups: list[FusionGroup]) -> None:
     """Raise PartitionError unless `groups` cover the graph once and run in order."""
     uses = _Uses(graph)
     seen: dict[str, int] = {}
+    writers: dict[str, list[str]] = defaultdict(list)   # absorbed Concat -> values written
     for g_no, group in enumerate(groups):
         for name in group.members:
             if name in seen:
@@ -240,10 +282,19 @@ def check_partition(graph: Graph, groups: list[FusionGroup]) -> None:
             if name not in uses.node:
                 raise PartitionError(f"group {g_no} names an unknown node {name!r}")
             seen[name] = g_no
-    missing = [n.name for n in graph.nodes if n.name not in seen]
+        if group.into:
+            writers[group.into].append(uses.node[group.output_node].outputs[0])
+    for name, values in writers.items():
+        concat = uses.node.get(name)
+        if concat is None or concat.op != "Concat" or name in seen or \
+                sorted(values) != sorted(concat.inputs):
+            raise PartitionError(f"concat {name!r} is not written by exactly its inputs' "
+                                 f"groups")
+    missing = [n.name for n in graph.nodes if n.name not in seen and n.name not in writers]
     if missing:
         raise PartitionError(f"nodes in no group: {missing[:5]}")
     available = set(graph.inputs) | set(graph.constants)
+    pending = {name: len(values) for name, values in writers.items()}
     for g_no, group in enumerate(groups):
         members = set(group.members)
         out_node = uses.node[group.output_node]
@@ -260,6 +311,10 @@ def check_partition(graph: Graph, groups: list[FusionGroup]) -> None:
                     raise PartitionError(f"group {g_no} ({group.anchor}) reads {value!r} "
                                          f"before any group produced it")
         available |= {o for o in out_node.outputs if o}
+        if group.into:
+            pending[group.into] -= 1
+            if pending[group.into] == 0:       # the Concat's output is complete
+                available |= {uses.node[group.into].outputs[0]}
     for value in graph.outputs:
         if value not in available:
             raise PartitionError(f"graph output {value!r} is not produced by a group output")

@@ -17,10 +17,13 @@ Reading `PASSES` tells the story:
   8. simplify_pow         Pow(x, c), c a constant in {1, 2, 3, 4, 0.5, -1} -> x, Mul(s),
                           Sqrt, Reciprocal (GELU's Pow(x, 3): libm powf keeps the fused
                           loop scalar); after folding, so computed exponents are constants.
-  9. eliminate_common_subexpressions
+  9. flatten_concats      Concat(a, Concat(b, c)) on one axis -> Concat(a, b, c) when the
+                          inner one has no other reader: every input a branch output
+                          its producer can write into (concat without copies).
+ 10. eliminate_common_subexpressions
                           after canonicalization, equal things look equal (shape
                           constants, duplicated branches).
- 10. eliminate_dead_code  sweep everything the passes above orphaned.
+ 11. eliminate_dead_code  sweep everything the passes above orphaned.
 
 Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[precision]`
 (run by `lower_precision`, after `optimize`, by `hidetc.api.compile_model`):
@@ -30,10 +33,11 @@ Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[prec
                        outputs, parameter inputs untouched. The graph verifier always
                        runs after it (the types are all rewritten).
        choose_layout   Conv with C/G % 8 == 0 -> NHWC (ConvNHWC on tensor cores, OHWI
-                       weights), transposes cancelled and sunk through elementwise ops
-                       so a ResNet block stays NHWC between convolutions (f16 implies
-                       the cuda target; f32 graphs stay NCHW: the CPU templates and the
-                       SIMT GEMM are NCHW).
+                       weights), depthwise Conv on a multiple of 8 channels too (the
+                       channel-vector kernel), transposes cancelled and sunk through
+                       elementwise ops, channel Concats and pools, so CNNs stay NHWC
+                       between convolutions (f16 implies the cuda target; f32 cuda
+                       graphs stay NCHW: the SIMT GEMM is NCHW).
 Then the target's passes `TARGET_PASSES[target]` (when `lower_precision` is given one):
   cpu:  widen_half_cpu  MatMul/Conv on float16/bfloat16 -> float32 between Casts (the
                         CPU templates are float32-only; numpy sums half products in f32).
@@ -62,6 +66,7 @@ from hidetc.graph.passes import (
     choose_layout,
     eliminate_common_subexpressions,
     eliminate_dead_code,
+    flatten_concats,
     fold_batchnorm,
     fold_constants,
     remove_identity,
@@ -82,6 +87,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("canonicalize_shapes", canonicalize_shapes.run),
     ("fold_constants", fold_constants.run),
     ("simplify_pow", simplify_pow.run),
+    ("flatten_concats", flatten_concats.run),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions.run),
     ("eliminate_dead_code", eliminate_dead_code.run),
 )
@@ -119,7 +125,7 @@ def lower_precision(graph: Graph, precision: str, *, dump_dir: str | None = None
     """Run `PRECISION_PASSES[precision]`, then `TARGET_PASSES[target]` (none without a
     target) on an optimized graph. The verifier runs after each of them (always: they
     retype the graph); dumps continue the numbering of `optimize`'s
-    (`dump_dir/11_to_float16.txt`). `layout="nchw"` leaves out `choose_layout` (the
+    (`dump_dir/12_to_float16.txt`). `layout="nchw"` leaves out `choose_layout` (the
     graph keeps the model's NCHW convolutions)."""
     dump = Path(dump_dir) if dump_dir is not None else None
     if dump is not None:

@@ -152,3 +152,27 @@ def illegal_fusions() -> onnx.ModelProto:
     consts = {"w": const((5, 1)), "b": const((7, 6)), "axes": np.array([1], np.int64),
               "w2": const((6, 3))}
     return model(nodes, {"x": [7, 5]}, ["y1", "y2"], consts)
+
+
+def inception_block(n: int = 1, c: int = 8, hw: int = 6) -> onnx.ModelProto:
+    """Four branches concatenated on the channels (1x1 conv; 1x1 then 1x3 and 3x1
+    convs concatenated inside the branch; avg-pool then 1x1 conv; max-pool), then a
+    1x1 conv. 8 channels per branch output (40 in all), so the cuda f16 layout pass
+    takes every conv. Every Concat input is a branch output read by nothing else."""
+    conv = lambda x, w, out, **a: ("Conv", [x, w], [out], a)  # noqa: E731
+    nodes = [
+        conv("x", "w0", "c0"), ("Relu", ["c0"], ["b0"], {}),
+        conv("x", "w1", "c1"), ("Relu", ["c1"], ["r1"], {}),
+        conv("r1", "w1a", "c1a", pads=[0, 1, 0, 1]), ("Relu", ["c1a"], ["b1a"], {}),
+        conv("r1", "w1b", "c1b", pads=[1, 0, 1, 0]), ("Relu", ["c1b"], ["b1b"], {}),
+        ("Concat", ["b1a", "b1b"], ["b1"], {"axis": 1}),
+        ("AveragePool", ["x"], ["p2"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+        conv("p2", "w2", "b2"),
+        ("MaxPool", ["x"], ["b3"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+        ("Concat", ["b0", "b1", "b2", "b3"], ["cat"], {"axis": 1}),
+        conv("cat", "w4", "c4"), ("Relu", ["c4"], ["y"], {}),
+    ]
+    consts = {"w0": const((8, c, 1, 1)), "w1": const((8, c, 1, 1)),
+              "w1a": const((8, 8, 1, 3)), "w1b": const((8, 8, 3, 1)),
+              "w2": const((8, c, 1, 1)), "w4": const((16, 32 + c, 1, 1))}
+    return model(nodes, {"x": [n, c, hw, hw]}, ["y"], consts)
