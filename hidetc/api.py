@@ -28,6 +28,7 @@ from hidetc.plan import ExecutionPlan, plan_graph
 from hidetc.runtime.artifact import FORMAT_VERSION, ArtifactWriter, check_output_dir, read_manifest
 from hidetc.runtime.select import gpu_available, make_executor
 from hidetc.runtime.weights import write_weights
+from hidetc.toolchain.cpu_isa import current as current_isa
 from hidetc.toolchain.nvcc import default_arch, parse_archs
 from hidetc.verify import compare, load_sample, run_onnxruntime, sample_inputs
 
@@ -155,6 +156,7 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
         "format_version": FORMAT_VERSION,
         "hidetc_version": __version__,
         "target": target,
+        **({"cpu_isa": current_isa().name} if target == "cpu" else {}),
         "precision": cfg.precision,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model": {"file": model_path.name, "sha256": _sha256(model_path)},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.metadata
 import json
 import os
 import sys
@@ -21,6 +22,8 @@ from hidetc.config import LAYOUTS, PRECISIONS
 from hidetc.errors import ConfigError, HidetcError, InputError
 from hidetc.inspect import describe, summary_json
 from hidetc.schedules.catalog import format_spaces, template_spaces
+from hidetc.toolchain.cpu_isa import current as current_isa
+from hidetc.tune.records import cpu_device
 from hidetc.verify import compare, load_sample, ort_session, run_onnxruntime, time_call
 
 
@@ -308,6 +311,8 @@ def bench_cmd(subjects, target, precision, repeat, tiny, peers, profile, no_memo
     if json_path:
         doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "machine": platform.processor() or platform.machine(),
+               "cpu": cpu_device().removeprefix("cpu:"), "cpu_isa": current_isa().name,
+               "onnxruntime": _version("onnxruntime"),
                "cores": os.cpu_count(), "hidetc": __version__, "repeat": repeat,
                "rows": rows}
         json_path.write_text(json.dumps(doc, indent=2) + "\n")
@@ -315,6 +320,13 @@ def bench_cmd(subjects, target, precision, repeat, tiny, peers, profile, no_memo
     if plot_path:
         plot(rows, plot_path)
         click.echo(f"wrote {plot_path}")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 @main.command("inspect")

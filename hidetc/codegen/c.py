@@ -29,12 +29,13 @@ vectorizing; the float32 sigmoid helper uses `hidetc_expf` too. Constants print 
 float32 as the shortest decimal that round-trips with an `f` suffix, float64 as
 Python's repr, non-finite values as INFINITY/NAN; int64/uint* with suffixes.
 
-x86 vector intrinsics (X86_INTRINSICS, for the CPU GEMM micro-kernel): the dtype
-"float32x8" is `__m256`; a Call named in X86_INTRINSICS prints as that AVX2/FMA
-intrinsic, its pointer operands (the table's positions) as `&buf[i]` of the Load
-written there; a module using any gets `#include <immintrin.h>` (gcc builds with
--mavx2 -mfma). They compute exactly what they say (`_mm256_fmadd_ps` is the fused
-multiply-add, `_mm256_add_ps` a rounded add), so `-ffp-contract=off` semantics hold.
+x86 vector intrinsics (X86_INTRINSICS, for the CPU GEMM micro-kernel): the dtypes
+"float32x8" / "float32x16" are `__m256` / `__m512`; a Call named in X86_INTRINSICS
+prints as that AVX2/FMA or AVX-512F intrinsic, its pointer operands (the table's
+positions) as `&buf[i]` of the Load written there; a module using any gets `#include
+<immintrin.h>` (gcc builds with the ISA's flags, `hidetc.toolchain.cpu_isa`). They
+compute exactly what they say (`_mm256_fmadd_ps` is the fused multiply-add,
+`_mm256_add_ps` a rounded add), so `-ffp-contract=off` semantics hold.
 
 Half types (`CPU_TYPES`, not in the `C_TYPES` shared with the CUDA printer): float16 is
 gcc's `_Float16` (arithmetic emulated in float; gcc keeps the excess precision within an
@@ -106,12 +107,14 @@ _FLOAT_EXTRA = {"abs": "fabs", "round": "rint", "sigmoid": "hidetc_sigmoid",
 _CLASSIFY = {"isnan": "isnan", "isinf": "isinf"}  # type-generic macros
 
 
-VECTOR_TYPES = {"float32x8": "__m256"}
-# AVX2/FMA intrinsic -> positions of its operands passed by address (a Load there)
+VECTOR_TYPES = {"float32x8": "__m256", "float32x16": "__m512"}
+# AVX2/FMA and AVX-512F intrinsic -> positions of its operands passed by address (a Load)
 X86_INTRINSICS: dict[str, tuple[int, ...]] = {
     "_mm256_loadu_ps": (0,), "_mm256_storeu_ps": (0,), "_mm256_broadcast_ss": (0,),
     "_mm256_fmadd_ps": (), "_mm256_add_ps": (), "_mm256_max_ps": (),
     "_mm256_setzero_ps": (), "_mm256_set1_ps": (), "_mm256_setr_ps": (),
+    "_mm512_loadu_ps": (0,), "_mm512_storeu_ps": (0,), "_mm512_fmadd_ps": (),
+    "_mm512_add_ps": (), "_mm512_setzero_ps": (), "_mm512_set1_ps": (), "_mm512_setr_ps": (),
 }
 
 

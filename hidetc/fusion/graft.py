@@ -14,8 +14,9 @@ rewrites that Function (before lowering):
   into element-wise loads and stores: the prologue is computed on the cheap path and
   written to the same shared/local destination (cp.async's zero fill becomes an explicit
   predicated store of zeros), so the pipeline's waits and barriers still order it.
-  AVX2 loads from memory (`_mm256_broadcast_ss`, `_mm256_loadu_ps`) become the same
-  vector built from the computed values (`_mm256_set1_ps`, `_mm256_setr_ps`).
+  AVX2 / AVX-512 loads from memory (`_mm256_broadcast_ss`, `_mm256_loadu_ps`,
+  `_mm512_loadu_ps`) become the same vector built from the computed values
+  (`_mm256_set1_ps`, `_mm256_setr_ps`, `_mm512_setr_ps`).
 - **epilogue**: every store to the anchor's output, `Store(O, i, v)`, becomes: declare v,
   evaluate the epilogue members in order at the element's index (elementwise members
   keep the index; Reshape and Transpose map it), reading their other inputs from new
@@ -45,6 +46,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from hidetc.codegen.c import X86_INTRINSICS
 from hidetc.compute.injective import COMPUTE, linearize, unravel
 from hidetc.fusion.partition import FusionGroup
 from hidetc.graph.ir import Graph, Node
@@ -71,7 +73,8 @@ from hidetc.tir.ir import (
 COPIES = {"hidetc_copy4": 4, "hidetc_copy8": 8, "hidetc_copy16": 16, "hidetc_ld_f4": 16}
 # vector loads from memory -> the same vector built from values (memory order)
 VALUE_FORMS = {"_mm256_broadcast_ss": ("_mm256_set1_ps", 1),
-               "_mm256_loadu_ps": ("_mm256_setr_ps", 8)}
+               "_mm256_loadu_ps": ("_mm256_setr_ps", 8),
+               "_mm512_loadu_ps": ("_mm512_setr_ps", 16)}
 ASYNC_COPIES = {"hidetc_cp_async4": 4, "hidetc_cp_async8": 8, "hidetc_cp_async16": 16}
 
 
@@ -213,7 +216,10 @@ class _Graft(Rewriter):
                                                                    width))))
                      for k in range(width)]
             return Call(func, tuple(lanes), e.dtype)
-        for arg in e.args:
+        by_value = e.func in X86_INTRINSICS    # only the table's positions are addresses
+        for i, arg in enumerate(e.args):
+            if by_value and i not in X86_INTRINSICS[e.func]:
+                continue
             if isinstance(arg, Load) and (arg.buffer in self.prologue or
                                           arg.buffer is self.out_buffer):
                 raise GraftError(f"{e.func} takes the address of a fused buffer")

@@ -12,6 +12,7 @@ from hidetc.errors import ArtifactError
 from hidetc.runtime.cuda.executor import CudaExecutor
 from hidetc.runtime.emulated import EmulatedCudaExecutor
 from hidetc.runtime.executor import CpuExecutor
+from hidetc.toolchain.cpu_isa import check_host
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,6 +48,11 @@ def make_executor(path: Path, manifest: dict, *, emulate: bool = False):
         if emulate:
             raise ArtifactError(f"{path}: --emulate applies to cuda artifacts; this one "
                                 f"targets cpu")
+        if "cpu_isa" in manifest:
+            try:
+                check_host(manifest["cpu_isa"])
+            except ArtifactError as error:
+                raise ArtifactError(f"{path}: {error}") from None
         return CpuExecutor(path, manifest)
     if target == "cuda":
         return EmulatedCudaExecutor(path, manifest) if emulate else CudaExecutor(path, manifest)

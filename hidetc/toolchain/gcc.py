@@ -1,9 +1,11 @@
 """gcc for the cpu target: C sources -> cached objects -> one shared library.
 
 DEFAULT_FLAGS, and why:
-- `-O3 -mavx2 -mfma`: a fixed x86-64-v3 (AVX2/FMA) baseline rather than -march=native,
-  so an artifact built on one machine runs on any AVX2 machine and the cache key does
-  not depend on the build host's CPU;
+- `-O3 -mavx2 -mfma` (+ `-mavx512f` when the kernels are built for AVX-512,
+  `hidetc.toolchain.cpu_isa`: on hosts that have it, or `HIDETC_CPU_ISA=avx512`): a
+  fixed ISA baseline rather than -march=native, so an artifact built on one machine
+  runs on any machine with that ISA and the cache key does not depend on the build
+  host's exact CPU;
 - `-ffp-contract=off`: no implicit a*b+c -> fma contraction, so float results are the
   same as the IR interpreter's and numpy's step-by-step rounding (kernels that want
   FMA call it explicitly), and do not change with the optimizer's mood;
@@ -32,9 +34,10 @@ from typing import Mapping, Optional, Sequence, Union
 
 from hidetc.errors import ToolchainError
 from hidetc.toolchain.cache import BuildCache, atomic_write, cache_key, temp_path_beside
+from hidetc.toolchain.cpu_isa import current as current_isa
 
-DEFAULT_FLAGS: tuple[str, ...] = ("-std=c99", "-O3", "-mavx2", "-mfma", "-fopenmp", "-fPIC",
-                                  "-ffp-contract=off", "-fno-math-errno")
+DEFAULT_FLAGS: tuple[str, ...] = ("-std=c99", "-O3", *current_isa().gcc_flags, "-fopenmp",
+                                  "-fPIC", "-ffp-contract=off", "-fno-math-errno")
 LINK_FLAGS: tuple[str, ...] = ("-shared", "-fopenmp", "-fPIC")
 LINK_LIBS: tuple[str, ...] = ("-lm",)
 

@@ -100,9 +100,12 @@ def cpu_device() -> str:
 
 @functools.lru_cache(maxsize=None)
 def cpu_arch() -> str:
-    """The instruction set the cpu target compiles for (gcc's fixed -mavx2 -mfma)."""
+    """The instruction set the cpu target compiles for (`cpu_isa.current()`: x86-64-avx2 or
+    x86-64-avx512): configs measured with one ISA's kernels are not the other's."""
+    from hidetc.toolchain.cpu_isa import current
     machine = platform.machine().lower()
-    return "x86-64-avx2" if machine in ("x86_64", "amd64") else machine or "unknown"
+    return f"x86-64-{current().name}" if machine in ("x86_64", "amd64") else \
+        machine or "unknown"
 
 
 @functools.lru_cache(maxsize=None)

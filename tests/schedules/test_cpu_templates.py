@@ -19,7 +19,7 @@ import pytest
 from hidetc.codegen.c import print_c_module
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
-from hidetc.schedules.cpu import TEMPLATES, build_kernel
+from hidetc.schedules.cpu import TEMPLATES, avx2, build_kernel
 from hidetc.schedules.cpu import conv as cpu_conv
 from hidetc.schedules.cpu import matmul as cpu_matmul
 from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig
@@ -337,9 +337,10 @@ def fma_loops(asm: str) -> list[list[str]]:
     conv_task((1, 512, 7, 7), (512, 512, 3, 3), True, pads=[1, 1, 1, 1]),
     conv_task((1, 256, 56, 56), (64, 256, 1, 1), True)], ids=lambda t: t.signature())
 def test_default_micro_kernel_keeps_its_accumulators_in_registers(tmp_path, task):
-    """gcc must turn the default micro-kernel into MR*NR/8 packed FMAs per k with no
-    stack traffic in the loop (a spilled or scalar-replaced accumulator halves the
-    speed; see the microkernel module docstring)."""
+    """gcc must turn the default micro-kernel into MR * NR/L packed FMAs per k (L the
+    ISA's lanes, `avx2.widths`) with no stack traffic in the loop (a spilled or
+    scalar-replaced accumulator halves the speed; see the microkernel module
+    docstring)."""
     cfg = TEMPLATES[task.op].default(task, TARGET)
     src = tmp_path / "k.c"
     src.write_text(print_c_module([lower(TEMPLATES[task.op].build(task, cfg, "k"))]))
@@ -349,5 +350,6 @@ def test_default_micro_kernel_keeps_its_accumulators_in_registers(tmp_path, task
     inner = [body for body in loops if sum("vfmadd" in b for b in body) >= 2]
     assert inner, "no vectorized FMA loop"
     hot = max(inner, key=lambda body: sum("vfmadd" in b for b in body))
-    assert sum("vfmadd" in b and "ps\t" in b for b in hot) == cfg.mr * cfg.nr // 8, hot
+    vectors = cfg.mr * len(avx2.widths(cfg.nr))
+    assert sum("vfmadd" in b and "ps\t" in b for b in hot) == vectors, hot
     assert not [b for b in hot if re.search(r"\(%r[sb]p\)|vfmadd\d+ss", b)], hot

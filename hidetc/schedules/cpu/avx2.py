@@ -1,21 +1,22 @@
-"""The f32 GEMM micro-kernel in AVX2/FMA intrinsics (see `microkernel.py` for the
-blocked GEMM around it).
+"""The f32 GEMM micro-kernel in vector intrinsics, AVX2/FMA or AVX-512F (`cpu_isa.current()`:
+8 or 16 f32 lanes, L below; see `microkernel.py` for the blocked GEMM around it).
 
-    acc[r][v] = 0                        (MR x NR/8 `float32x8` variables: ymm registers)
+    acc[r][v] = 0                        (MR x NR/L vector variables: ymm/zmm registers)
     for k < kcur:
-        b[v] = loadu(&B(k, v*8))          (NR/8 vector loads of the B panel row)
-        for r < MR: a = broadcast(&A(r, k)); acc[r][v] = fmadd(a, b[v], acc[r][v])
-    tile: cbuf[r0 + r][c0 + 8v : +8] = acc[r][v] on the first K block, else
+        b[v] = loadu(&B(k, v*L))          (NR/L vector loads of the B panel row)
+        for r < MR: a = broadcast(A(r, k)); acc[r][v] = fmadd(a, b[v], acc[r][v])
+    tile: cbuf[r0 + r][c0 + Lv : +L] = acc[r][v] on the first K block, else
           cbuf[...] = cbuf[...] + acc[r][v]   (a rounded add, as the scalar form)
 
 Every accumulator is its own IR variable (the loops over r and v are unrolled here, in
-Python), so gcc allocates registers exactly: MR * NR/8 accumulators + NR/8 B vectors + 1
-broadcast (6 x 16: 15 of the 16 ymm registers) and never spills or scalarizes them --
-which its auto-vectorizer did for some shapes of the plain C form. The arithmetic is
+Python), so gcc allocates registers exactly: MR * NR/L accumulators + NR/L B vectors + 1
+broadcast (AVX2 6 x 16: 15 of the 16 ymm registers; AVX-512 14 x 32: 31 of 32 zmm) and
+never spills or scalarizes them -- which its auto-vectorizer did for some shapes of the
+plain C form. The arithmetic is
 the scalar form's (fma from zero over the K block, then one add into cbuf), so results
 match it bit for bit and `-ffp-contract=off` semantics hold (fma only where written).
 
-Assumes: `bv(k, j)` is a Load whose 8 elements j .. j+7 are contiguous (a packed row or
+Assumes: `bv(k, j)` is a Load whose L elements j .. j+L-1 are contiguous (a packed row or
 a row-major B row); `av(r, k)` a Load (broadcast from memory) or any f32 expression
 (set1). The callers guarantee both in bounds for every r < MR, j < NR.
 """
@@ -25,32 +26,75 @@ from typing import Callable
 
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Call, Expr, ExprLike, Load, Var, eq
+from hidetc.toolchain.cpu_isa import current
 
-VEC = "float32x8"
-LANES = 8
+ISA = current()
+LANES = ISA.lanes
+VEC = ISA.vec
+NARROW = 8          # a panel's last 8 columns when NR is not a multiple of LANES
+_VECS = {8: "float32x8", 16: "float32x16"}
+
+
+def op(name: str, lanes: int) -> str:
+    """The intrinsic `name` for a vector of `lanes` floats: `_mm256_fmadd_ps`, ..."""
+    return f"_mm{32 * lanes}_{name}_ps"
+
+
+def widths(nr: int) -> list[int]:
+    """The vector widths covering an NR-column panel: LANES-wide vectors, and an 8-wide
+    one for the rest (AVX-512 with NR % 16 == 8: every config is a multiple of 8, so
+    AVX2's tiles build on AVX-512 too)."""
+    return [LANES] * (nr // LANES) + [NARROW] * (nr % LANES // NARROW)
+
+
+def offsets(nr: int) -> list[int]:
+    """Column offset of each of `widths(nr)`'s vectors."""
+    out, at = [], 0
+    for w in widths(nr):
+        out.append(at)
+        at += w
+    return out
 
 
 def vcall(func: str, *args: Expr, dtype: str = VEC) -> Call:
     return Call(func, tuple(args), dtype)
 
 
-def _broadcast(x: Expr) -> Call:
-    if isinstance(x, Load):
-        return vcall("_mm256_broadcast_ss", x)
-    return vcall("_mm256_set1_ps", x)
+def _broadcast(x: Expr, lanes: int) -> Call:
+    if isinstance(x, Load) and lanes == 8:
+        return vcall("_mm256_broadcast_ss", x, dtype=_VECS[8])   # from memory (address)
+    return vcall(op("set1", lanes), x, dtype=_VECS[lanes])       # vbroadcastss the value
 
 
-def _vector_load(x: Expr) -> Call:
+def _vector_load(x: Expr, lanes: int) -> Call:
     if not isinstance(x, Load):
-        raise TypeError(f"the AVX2 micro-kernel loads B rows from memory, got {x}")
-    return vcall("_mm256_loadu_ps", x)
+        raise TypeError(f"the {ISA.name} micro-kernel loads B rows from memory, got {x}")
+    return vcall(op("loadu", lanes), x, dtype=_VECS[lanes])
+
+
+def lanes_of(x: Var) -> int:
+    return 16 if x.dtype == _VECS[16] else 8
+
+
+def store(kb: KernelBuilder, at: Load, value: Var) -> None:
+    """storeu(&at, value): one vector (of value's width)."""
+    kb.evaluate(vcall(op("storeu", lanes_of(value)), at, value, dtype="void"))
+
+
+def add(a: Expr, b: Var) -> Call:
+    lanes = lanes_of(b)
+    return vcall(op("add", lanes), a, b, dtype=_VECS[lanes])
+
+
+def load(at: Load, lanes: int) -> Call:
+    return _vector_load(at, lanes)
 
 
 def micro_kernel(kb: KernelBuilder, mr: int, nr: int, kcur: ExprLike,
                  av: Callable[[Expr, Expr], Expr],
                  bv: Callable[[Expr, Expr], Expr]) -> list[list[Var]]:
     """The MR x NR accumulators after the K loop (see the module docstring). A tile of
-    fewer than MIN_CHAINS accumulators (the MR x 8 kernel of a ragged last panel) keeps
+    fewer than MIN_CHAINS accumulators (the MR x L kernel of a ragged last panel) keeps
     two sets, for even and odd k, added at the end: one set would leave the FMA units
     waiting on its own latency (4 cycles, 2 units: 8 chains in flight)."""
     sets = accumulator_sets(kb, mr, nr)
@@ -62,10 +106,10 @@ MIN_CHAINS = 8   # independent FMA chains that keep both units of Zen 3 / Skylak
 
 
 def accumulator_sets(kb: KernelBuilder, mr: int, nr: int) -> list[list[list[Var]]]:
-    """One set of MR x NR/8 accumulators, or two (even and odd k) when one set has
-    fewer than MIN_CHAINS independent chains."""
-    nv = nr // LANES
-    return [_zeros(kb, mr, nv) for _ in range(1 if mr * nv >= MIN_CHAINS else 2)]
+    """One set of MR x len(widths(NR)) accumulators, or two (even and odd k) when one
+    set has fewer than MIN_CHAINS independent chains."""
+    nv = len(widths(nr))
+    return [_zeros(kb, mr, nr) for _ in range(1 if mr * nv >= MIN_CHAINS else 2)]
 
 
 def k_loop(kb: KernelBuilder, sets: list, kcur: ExprLike, av: Callable, bv: Callable) -> None:
@@ -86,7 +130,7 @@ def merged(kb: KernelBuilder, sets: list) -> list[list[Var]]:
     for other in sets[1:]:
         for r, row in enumerate(acc):
             for v in range(len(row)):
-                kb.assign(row[v], vcall("_mm256_add_ps", row[v], other[r][v]))
+                kb.assign(row[v], add(row[v], other[r][v]))
     return acc
 
 
@@ -94,7 +138,7 @@ def micro_kernel_taps(kb: KernelBuilder, mr: int, nr: int, channels: ExprLike, t
                       av: Callable[[int, Expr, int], Expr],
                       bv: Callable[[Expr, int, int], Expr]) -> list[list[Var]]:
     """`micro_kernel` over a K block of `channels` x `taps` with the taps unrolled:
-    acc[r][v] += av(r, ci, t) * bv(ci, t, 8v : 8v + 8) for ci < channels, t < taps
+    acc[r][v] += av(r, ci, t) * bv(ci, t, Lv : Lv + L) for ci < channels, t < taps
     (the direct convolution's loop: per channel, one statically known input offset per
     tap, so no index division in the loop). Under MIN_CHAINS accumulators the even and
     odd taps go to two sets, added at the end."""
@@ -109,33 +153,37 @@ def micro_kernel_taps(kb: KernelBuilder, mr: int, nr: int, channels: ExprLike, t
     return merged(kb, sets)
 
 
-def _zeros(kb: KernelBuilder, mr: int, nv: int) -> list[list[Var]]:
-    zero = vcall("_mm256_setzero_ps")
-    return [[kb.declare("acc", VEC, zero) for _ in range(nv)] for _ in range(mr)]
+def _zeros(kb: KernelBuilder, mr: int, nr: int) -> list[list[Var]]:
+    return [[kb.declare("acc", _VECS[w], vcall(op("setzero", w), dtype=_VECS[w]))
+             for w in widths(nr)] for _ in range(mr)]
 
 
 def _k_step(kb: KernelBuilder, acc: list[list[Var]], k: Expr,
             av: Callable[[Expr, Expr], Expr], bv: Callable[[Expr, Expr], Expr]) -> None:
-    """acc[r][v] += A(r, k) * B(k, 8v : 8v + 8) for the whole tile."""
-    b = [kb.declare("b", VEC, _vector_load(bv(k, v * LANES))) for v in range(len(acc[0]))]
+    """acc[r][v] += A(r, k) * B(k, Lv : Lv + L) for the whole tile."""
+    lanes = [lanes_of(x) for x in acc[0]]
+    at, b = 0, []
+    for w in lanes:
+        b.append(kb.declare("b", _VECS[w], _vector_load(bv(k, at), w)))
+        at += w
     for r, row in enumerate(acc):
-        a = kb.declare("a", VEC, _broadcast(av(r, k)))
+        a = {w: kb.declare("a", _VECS[w], _broadcast(av(r, k), w)) for w in sorted(set(lanes))}
         for v in range(len(row)):
-            kb.assign(row[v], vcall("_mm256_fmadd_ps", a, b[v], row[v]))
+            kb.assign(row[v], vcall(op("fmadd", lanes[v]), a[lanes[v]], b[v], row[v],
+                                    dtype=_VECS[lanes[v]]))
 
 
 def accumulate_tile(kb: KernelBuilder, acc: list[list[Var]], tile: tuple, kblk: Expr,
                     cbuf: Buffer) -> None:
-    """cbuf[r0 + r][c0 + 8v : +8] = acc[r][v] on the first K block, += on the others."""
+    """cbuf[r0 + r][c0 + Lv : +L] = acc[r][v] on the first K block, += on the others."""
     r0, c0 = tile
+    cols = [sum(lanes_of(x) for x in acc[0][:v]) for v in range(len(acc[0]))]
     with kb.if_then(eq(kblk, 0)):
         for r, row in enumerate(acc):
             for v, x in enumerate(row):
-                kb.evaluate(vcall("_mm256_storeu_ps", cbuf[r0 + r, c0 + v * LANES], x,
-                                  dtype="void"))
+                store(kb, cbuf[r0 + r, c0 + cols[v]], x)
     with kb.otherwise():
         for r, row in enumerate(acc):
             for v, x in enumerate(row):
-                at = cbuf[r0 + r, c0 + v * LANES]
-                total = vcall("_mm256_add_ps", vcall("_mm256_loadu_ps", at), x)
-                kb.evaluate(vcall("_mm256_storeu_ps", at, total, dtype="void"))
+                at = cbuf[r0 + r, c0 + cols[v]]
+                store(kb, at, add(load(at, lanes_of(x)), x))

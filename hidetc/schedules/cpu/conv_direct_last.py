@@ -19,7 +19,6 @@ from __future__ import annotations
 from hidetc.schedules.cpu import avx2
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.direct_task import DirectTask
-from hidetc.schedules.cpu.microkernel import LANES
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, logical_and, minimum
 from hidetc.tir.mapping import spatial
@@ -83,7 +82,8 @@ def registers(kb: KernelBuilder, task: DirectTask, dt: str, out: Buffer,
 
 def _micro_tile(kb: KernelBuilder, task: DirectTask, r0: Expr, jp: Expr, tile: Buffer) -> None:
     """tile[r][j] = the sum over every tap and channel for position p0 + r0 + r and
-    the panel's channel j (a narrow panel of at most 8 channels fills columns 0..7)."""
+    the panel's channel j (a narrow panel of at most LANES channels fills columns
+    0..LANES-1)."""
     bl, geo = task.bl, task.geo
     offs = task.row_offsets(kb, r0)
     panel = task.o0 // bl.nr + jp
@@ -96,8 +96,8 @@ def _micro_tile(kb: KernelBuilder, task: DirectTask, r0: Expr, jp: Expr, tile: B
                         lambda r, ci, toff=toff: task.load(offs[r] + toff, task.channel(ci)),
                         lambda ci, j, t=t: task.wt[task.g, panel, t * geo.icg + ci, j])
         for r, row in enumerate(avx2.merged(kb, sets)):
-            for v, x in enumerate(row):
-                kb.evaluate(avx2.vcall("_mm256_storeu_ps", tile[r, v * LANES], x, dtype="void"))
+            for col, x in zip(avx2.offsets(nr), row):
+                avx2.store(kb, tile[r, col], x)
     task.by_panel_width(kb, jp, run)
 
 

@@ -75,8 +75,8 @@ class DirectTask:
         return offs
 
     def by_panel_width(self, kb: KernelBuilder, jp: Expr, run: Callable[[int], None]) -> None:
-        """run(NR) for panel jp, or run(8) when the panel is a ragged last one of at
-        most 8 channels (only emitted when the columns allow one)."""
+        """run(NR) for panel jp, or run(LANES) when the panel is a ragged last one of
+        at most LANES channels (only emitted when the columns allow one)."""
         if not may_have_narrow_tail(self.cols, self.bl.nr):
             run(self.bl.nr)
             return

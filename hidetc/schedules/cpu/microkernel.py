@@ -12,10 +12,10 @@ cols <= NC). The schedule of a task, in words (BLIS's loop order):
                  lines, so one NR-wide panel (KC lines) spreads over all L1 sets.
         for each MC-row block of the task (A's L2 block; B's block is packed once):
             for jp over the NR-wide column panels, ip over the MR-high row panels:
-                micro-kernel: acc[MR][NR] = 0 (MR * NR/8 ymm registers); for k < kcur:
+                micro-kernel: acc[MR][NR] = 0 (MR * NR/L vector registers); for k < kcur:
                     acc[r][j] = fma(A(r, k), bpack[k][jp*NR + j], acc[r][j])
                     cbuf tile = acc on the first K block, cbuf tile += acc after
-                (a ragged last panel with at most 8 columns left runs an MR x 8 kernel)
+                (a ragged last panel with at most L columns left runs an MR x L kernel)
     store:  for r < rows, j < cols: the caller's `store(r, j, cbuf[r][j])`
 
 A is read through `a_panel`: with pack_a, `packed_a` has copied every A matrix once per
@@ -28,8 +28,9 @@ past N are zero in bpack, the last K block is `min(KC, K - k0)` deep: any M, N, 
 works and nothing is read or written out of bounds. Every output element is stored
 exactly once, after its whole K sum (so epilogues can be grafted on the store).
 
-The f32 micro-kernel is written in AVX2/FMA intrinsics (`avx2.py`: one IR variable per
-ymm accumulator, printed as `__m256`), so gcc allocates its registers exactly; other
+The f32 micro-kernel is written in AVX2/FMA or AVX-512 intrinsics (`avx2.py`, the ISA of
+`cpu_isa.current()`, L = 8 or 16 lanes: one IR variable per accumulator register, printed
+as `__m256` / `__m512`), so gcc allocates its registers exactly; other
 float dtypes use the scalar form below (r and v unrolled around a plain 8-lane loop,
 acc starting at zero and leaving through a cbuf store -- the one shape gcc 12's
 vectorizer keeps in registers, and even then not for every shape: some made it
@@ -51,11 +52,15 @@ from hidetc.schedules.cpu import avx2
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, eq, minimum
 from hidetc.tir.mapping import spatial
+from hidetc.toolchain.cpu_isa import AVX512, current
 
-LANES = 8  # f32 lanes of a ymm register
+ISA = current()
+LANES = ISA.lanes  # f32 lanes of a vector register (ymm 8, zmm 16)
 LINE = 16  # f32 per 64-byte cache line
 CBUF_BYTES = 256 * 1024  # most task accumulator rows kept per task (half an L2)
-MICRO_SHAPES = ((4, 16), (5, 16), (4, 24), (3, 32), (8, 8), (6, 16))
+MICRO_SHAPES = ISA.micro_shapes   # AVX2: 4x16, 5x16, 4x24, 3x32, 8x8, 6x16
+FMA_PER_CYCLE = 2 * LANES         # two FMA units
+PLAIN_LANES = 8   # the scalar form's inner loop (other dtypes): gcc vectorizes it
 MC_CHOICES = (32, 64, 128)
 NC_CHOICES = (96, 192, 384)
 KC_CHOICES = (128, 256, 512)
@@ -101,10 +106,15 @@ def gemm_space() -> list[GemmConfig]:
 # that won on some ResNet-50 / Inception / BERT shape in a sweep of the whole packed space with
 # weights packed at compile time (2-core Zen 3; the worst configs were 2x slower, and
 # no one config won everywhere: 4x16 on 56x56 maps, 6x16 on 7x7, 3x32 for 1x1 convs).
+# AVX-512 (not swept yet): the register-filling tiles at the same cache blocks.
 SHORT_LIST = (GemmConfig(6, 16, 64, 192, 256), GemmConfig(4, 24, 128, 96, 128),
               GemmConfig(6, 16, 128, 96, 128), GemmConfig(4, 16, 64, 192, 256),
               GemmConfig(3, 32, 128, 384, 128), GemmConfig(6, 16, 128, 192, 256),
-              GemmConfig(4, 24, 64, 192, 256))
+              GemmConfig(4, 24, 64, 192, 256)) if ISA is not AVX512 else (
+              GemmConfig(12, 32, 64, 192, 256), GemmConfig(8, 48, 128, 96, 128),
+              GemmConfig(14, 32, 128, 96, 128), GemmConfig(8, 32, 64, 192, 256),
+              GemmConfig(4, 64, 128, 384, 128), GemmConfig(12, 32, 128, 192, 256),
+              GemmConfig(6, 48, 64, 192, 256))
 
 
 def default_gemm(m: int, n: int) -> GemmConfig:
@@ -116,7 +126,12 @@ def default_gemm(m: int, n: int) -> GemmConfig:
     N = 49) it is read in place, since packing it would cost about as much as the FMAs
     it feeds. For M <= 4 (GEMV-like): 3 x 32 (MR clamped to M by `blocking`) with B
     read in place (packing would copy all of B to use each element once; the wider
-    panel reads two cache lines per B row instead of one)."""
+    panel reads two cache lines per B row instead of one). AVX-512: 8 x 32 (16
+    accumulators), 3 x 64 for M <= 4."""
+    if ISA is AVX512:
+        if m <= 4:
+            return GemmConfig(3, 64, 64, 384, 256, pack_b=False)
+        return GemmConfig(8, 32, 64, 384, 256, pack_a=n >= 256)
     if m <= 4:
         return GemmConfig(3, 32, 64, 384, 256, pack_b=False)
     return GemmConfig(5, 16, 64, 384, 256, pack_a=n >= 256)
@@ -215,7 +230,7 @@ class _Shape:
     def busiest_core(self, mt: int, nc: int) -> float:
         rows, cols = min(mt, max(self.m, 1)), min(nc, max(self.n, 1))
         tasks = self.batch * -(-self.m // mt) * -(-self.n // nc)
-        fma = _round_up(rows, self.mr) * padded_cols(cols, self.nr) * self.k / 16
+        fma = _round_up(rows, self.mr) * padded_cols(cols, self.nr) * self.k / FMA_PER_CYCLE
         pack = cols * self.k * (1.0 if self.gather else 0.25)
         pack += rows * self.k * 0.25
         return -(-tasks // self.cores) * (fma + pack + 2000)
@@ -316,7 +331,8 @@ def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
            av: Callable[[Expr, Expr], Expr], at: tuple) -> None:
     """One micro-kernel call into cbuf at (row r0, column panel jp); with B read in
     place, full panels take it from B and the ragged last one from bpack. A packed
-    panel with at most 8 columns left (the ragged last one) runs an MR x 8 kernel."""
+    panel with at most LANES columns left (the ragged last one) runs an MR x LANES
+    kernel."""
     r0, jp = at
     c0 = jp * bl.nr
 
@@ -351,14 +367,14 @@ def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
 
 
 def may_have_narrow_tail(cols: ExprLike, nr: int) -> bool:
-    """Whether the last column panel may have 1-8 columns (with NR > 8)."""
+    """Whether the last column panel may have 1-LANES columns (with NR > LANES)."""
     if nr <= LANES:
         return False
     return not isinstance(cols, int) or 0 < cols % nr <= LANES
 
 
 def padded_cols(cols: int, nr: int) -> int:
-    """Columns the micro-kernels compute for `cols` outputs (NR panels, 8-wide tail)."""
+    """Columns the micro-kernels compute for `cols` outputs (NR panels, LANES-wide tail)."""
     full = cols // nr * nr
     rest = cols - full
     return full + (_round_up(rest, LANES) if 0 < rest <= LANES else _round_up(rest, nr))
@@ -376,12 +392,12 @@ def _zero_tail(kb: KernelBuilder, bl: Blocking, bpack: Buffer, cols: ExprLike) -
 
 def register_tile(kb: KernelBuilder, mr: int, nr: int,
                   body: Callable[[Expr, Expr], None]) -> None:
-    """`body(r, j)` over an MR x NR register tile: r and the NR/8 vectors unrolled
-    around a plain 8-lane loop (the loop shape gcc vectorizes into ymm registers)."""
+    """`body(r, j)` over an MR x NR register tile: r and the NR/PLAIN_LANES vectors unrolled
+    around a plain PLAIN_LANES-lane loop (the loop shape gcc vectorizes into registers)."""
     with kb.for_range(mr, kind="unroll", name="r") as r, \
-            kb.for_range(nr // LANES, kind="unroll", name="v") as v, \
-            kb.for_range(LANES, name="l") as lane:
-        body(r, v * LANES + lane)
+            kb.for_range(nr // PLAIN_LANES, kind="unroll", name="v") as v, \
+            kb.for_range(PLAIN_LANES, name="l") as lane:
+        body(r, v * PLAIN_LANES + lane)
 
 
 def _micro_kernel(kb: KernelBuilder, mr: int, nr: int, dt: str, kcur: ExprLike,
@@ -395,9 +411,9 @@ def _micro_kernel(kb: KernelBuilder, mr: int, nr: int, dt: str, kcur: ExprLike,
     with kb.for_range(kcur, name="k") as k:
         with kb.for_range(mr, kind="unroll", name="r") as r:
             a = kb.declare("av", dt, av(r, k))
-            with kb.for_range(nr // LANES, kind="unroll", name="v") as v, \
-                    kb.for_range(LANES, name="l") as lane:
-                j = v * LANES + lane
+            with kb.for_range(nr // PLAIN_LANES, kind="unroll", name="v") as v, \
+                    kb.for_range(PLAIN_LANES, name="l") as lane:
+                j = v * PLAIN_LANES + lane
                 kb.store(acc, (r, j), call("fma", a, bv(k, j), acc[r, j]))
     return acc
 

@@ -197,10 +197,12 @@ def _row_max(kb: KernelBuilder, n: int, row: Buffer) -> Var:
     NaN reach the result some other way, as softmax's exp and sum do)."""
     if row.dtype != "float32" or n < 2 * LANES:
         return lane_reduce(kb, n, row.dtype, -INF, maximum, lambda k: row[k], "top")
-    vmax = kb.declare("vmax", avx2.VEC, avx2.vcall("_mm256_set1_ps", Const(-INF, "float32")))
+    vmax = kb.declare("vmax", YMM, avx2.vcall("_mm256_set1_ps", Const(-INF, "float32"),
+                                              dtype=YMM))
     with kb.for_range(n // LANES, name="kk") as kk:
         kb.assign(vmax, avx2.vcall("_mm256_max_ps", vmax,
-                                   avx2.vcall("_mm256_loadu_ps", row[kk * LANES])))
+                                   avx2.vcall("_mm256_loadu_ps", row[kk * LANES], dtype=YMM),
+                                   dtype=YMM))
     lanes = kb.alloc("top_lanes", "float32", (LANES,))
     kb.evaluate(avx2.vcall("_mm256_storeu_ps", lanes[0], vmax, dtype="void"))
     top = kb.declare("top", "float32", lanes[0])
@@ -211,7 +213,8 @@ def _row_max(kb: KernelBuilder, n: int, row: Buffer) -> Var:
     return top
 
 
-LANES = avx2.LANES   # partial results of a row reduction (one ymm of f32)
+LANES = 8            # partial results of a row reduction (one ymm of f32, AVX2 on
+YMM = "float32x8"    # every ISA: the same lanes, so the same sums, on AVX-512 hosts)
 
 
 def lane_reduce(kb: KernelBuilder, n: int, dtype: str, init: float, combine,
