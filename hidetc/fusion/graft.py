@@ -191,6 +191,13 @@ class _Graft(Rewriter):
         node = self.producer.get(value)
         if node is None or node.name not in self.prologue_nodes:
             return Load(self._input(value), tuple(as_expr(i) for i in idx))
+        source = node.inputs[0] if node.op == "Reshape" else None
+        if source is not None and (self.producer.get(source) is None or
+                                   self.producer[source].name not in self.prologue_nodes):
+            # a Reshape of a materialized value is a view of its memory: read it
+            # through a buffer of the reshaped shape (no div/mod per element)
+            return Load(self._input(source, _shape(self.graph, value)),
+                        tuple(as_expr(i) for i in idx))
         task = self.tasks[node.name]
         load: Callable = lambda i, index: widen(  # noqa: E731
             self.value_at(node.inputs[i], list(index)))
@@ -228,22 +235,27 @@ class _Graft(Rewriter):
     # epilogues ------------------------------------------------------------------------
     def epilogue_store(self, idx: Sequence[Expr], value: Expr) -> Stmt:
         """Declare the stored value, run the epilogue members on it, store the result.
-        Values shaped like the anchor's output are read and written through the
-        kernel's own view index while no index map intervened (`view`), so a view that
-        merges dims (a conv's [N, C, OH*OW]) costs no div/mod per element."""
+        Values whose elements lie in the anchor output's memory order are read and
+        written through the kernel's own view index (`view`) while only Reshapes
+        intervened (a Reshape relabels the same row-major memory), so a view that merges
+        dims (a conv's [N, C, OH*OW]) or a Reshape between the anchor and a residual Add
+        costs no div/mod per element; a Transpose ends that."""
         out_value = self.value_of[self.out_buffer]
         out_shape = _shape(self.graph, out_value)
         view_shape = tuple(self.out_buffer.shape)
         stmts: list[Stmt] = []
         first = Var(self._fresh("v"), value.dtype)
         stmts.append(Declare(first, value))
-        view: list[Expr] | None = list(idx) if view_shape != out_shape else None
+        view: list[Expr] | None = list(idx)
+        current = out_shape                 # logical shape of the running value
         env: dict[str, tuple[Expr, list[Expr]]] = {
             out_value: (first, to_logical(idx, view_shape, out_shape))}
 
         def read(value_name: str, index) -> Expr:
-            if view is not None and _shape(self.graph, value_name) == out_shape:
-                return Load(self._input(value_name, view_shape), tuple(view))
+            shape = _shape(self.graph, value_name)
+            if view is not None and shape == current:
+                return Load(self._input(value_name, None if shape == view_shape
+                                        else view_shape), tuple(view))
             return Load(self._input(value_name), tuple(as_expr(j) for j in index))
 
         for name in self.epilogue:
@@ -252,7 +264,9 @@ class _Graft(Rewriter):
             expr, at = env[fused]
             if node.op in ("Reshape", "Transpose"):
                 env[node.outputs[0]] = (expr, forward_index(node, self.graph, at))
-                view = None
+                current = _shape(self.graph, node.outputs[0])
+                if node.op == "Transpose":
+                    view = None
                 continue
             load = lambda i, index, node=node: widen(  # noqa: E731
                 env[node.inputs[i]][0] if node.inputs[i] in env else read(node.inputs[i], index))
@@ -263,10 +277,10 @@ class _Graft(Rewriter):
             env[node.outputs[0]] = (var, at)
         expr, at = env[self.result]
         target, shape = at, _shape(self.graph, self.final_value)
-        if view is not None and _shape(self.graph, self.result) == out_shape:
+        if view is not None:
             target, shape = view, view_shape
         if self.slice is not None:
-            target, shape = self.into_slice(at, view if target is view else None, view_shape)
+            target, shape = self.into_slice(at, view, view_shape)
         if shape != self.final.shape:
             self.final = Buffer(self.final.name, self.final.dtype, shape)
         stmts.append(Store(self.final, tuple(as_expr(i) for i in target),

@@ -1,0 +1,64 @@
+"""Reshapes in a fusion group are views of the same row-major memory: grafted into a
+MatMul's loads (a prologue Reshape of a materialized value) and stores (epilogue, with
+a residual Add after them) they read and write through buffers of the kernel's own
+[rows, cols] view, with no index division per element; a Transpose still maps the
+index. (A Reshape of a value computed by another prologue still goes through the
+logical index.) Checked on the grafted
+kernel's parameters and the group's numerics (the compile verifies against ONNX
+Runtime)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from helpers.fusion_graphs import const, model
+
+import hidetc
+from hidetc.frontend.onnx.importer import import_model
+from hidetc.graph.pipeline import lower_precision, optimize
+from hidetc.plan import plan_graph
+
+
+def _proto(transpose: bool) -> onnx.ModelProto:
+    nodes = [
+        ("Reshape", ["x", "rows"], ["a"], {}),                 # [1, 4, 6, 8] -> [24, 8]
+        ("MatMul", ["a", "w"], ["m"], {}),
+        ("Reshape", ["m", "back"], ["m4"], {}),                # -> [1, 4, 6, 8]
+        ("Add", ["m4", "x"], ["s"], {}),
+        ("Relu", ["s"], ["y"], {}),
+    ]
+    if transpose:      # [24, 8] -> [8, 24] -> [1, 4, 6, 8]: a different element order
+        nodes[2:3] = [("Transpose", ["m"], ["mt"], {"perm": [1, 0]}),
+                      ("Reshape", ["mt", "back"], ["m4"], {})]
+    consts = {"rows": np.array([24, 8], np.int64), "w": const((8, 8)),
+              "back": np.array([1, 4, 6, 8], np.int64)}
+    return model(nodes, {"x": [1, 4, 6, 8]}, ["y"], consts)
+
+
+def _matmul_params(proto) -> list[tuple[int, ...]]:
+    graph = lower_precision(optimize(import_model(proto)), "f32", target="cpu")
+    plan = plan_graph(graph, "cpu")
+    (launch,) = [launch for launch, group in zip(plan.launches, plan.groups)
+                 if group.anchor.endswith("MatMul")]
+    return [tuple(p.shape) for p in plan.functions[launch.kernel].params
+            if hasattr(p, "shape")]
+
+
+def test_reshapes_read_and_write_through_the_kernel_view(tmp_path):
+    proto = _proto(transpose=False)
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    result = hidetc.compile_model(path, tmp_path / "out", target="cpu")
+    (mm,) = [k for k in result.manifest["kernels"] if k["op"] == "MatMul"]
+    assert [op for _, op in mm["group"]["prologues"]] == ["Reshape"]
+    assert [op for _, op in mm["group"]["epilogues"]] == ["Reshape", "Add", "Relu"]
+    # x read twice (the Reshape prologue, the residual) and y written: all as [24, 8]
+    shapes = _matmul_params(proto)
+    assert (1, 4, 6, 8) not in shapes and shapes.count((24, 8)) >= 2, shapes
+
+
+def test_a_transpose_still_maps_the_index(tmp_path):
+    proto = _proto(transpose=True)
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    hidetc.compile_model(path, tmp_path / "out", target="cpu")     # verifies vs ORT
+    assert (1, 4, 6, 8) in _matmul_params(proto)
