@@ -21,13 +21,14 @@ from hidetc import __version__
 from hidetc.build import build_cpu_library
 from hidetc.build_cuda import build_cuda_modules
 from hidetc.config import CompileConfig, make_config
-from hidetc.errors import ArtifactError, VerificationError
+from hidetc.errors import ArtifactError, ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.pipeline import lower_precision, optimize
 from hidetc.plan import ExecutionPlan, plan_graph
 from hidetc.runtime.artifact import FORMAT_VERSION, ArtifactWriter, check_output_dir, read_manifest
 from hidetc.runtime.select import gpu_available, make_executor
 from hidetc.runtime.weights import write_weights
+from hidetc.toolchain import cpu_isa
 from hidetc.toolchain.cpu_isa import current as current_isa
 from hidetc.toolchain.nvcc import default_arch, parse_archs
 from hidetc.verify import compare, load_sample, run_onnxruntime, sample_inputs
@@ -90,6 +91,10 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
         elif target == "cuda" and not gpu_available():
             manifest["verification"] = {"status": "skipped",
                                         "reason": "no CUDA GPU here (cross-compiled)"}
+        elif target == "cpu" and not _cpu_runs_kernels():
+            manifest["verification"] = {
+                "status": "skipped",
+                "reason": f"this CPU lacks {current_isa().name} (cross-compiled)"}
         else:
             writer.stage_manifest({**manifest, "verification": {"status": "pending"}})
             manifest["verification"] = _verify(writer.path, manifest, model_path, graph, cfg)
@@ -107,8 +112,12 @@ def _tune(graph, target: str, cfg: CompileConfig, progress) -> tuple[dict, dict]
     `tuning` record (see hidetc.tune.search)."""
     from hidetc.tune.records import RecordStore, cpu_arch, cpu_device, toolchain_version
     from hidetc.tune.search import tune_graph
-    present = target == "cpu" or gpu_available()
+    present = _cpu_runs_kernels() if target == "cpu" else gpu_available()
     tune, level = cfg.tuning(target, present)
+    if tune and target == "cpu" and not present:
+        raise ConfigError(f"{cpu_isa.ENV}={current_isa().name}: this CPU lacks "
+                          f"{current_isa().host_flag}, so the candidates cannot run here: "
+                          f"compile with --no-tune (and no verification is possible)")
     if target == "cuda":
         archs, local = _archs(cfg), default_arch()   # local: the visible GPU's arch
         arch = local if local in archs else archs[0]
@@ -123,6 +132,12 @@ def _tune(graph, target: str, cfg: CompileConfig, progress) -> tuple[dict, dict]
         record = {"enabled": tune, "space": level, "device": device, "arch": arch,
                   "records": str(store.path), **summary.as_dict()}
     return choices, record
+
+
+def _cpu_runs_kernels() -> bool:
+    """Whether this CPU can run the kernels of `cpu_isa.current()` (a forced ISA it
+    lacks cross-compiles: no tuning, no verification)."""
+    return not cpu_isa.host_flags() or cpu_isa.host_supports(current_isa())
 
 
 def _gpu_name() -> str:

@@ -84,6 +84,28 @@ def test_model_compiles_and_verifies_with_each_isa(isa, tmp_path):
     if runs:
         assert report["status"] == "passed"
         return
-    # built for an ISA this host lacks: loading says so in one line
+    # built for an ISA this host lacks: cross-compiled (not verified), and loading says
+    # so in one line
+    assert report["status"] == "skipped"
     load = _python(f"import hidetc; hidetc.load({str(tmp_path / 'out')!r})", "auto")
     assert load.returncode != 0 and "which this CPU lacks" in load.stderr
+
+
+def test_a_forced_isa_the_host_lacks_cross_compiles(tmp_path, monkeypatch):
+    """No tuning (its candidates could not run: an explicit --tune is a ConfigError)
+    and verification skipped, as for cuda without a GPU."""
+    import onnx
+    from helpers.fusion_graphs import resnet_block
+
+    import hidetc
+    from hidetc import api
+    monkeypatch.setattr(api, "_cpu_runs_kernels", lambda: False)
+    path = tmp_path / "m.onnx"
+    onnx.save(resnet_block(), path)
+    result = hidetc.compile_model(path, tmp_path / "out", target="cpu")
+    assert result.manifest["verification"]["status"] == "skipped"
+    assert "cross-compiled" in result.manifest["verification"]["reason"]
+    assert result.manifest["tuning"]["enabled"] is False
+    from hidetc.errors import ConfigError
+    with pytest.raises(ConfigError, match="no-tune"):
+        hidetc.compile_model(path, tmp_path / "out2", target="cpu", tune=True)

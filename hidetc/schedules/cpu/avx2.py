@@ -12,9 +12,10 @@ Every accumulator is its own IR variable (the loops over r and v are unrolled he
 Python), so gcc allocates registers exactly: MR * NR/L accumulators + NR/L B vectors + 1
 broadcast (AVX2 6 x 16: 15 of the 16 ymm registers; AVX-512 14 x 32: 31 of 32 zmm) and
 never spills or scalarizes them -- which its auto-vectorizer did for some shapes of the
-plain C form. The arithmetic is
-the scalar form's (fma from zero over the K block, then one add into cbuf), so results
-match it bit for bit and `-ffp-contract=off` semantics hold (fma only where written).
+plain C form. The arithmetic is the scalar form's (fma from zero over the K block, then
+one add into cbuf), so results match it bit for bit and `-ffp-contract=off` semantics
+hold (fma only where written). The module keeps its name; `widths` says which vectors
+(16-wide on AVX-512, 8-wide otherwise and for an 8-column rest) cover a panel.
 
 Assumes: `bv(k, j)` is a Load whose L elements j .. j+L-1 are contiguous (a packed row or
 a row-major B row); `av(r, k)` a Load (broadcast from memory) or any f32 expression
@@ -66,7 +67,8 @@ def _broadcast(x: Expr, lanes: int) -> Call:
     return vcall(op("set1", lanes), x, dtype=_VECS[lanes])       # vbroadcastss the value
 
 
-def _vector_load(x: Expr, lanes: int) -> Call:
+def load(x: Expr, lanes: int) -> Call:
+    """loadu(&x): `lanes` contiguous floats from memory."""
     if not isinstance(x, Load):
         raise TypeError(f"the {ISA.name} micro-kernel loads B rows from memory, got {x}")
     return vcall(op("loadu", lanes), x, dtype=_VECS[lanes])
@@ -84,10 +86,6 @@ def store(kb: KernelBuilder, at: Load, value: Var) -> None:
 def add(a: Expr, b: Var) -> Call:
     lanes = lanes_of(b)
     return vcall(op("add", lanes), a, b, dtype=_VECS[lanes])
-
-
-def load(at: Load, lanes: int) -> Call:
-    return _vector_load(at, lanes)
 
 
 def micro_kernel(kb: KernelBuilder, mr: int, nr: int, kcur: ExprLike,
@@ -164,7 +162,7 @@ def _k_step(kb: KernelBuilder, acc: list[list[Var]], k: Expr,
     lanes = [lanes_of(x) for x in acc[0]]
     at, b = 0, []
     for w in lanes:
-        b.append(kb.declare("b", _VECS[w], _vector_load(bv(k, at), w)))
+        b.append(kb.declare("b", _VECS[w], load(bv(k, at), w)))
         at += w
     for r, row in enumerate(acc):
         a = {w: kb.declare("a", _VECS[w], _broadcast(av(r, k), w)) for w in sorted(set(lanes))}
