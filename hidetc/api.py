@@ -137,7 +137,7 @@ def _tune(graph, target: str, cfg: CompileConfig, progress) -> tuple[dict, dict]
 def _cpu_runs_kernels() -> bool:
     """Whether this CPU can run the kernels of `cpu_isa.current()` (a forced ISA it
     lacks cross-compiles: no tuning, no verification)."""
-    return not cpu_isa.host_flags() or cpu_isa.host_supports(current_isa())
+    return cpu_isa.runs_here(current_isa())
 
 
 def _gpu_name() -> str:

@@ -204,12 +204,14 @@ def _kernels(graph: Graph, target: str, fuse: bool, dump_dir: str | None = None,
             fused = _group_kernel(group, nodes, graph,
                                   replace(anchors[task, packed is not None], name=name))
         except GraftError as error:
-            fallbacks.append({"anchor": group.anchor, "op": task.op, "reason": str(error)})
+            fallbacks.append({"anchor": group.anchor, "op": task.op, "reason": str(error),
+                              **({"concat": group.into} if group.into else {})})
             if group.into:     # plan again from the start with that Concat as a kernel
                 keep.add(group.into)
                 pending = list(partition(graph, fuse, target, frozenset(keep)))
                 kernels.clear()
-                tasks.clear()
+                tasks.clear()      # the replay records its own fallbacks again:
+                fallbacks[:] = [f for f in fallbacks if "concat" in f]
                 continue
             pending[:0] = _smaller(group, position)
             continue

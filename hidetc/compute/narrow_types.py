@@ -239,8 +239,7 @@ def _wrap_int(x: np.ndarray, to: str) -> np.ndarray:
     width, signed = _INT_BITS[to]
     wide = x.astype(np.float64)
     ok = np.isfinite(wide) & (wide > -2147483649.0) & (wide < 2147483648.0)
-    low = np.where(ok, np.trunc(np.where(ok, wide, 0.0)), 0.0).astype(np.int64) & \
-        ((1 << width) - 1)
+    low = np.trunc(np.where(ok, wide, 0.0)).astype(np.int64) & ((1 << width) - 1)
     if signed:
         low = np.where(low >= 1 << (width - 1), low - (1 << width), low)
     return low.astype(np.int8).astype(to)

@@ -12,7 +12,7 @@ from hidetc.errors import ArtifactError
 from hidetc.runtime.cuda.executor import CudaExecutor
 from hidetc.runtime.emulated import EmulatedCudaExecutor
 from hidetc.runtime.executor import CpuExecutor
-from hidetc.toolchain.cpu_isa import check_host
+from hidetc.toolchain import cpu_isa
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,11 +48,11 @@ def make_executor(path: Path, manifest: dict, *, emulate: bool = False):
         if emulate:
             raise ArtifactError(f"{path}: --emulate applies to cuda artifacts; this one "
                                 f"targets cpu")
-        if "cpu_isa" in manifest:
-            try:
-                check_host(manifest["cpu_isa"])
-            except ArtifactError as error:
-                raise ArtifactError(f"{path}: {error}") from None
+        isa = cpu_isa.ISAS.get(manifest.get("cpu_isa", ""))
+        if isa is not None and not cpu_isa.runs_here(isa):
+            raise ArtifactError(f"{path}: the artifact's kernels use {isa.name} "
+                                f"({isa.host_flag}), which this CPU lacks: compile it here, "
+                                f"or with {cpu_isa.ENV}=avx2")
         return CpuExecutor(path, manifest)
     if target == "cuda":
         return EmulatedCudaExecutor(path, manifest) if emulate else CudaExecutor(path, manifest)

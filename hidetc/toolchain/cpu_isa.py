@@ -9,7 +9,7 @@ spaces come from it (`micro_shapes`: MR x NR tiles that fill its register file),
 compiles every kernel with its flags (`gcc.DEFAULT_FLAGS`), tuning records are kept
 per ISA (`records.cpu_arch`), and an artifact records it (`manifest["cpu_isa"]`) so a
 host without it refuses to load the artifact instead of dying on an illegal
-instruction. The reduction kernels stay AVX2 (memory-bound; AVX-512 hosts run AVX2).
+instruction (`runs_here`). The reduction kernels stay AVX2 (memory-bound; AVX-512 hosts run AVX2).
 
 Why: ONNX Runtime's MLAS uses AVX-512 wherever the CPU has it; on such a CPU the AVX2
 kernels ran ResNet-50 and Inception-V3 at 1.8x of ORT's latency (2026-12-01, a 2-core
@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hidetc.errors import ArtifactError, ConfigError
+from hidetc.errors import ConfigError
 
 ENV = "HIDETC_CPU_ISA"
 CHOICES = ("auto", "avx2", "avx512")
@@ -32,26 +32,17 @@ CHOICES = ("auto", "avx2", "avx512")
 class Isa:
     name: str
     lanes: int                       # f32 per vector register
-    vec: str                         # the IR vector dtype (printed as `ctype`)
-    ctype: str
-    prefix: str                      # intrinsic prefix: _mm256 / _mm512
-    registers: int                   # vector registers
     gcc_flags: tuple[str, ...]
     host_flag: str                   # the /proc/cpuinfo flag a host needs
     micro_shapes: tuple[tuple[int, int], ...]   # GEMM / direct-conv MR x NR tiles
-
-    def intrinsic(self, op: str) -> str:
-        """`fmadd` -> `_mm256_fmadd_ps` / `_mm512_fmadd_ps`."""
-        return f"{self.prefix}_{op}_ps"
 
 
 # MR x NR tiles: MR * NR/lanes accumulators + NR/lanes B vectors + 1 broadcast fit the
 # register file. AVX2 (measured on a 2-core Zen 3): see microkernel.MICRO_SHAPES' notes.
 # AVX-512: 16 to 28 accumulators (two FMA units x 4 cycles latency want >= 8 chains).
-AVX2 = Isa("avx2", 8, "float32x8", "__m256", "_mm256", 16, ("-mavx2", "-mfma"), "avx2",
+AVX2 = Isa("avx2", 8, ("-mavx2", "-mfma"), "avx2",
            ((4, 16), (5, 16), (4, 24), (3, 32), (8, 8), (6, 16)))
-AVX512 = Isa("avx512", 16, "float32x16", "__m512", "_mm512", 32,
-             ("-mavx2", "-mfma", "-mavx512f"), "avx512f",
+AVX512 = Isa("avx512", 16, ("-mavx2", "-mfma", "-mavx512f"), "avx512f",
              ((8, 32), (12, 32), (14, 32), (6, 48), (8, 48), (4, 64)))
 ISAS = {isa.name: isa for isa in (AVX2, AVX512)}
 
@@ -73,6 +64,12 @@ def host_supports(isa: Isa) -> bool:
     return isa.host_flag in host_flags()
 
 
+def runs_here(isa: Isa) -> bool:
+    """Whether this CPU can run kernels built for `isa` (assumed so where the flags
+    cannot be read)."""
+    return not host_flags() or host_supports(isa)
+
+
 @functools.lru_cache(maxsize=None)
 def current() -> Isa:
     """The ISA the kernels of this process are built for (see the module docstring)."""
@@ -83,11 +80,3 @@ def current() -> Isa:
         return AVX512 if host_supports(AVX512) else AVX2
     return ISAS[choice]
 
-
-def check_host(name: str) -> None:
-    """Raise (a one-line ArtifactError) when this CPU cannot run kernels built for ISA
-    `name` (an artifact's `cpu_isa`)."""
-    isa = ISAS.get(name)
-    if isa is not None and host_flags() and not host_supports(isa):
-        raise ArtifactError(f"the artifact's kernels use {name} ({isa.host_flag}), which this "
-                          f"CPU lacks: compile it here, or with {ENV}=avx2")

@@ -44,6 +44,7 @@ from hidetc.graph.ir import freeze_attr
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import Config, Target, Template
 from hidetc.toolchain.cache import atomic_write, default_cache_dir
+from hidetc.toolchain.cpu_isa import current as current_isa
 
 SCHEMA_VERSION = 1
 EXPORT_FORMAT = 1
@@ -102,9 +103,8 @@ def cpu_device() -> str:
 def cpu_arch() -> str:
     """The instruction set the cpu target compiles for (`cpu_isa.current()`: x86-64-avx2 or
     x86-64-avx512): configs measured with one ISA's kernels are not the other's."""
-    from hidetc.toolchain.cpu_isa import current
     machine = platform.machine().lower()
-    return f"x86-64-{current().name}" if machine in ("x86_64", "amd64") else \
+    return f"x86-64-{current_isa().name}" if machine in ("x86_64", "amd64") else \
         machine or "unknown"
 
 

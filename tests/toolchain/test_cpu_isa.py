@@ -32,7 +32,7 @@ def test_env_picks_the_isa_and_bad_values_fail_cleanly():
         print(current().name, avx2.widths(24), avx2.offsets(40))
     """, "avx512")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\\n")[0].strip() == "avx512 [16, 8] [0, 16, 32]"
+    assert out.stdout.splitlines()[0].strip() == "avx512 [16, 8] [0, 16, 32]"
     out = _python("""
         from hidetc.toolchain.cpu_isa import current
         from hidetc.schedules.cpu import avx2

@@ -31,9 +31,9 @@ from hidetc.toolchain.cpu_isa import current
 
 ISA = current()
 LANES = ISA.lanes
-VEC = ISA.vec
+_VECS = {8: "float32x8", 16: "float32x16"}   # the IR vector dtypes (codegen.c prints them)
+VEC = _VECS[LANES]
 NARROW = 8          # a panel's last 8 columns when NR is not a multiple of LANES
-_VECS = {8: "float32x8", 16: "float32x16"}
 
 
 def op(name: str, lanes: int) -> str:

@@ -61,7 +61,7 @@ from hidetc.schedules.cpu import avx2, conv_direct_last
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.direct_task import DirectTask
 from hidetc.schedules.cpu.microkernel import (
-    LANES,
+    ISA,
     MICRO_SHAPES,
     Blocking,
     GemmConfig,
@@ -78,6 +78,7 @@ from hidetc.tir.ir import (
     select,
 )
 from hidetc.tir.mapping import spatial
+from hidetc.toolchain.cpu_isa import AVX512
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class DirectConfig:
 # 12 channel panels per task re-read the input block twice as often as 3 x 32's 6, and
 # they ran 0.15-0.3 ms slower per conv than the implicit GEMM where 3 x 32 ran faster.
 SHORT_LIST = (DirectConfig(3, 32, 64, 192, 128), DirectConfig(4, 24, 64, 192, 256),
-              DirectConfig(3, 32, 64, 96, 128)) if LANES == 8 else (
+              DirectConfig(3, 32, 64, 96, 128)) if ISA is not AVX512 else (
               DirectConfig(8, 32, 64, 192, 128), DirectConfig(6, 48, 64, 192, 256),
               DirectConfig(4, 64, 64, 96, 128))
 
@@ -118,7 +119,7 @@ LAST_SPACE = tuple(DirectConfig(mr, nr, mc, nc, kc) for (mr, nr), mc, nc, kc in
 LAST_SHORT_LIST = (DirectConfig(3, 32, 64, 192, 0), DirectConfig(3, 32, 64, 96, 0),
                    DirectConfig(6, 16, 64, 192, 0), DirectConfig(5, 16, 64, 96, 0),
                    DirectConfig(3, 32, 64, 192, 512), DirectConfig(6, 16, 64, 192, 512),
-                   DirectConfig(4, 24, 64, 192, 0)) if LANES == 8 else (
+                   DirectConfig(4, 24, 64, 192, 0)) if ISA is not AVX512 else (
                    DirectConfig(8, 32, 64, 192, 0), DirectConfig(6, 48, 64, 96, 0),
                    DirectConfig(12, 32, 64, 192, 0), DirectConfig(4, 64, 64, 96, 0),
                    DirectConfig(8, 32, 64, 192, 512), DirectConfig(12, 32, 64, 192, 512),
