@@ -91,19 +91,34 @@ def anchor_tasks(graph: Graph, target: str) -> list[tuple[Task, Any]]:
 
 
 def candidates(template, task: Task, target: Target, level: int) -> list:
-    """The configs a space level measures (the default first)."""
+    """The configs a space level measures (the default first). Configs that build the
+    same kernel as an earlier one (the template's `kernel_key`, where it has one: a
+    tile clamped to a small problem) are measured once, so a short list is SHORT_LIST
+    distinct kernels."""
     default = template.default(task, target)
     if level <= 0:
         return [default]
-    space = [c for c in template.space(task, target) if c != default]
+    same = _kernel_key(template, task, target)
+    first_of = {same(default): default}
+    for c in template.space(task, target):
+        first_of.setdefault(same(c), c)
+    space = [c for c in first_of.values() if c != default]
     if level == 1:
         pick = getattr(template, "short_list", None)
-        first = [c for c in (pick(task, target) if pick else ()) if c in space]
-        first = list(dict.fromkeys(first))[:SHORT_LIST - 1]
+        first = [first_of[same(c)] for c in (pick(task, target) if pick else ())
+                 if same(c) in first_of]
+        first = [c for c in dict.fromkeys(first) if c != default][:SHORT_LIST - 1]
         rest = [c for c in space if c not in first]
         fill = random.Random(0).sample(rest, min(SHORT_LIST - 1 - len(first), len(rest)))
         space = first + fill
     return [default] + space
+
+
+def _kernel_key(template, task: Task, target: Target) -> Callable[[Any], Any]:
+    key = getattr(template, "kernel_key", None)
+    if key is None:
+        return lambda config: config
+    return lambda config: key(task, config, target)
 
 
 def tune_graph(graph: Graph, target: str, *, tune: bool, level: int, arch: str,

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from helpers.tasks import conv_task, matmul_task, nhwc_task
 
 from hidetc.codegen.c import print_c_module
-from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
 from hidetc.schedules.cpu import TEMPLATES, avx2, build_kernel
 from hidetc.schedules.cpu import conv as cpu_conv
@@ -35,42 +35,6 @@ from hidetc.toolchain.gcc import DEFAULT_FLAGS, build_shared_library, find_compi
 RNG = np.random.default_rng(0)
 # weights packed at compile time
 PREPACK = {"Conv": cpu_conv, "ConvNHWC": cpu_conv, "MatMul": cpu_matmul}
-
-
-def matmul_task(a_shape, b_shape) -> Task:
-    out = np.matmul(np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)).shape
-    return Task("MatMul", (TensorType("float32", a_shape), TensorType("float32", b_shape)),
-                (TensorType("float32", out),), (), (None, None))
-
-
-def conv_task(x_shape, w_shape, bias: bool, **attrs) -> Task:
-    types = [TensorType("float32", x_shape), TensorType("float32", w_shape)]
-    if bias:
-        types.append(TensorType("float32", (w_shape[0],)))
-    out = get_op("Conv").infer(types, attrs, [None] * len(types))[0]
-    frozen = tuple(sorted((k, freeze_attr(v)) for k, v in attrs.items()))
-    return Task("Conv", tuple(types), (out,), frozen, (None,) * len(types))
-
-
-def nhwc_task(x_shape, w_shape, bias: bool, **attrs) -> Task:
-    """The ConvNHWC twin of `conv_task` (shapes given NCHW / OIHW, pads resolved)."""
-    nchw = conv_task(x_shape, w_shape, bias, **attrs)
-    geo = conv_geometry(nchw)
-    oh, ow = nchw.outputs[0].shape[2:]
-    hp = [geo.pads[0], geo.pads[1]]
-    end = [max(0, (o - 1) * s + (k - 1) * d + 1 - n - p) for o, s, k, d, n, p in
-           zip((oh, ow), geo.strides, (geo.kh, geo.kw), geo.dilations, (geo.h, geo.w), hp)]
-    resolved = {"strides": list(geo.strides), "dilations": list(geo.dilations),
-                "pads": hp + end, "group": geo.groups}
-    n, c, h, w = x_shape
-    o, i, kh, kw = w_shape
-    types = [TensorType("float32", (n, h, w, c)), TensorType("float32", (o, kh, kw, i))]
-    if bias:
-        types.append(TensorType("float32", (o,)))
-    out = get_op("ConvNHWC").infer(types, resolved, [None] * len(types))[0]
-    assert out.shape == (n, oh, ow, o)
-    frozen = tuple(sorted((k, freeze_attr(v)) for k, v in resolved.items()))
-    return Task("ConvNHWC", tuple(types), (out,), frozen, (None,) * len(types))
 
 
 def reference(task: Task, inputs: list[np.ndarray]) -> np.ndarray:
@@ -353,3 +317,24 @@ def test_default_micro_kernel_keeps_its_accumulators_in_registers(tmp_path, task
     vectors = cfg.mr * len(avx2.widths(cfg.nr))
     assert sum("vfmadd" in b and "ps\t" in b for b in hot) == vectors, hot
     assert not [b for b in hot if re.search(r"\(%r[sb]p\)|vfmadd\d+ss", b)], hot
+
+
+def test_channels_last_kernel_key_names_identical_kernels():
+    """Configs of a channels-last conv that share a `kernel_key` (tiles clamped to a
+    small shape) print the same C, so the tuner measures one of them; configs whose key
+    differs print different C."""
+    template = TEMPLATES["ConvNHWC"]
+    for task in (nhwc_task((1, 40, 7, 7), (24, 40, 1, 1), True),
+                 nhwc_task((1, 16, 9, 9), (64, 16, 3, 3), False, pads=[1, 1, 1, 1])):
+        groups: dict = {}
+        for cfg in template.space(task, TARGET):
+            groups.setdefault(template.kernel_key(task, cfg, TARGET), []).append(cfg)
+        assert 1 < len(groups) < len(template.space(task, TARGET))
+
+        def source(cfg, task=task):
+            return print_c_module([lower(template.build(task, cfg, "k"))])
+        shared = [cfgs for cfgs in groups.values() if len(cfgs) > 1]
+        for cfgs in sample(shared, 4, 3):
+            assert len({source(c) for c in cfgs[:3]}) == 1, cfgs[:3]
+        firsts = [cfgs[0] for cfgs in sample(list(groups.values()), 6, 5)]
+        assert len({source(c) for c in firsts}) == len(firsts)

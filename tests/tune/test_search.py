@@ -4,7 +4,9 @@ measurement is a stand-in here (tests/tune/test_measure.py covers the real one).
 from __future__ import annotations
 
 from helpers.fusion_graphs import graph_of, resnet_block
+from helpers.tasks import nhwc_task
 
+from hidetc.schedules.cpu import TEMPLATES
 from hidetc.schedules.template import target_for
 from hidetc.tune.records import CandidateResult, RecordStore
 from hidetc.tune.search import SHORT_LIST, anchor_tasks, candidates, tune_graph
@@ -106,3 +108,21 @@ def test_all_candidates_failing_keeps_the_default(tmp_path):
 def _key(task, choice):
     from hidetc.tune.records import key_for
     return key_for(task, choice.template.name, DEVICE, ARCH, TOOLS)
+
+
+def test_candidates_measure_each_distinct_kernel_once():
+    """A channels-last conv with few output channels: many configs clamp to the same
+    kernel (`kernel_key`); every level measures distinct kernels, the whole space
+    covers every kernel of it, the short list is SHORT_LIST distinct kernels."""
+    task = nhwc_task((1, 40, 7, 7), (24, 40, 1, 1), True)
+    template, target = TEMPLATES["ConvNHWC"], target_for("cpu")
+
+    def key(cfg):
+        return template.kernel_key(task, cfg, target)
+    whole = candidates(template, task, target, 2)
+    assert len({key(c) for c in whole}) == len(whole)
+    assert {key(c) for c in whole} == {key(c) for c in template.space(task, target)}
+    assert len(whole) < len(template.space(task, target))
+    short = candidates(template, task, target, 1)
+    assert short[0] == template.default(task, target)
+    assert len({key(c) for c in short}) == len(short) == min(SHORT_LIST, len(whole))

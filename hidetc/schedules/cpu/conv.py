@@ -105,6 +105,15 @@ class ConvTemplate:
             return conv_direct.SHORT_LIST + SHORT_LIST[:4]
         return SHORT_LIST
 
+    def kernel_key(self, task: Task, config: ConvConfig, target: Target) -> object:
+        """Equal for configs that build the same kernel (`search.candidates` measures
+        one of them): channels-last direct configs by what they clamp to on this shape
+        (`conv_direct.last_kernel_key`); the others are their own key."""
+        geo = conv_geometry(task)
+        if geo.channels_last and isinstance(config, DirectConfig) and not geo.depthwise:
+            return conv_direct.last_kernel_key(geo, config, target.cores)
+        return config
+
     def default(self, task: Task, target: Target) -> ConvConfig:
         geo = conv_geometry(task)
         if depthwise_nhwc.supports(geo):

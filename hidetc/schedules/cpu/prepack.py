@@ -45,6 +45,10 @@ class Prepacked:
         pick = getattr(self.base, "short_list", None)
         return pick(task, target) if pick is not None else ()
 
+    def kernel_key(self, task: Task, config: Any, target: Target) -> Any:
+        key = getattr(self.base, "kernel_key", None)
+        return key(task, config, target) if key is not None else config
+
     def applies(self, task: Task, config: Any) -> bool:
         return self.module.can_prepack(task, config)
 

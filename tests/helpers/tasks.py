@@ -1,0 +1,46 @@
+"""Anchor tasks built from shapes for the schedule and tuner tests: MatMul, Conv and its
+channels-last twin ConvNHWC (pads resolved as the layout pass writes them)."""
+from __future__ import annotations
+
+import numpy as np
+
+from hidetc.graph.ir import TensorType, freeze_attr
+from hidetc.graph.ops.registry import get_op
+from hidetc.schedules.cpu.conv_geometry import conv_geometry
+from hidetc.schedules.task import Task
+
+
+def matmul_task(a_shape, b_shape) -> Task:
+    out = np.matmul(np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)).shape
+    return Task("MatMul", (TensorType("float32", a_shape), TensorType("float32", b_shape)),
+                (TensorType("float32", out),), (), (None, None))
+
+
+def conv_task(x_shape, w_shape, bias: bool, **attrs) -> Task:
+    types = [TensorType("float32", x_shape), TensorType("float32", w_shape)]
+    if bias:
+        types.append(TensorType("float32", (w_shape[0],)))
+    out = get_op("Conv").infer(types, attrs, [None] * len(types))[0]
+    frozen = tuple(sorted((k, freeze_attr(v)) for k, v in attrs.items()))
+    return Task("Conv", tuple(types), (out,), frozen, (None,) * len(types))
+
+
+def nhwc_task(x_shape, w_shape, bias: bool, **attrs) -> Task:
+    """The ConvNHWC twin of `conv_task` (shapes given NCHW / OIHW, pads resolved)."""
+    nchw = conv_task(x_shape, w_shape, bias, **attrs)
+    geo = conv_geometry(nchw)
+    oh, ow = nchw.outputs[0].shape[2:]
+    hp = [geo.pads[0], geo.pads[1]]
+    end = [max(0, (o - 1) * s + (k - 1) * d + 1 - n - p) for o, s, k, d, n, p in
+           zip((oh, ow), geo.strides, (geo.kh, geo.kw), geo.dilations, (geo.h, geo.w), hp)]
+    resolved = {"strides": list(geo.strides), "dilations": list(geo.dilations),
+                "pads": hp + end, "group": geo.groups}
+    n, c, h, w = x_shape
+    o, i, kh, kw = w_shape
+    types = [TensorType("float32", (n, h, w, c)), TensorType("float32", (o, kh, kw, i))]
+    if bias:
+        types.append(TensorType("float32", (o,)))
+    out = get_op("ConvNHWC").infer(types, resolved, [None] * len(types))[0]
+    assert out.shape == (n, oh, ow, o)
+    frozen = tuple(sorted((k, freeze_attr(v)) for k, v in resolved.items()))
+    return Task("ConvNHWC", tuple(types), (out,), frozen, (None,) * len(types))
