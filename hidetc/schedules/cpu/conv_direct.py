@@ -152,10 +152,15 @@ def last_kernel_key(geo: ConvGeometry, cfg: DirectConfig, cores: int) -> tuple:
     """What a channels-last config's kernel depends on: its blocking on this shape
     (tiles clamped to the problem; the GEMM's K block is unused here) and the K chunk
     (0: the whole K in registers; else KC clamped to a run's length)."""
-    m, n, k = geo.oh * geo.ow, geo.ocg, geo.icg * geo.taps
-    bl = blocking(cfg.gemm(), m, n, k, geo.n * geo.groups, cores, k_unit=geo.taps)
-    chunk = 0 if cfg.kc == 0 else max(1, min(cfg.kc, conv_direct_last.runs(geo)[0][1]))
-    return replace(bl, kc=0), chunk
+    chunk = 0 if cfg.kc == 0 else conv_direct_last.chunk_length(geo, cfg.kc)
+    return replace(_blocking(geo, cfg, cores), kc=0), chunk
+
+
+def _blocking(geo: ConvGeometry, cfg: DirectConfig, cores: int) -> Blocking:
+    """The config clamped to the conv: per image and group, P positions x OC/G output
+    channels x C/G*KH*KW (K blocks of whole input channels)."""
+    return blocking(cfg.gemm(), geo.oh * geo.ow, geo.ocg, geo.icg * geo.taps,
+                    geo.n * geo.groups, cores, k_unit=geo.taps)
 
 
 def build_direct(geo: ConvGeometry, cfg: DirectConfig, dt: str, name: str, cores: int,
@@ -164,8 +169,8 @@ def build_direct(geo: ConvGeometry, cfg: DirectConfig, dt: str, name: str, cores
     the layout of `prepack_weights`, else it is [OC, C/G, KH, KW] and packed per call."""
     if dt != "float32":
         raise ValueError(f"the direct convolution is f32 only, got {dt}")
-    m, n, k = geo.oh * geo.ow, geo.ocg, geo.icg * geo.taps
-    bl = blocking(cfg.gemm(), m, n, k, geo.n * geo.groups, cores, k_unit=geo.taps)
+    bl = _blocking(geo, cfg, cores)
+    m, n, k = bl.m, bl.n, bl.k
     panels = -(-max(n, 1) // bl.nr)
     kb = KernelBuilder(name, "cpu")
     last = geo.channels_last

@@ -35,7 +35,7 @@ def accumulate(kb: KernelBuilder, task: DirectTask, dt: str, kc: int) -> Buffer:
     pieces = runs(geo)
     length = pieces[0][1]
     step = pieces[1][0] - pieces[0][0] if len(pieces) > 1 else 1
-    chunk = max(1, min(kc, length))
+    chunk = chunk_length(geo, kc)
     per_run = -(-length // chunk)
     with kb.for_range(len(pieces) * per_run, name="kb") as kblk:
         run, q = (kblk // per_run, kblk % per_run) if per_run > 1 else (kblk, 0)
@@ -109,6 +109,11 @@ def runs(geo: ConvGeometry) -> list[tuple[int, int]]:
     if geo.groups == 1 and geo.dilations[1] == 1:
         return [(kh * geo.kw, geo.kw * geo.icg) for kh in range(geo.kh)]
     return [(t, geo.icg) for t in range(geo.taps)]
+
+
+def chunk_length(geo: ConvGeometry, kc: int) -> int:
+    """Values per K chunk of config KC > 0: KC clamped to a run's length."""
+    return max(1, min(kc, runs(geo)[0][1]))
 
 
 def store(kb: KernelBuilder, task: DirectTask, cbuf: Buffer, out: Buffer,
