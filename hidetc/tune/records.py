@@ -5,8 +5,9 @@ A record's key (`RecordKey`) is: the template's name, a digest of the anchor `Ta
 (sha256 of its repr, after normalizing attrs and params with `freeze_attr`, so equal
 tasks give equal digests in every process), the device (`cpu:<model>` or
 `cuda:<GPU name>`), the architecture (`x86-64-avx2`, `sm_90`), the toolchain version
-(gcc's or nvcc's version line) and hidetc's version. Records of another hidetc or
-toolchain version are kept but never matched. The task's readable signature is stored
+(gcc's or nvcc's version line) and hidetc's version with a digest of the task's
+candidate space (`search.space_digest`). Records of another hidetc or toolchain
+version, or of another space, are kept but never matched. The task's readable signature is stored
 beside the key for listing; it is not part of the key.
 
 Default file: `<cache dir>/records.sqlite` (`HIDETC_CACHE_DIR`, see
@@ -81,10 +82,13 @@ def _signature(task: Task) -> str:
     return task.signature() + (f" {{{attrs}}}" if attrs else "")
 
 
-def key_for(task: Task, template_name: str, device: str, arch: str, toolchain: str
-            ) -> RecordKey:
+def key_for(task: Task, template_name: str, device: str, arch: str, toolchain: str,
+            space: str = "") -> RecordKey:
+    """The key of `task`'s record; `space` (a digest of the candidate space, see
+    `search.space_digest`) joins hidetc's version: `0.1.0+space.<digest>`."""
+    version = f"{__version__}+space.{space}" if space else __version__
     return RecordKey(template_name, task_digest(task), device, arch, toolchain,
-                     __version__, _signature(task))
+                     version, _signature(task))
 
 
 @functools.lru_cache(maxsize=None)

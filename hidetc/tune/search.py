@@ -7,7 +7,10 @@ fuse many).
 
 Per task, in order:
 1. the records: a winner measured before for the same template, task, device,
-   architecture, toolchain and hidetc version (`RecordStore.winner`), or, when tuning
+   architecture, toolchain, hidetc version and candidate space (`space_digest`: the
+   template's default, space and short list for the task, so a release that changes a
+   space or a short list re-tunes instead of reusing winners picked from the old
+   candidates) (`RecordStore.winner`), or, when tuning
    is off or no device is here (a cross-compile), a winner for the same template, task
    and architecture from any device (`RecordStore.find_winner`: records exported from a
    GPU machine and imported here). A stored config the space no longer has is ignored.
@@ -23,6 +26,7 @@ Per task, in order:
 """
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -114,6 +118,15 @@ def candidates(template, task: Task, target: Target, level: int) -> list:
     return [default] + space
 
 
+def space_digest(template, task: Task, target: Target) -> str:
+    """A digest of what tuning `task` with `template` chooses from: its default, its
+    whole space and its short list (configs print their every field)."""
+    pick = getattr(template, "short_list", None)
+    what = (template.default(task, target), tuple(template.space(task, target)),
+            tuple(pick(task, target)) if pick else ())
+    return hashlib.sha256(repr(what).encode()).hexdigest()[:10]
+
+
 def _kernel_key(template, task: Task, target: Target) -> Callable[[Any], Any]:
     key = getattr(template, "kernel_key", None)
     if key is None:
@@ -135,7 +148,8 @@ def tune_graph(graph: Graph, target: str, *, tune: bool, level: int, arch: str,
     summary.tasks = len(work)
     pending = []
     for task, template in work:
-        key = key_for(task, template.name, device, arch, toolchain)
+        key = key_for(task, template.name, device, arch, toolchain,
+                      space_digest(template, task, limits))
         choice = _from_records(records, key, template, task, limits, exact=tune)
         if choice is not None:
             choices[task] = choice

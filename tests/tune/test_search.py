@@ -70,6 +70,22 @@ def test_tuned_once_then_reused(tmp_path):
             {t: c.config for t, c in choices.items()}
 
 
+def test_a_changed_space_is_tuned_again(tmp_path, monkeypatch):
+    """Records hold the winner among the candidates measured then: once a template's
+    short list (or space, or default) changes, the task is measured again."""
+    graph = graph_of(resnet_block())
+    with RecordStore(tmp_path / "records.sqlite") as store:
+        tune(graph, store, FakeMeasure())
+        conv = TEMPLATES["Conv"]
+        old = conv.short_list
+        monkeypatch.setattr(type(conv), "short_list",
+                            lambda self, task, target: tuple(reversed(old(task, target))))
+        again = FakeMeasure()
+        _, summary = tune(graph, store, again)
+        assert [t.op for t, _ in again.calls] == ["Conv"]     # the MatMul's space is as before
+        assert summary.from_records == 1 and summary.tuned == 1
+
+
 def test_cross_compile_uses_imported_winners(tmp_path):
     graph = graph_of(resnet_block())
     with RecordStore(tmp_path / "gpu.sqlite") as store:
@@ -107,7 +123,9 @@ def test_all_candidates_failing_keeps_the_default(tmp_path):
 
 def _key(task, choice):
     from hidetc.tune.records import key_for
-    return key_for(task, choice.template.name, DEVICE, ARCH, TOOLS)
+    from hidetc.tune.search import space_digest
+    return key_for(task, choice.template.name, DEVICE, ARCH, TOOLS,
+                   space_digest(choice.template, task, target_for("cpu", ARCH)))
 
 
 def test_candidates_measure_each_distinct_kernel_once():
