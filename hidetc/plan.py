@@ -12,7 +12,10 @@ or MatMul whose weights (second input) are a graph constant gets them packed for
 micro-kernel here, once (`_prepacked_weights`: a new constant `<weight>.packed_mr<MR>`
 or `.packed_nr<NR>` replaces the original in its launch, so the kernel does not repack
 them on every call). Values inside a group are never
-materialized: they get no memory.
+materialized: they get no memory. On the cpu target a fused kernel whose epilogue reads
+a value at the index it stores (a residual Add) writes its output over that value when
+this launch is its last reader (`_in_place`: ONNX Runtime's Sum fusion; one buffer
+instead of two, and the output's lines are already in cache).
 
 Assumes the graph passes ran: no Shape/Constant*/Identity/Dropout nodes remain and every
 parameter input (Reshape's shape, ...) is a constant. Guarantees: launches are in
@@ -55,6 +58,7 @@ class ExecutionPlan:
     groups: list[FusionGroup] = field(default_factory=list)   # per launch
     fusion_fallbacks: list[dict] = field(default_factory=list)
     choices: dict[str, dict] = field(default_factory=dict)   # kernel -> template, config
+    in_place: dict[str, str] = field(default_factory=dict)   # output -> value it overwrites
 
 
 SCHEDULES = {"cpu": cpu, "cuda": cuda}
@@ -283,7 +287,9 @@ def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
             types={**graph.types, **{k: TensorType(str(v.dtype), tuple(v.shape))
                                      for k, v in packed.items()}})
     steps = [(fused.args, written_values(g, nodes)) for g, _, fused in kernels]
-    memory = plan_memory(_lifetimes(graph, steps))
+    lifetimes = _lifetimes(graph, steps)
+    reuse = _in_place(kernels, nodes, graph, lifetimes) if target == "cpu" else {}
+    memory = _plan_with_reuse(lifetimes, reuse)
     produced = {o for node in graph.nodes for o in node.outputs if o}
     slot_of, sources = _output_sources(graph, produced)
     used_constants = {s["name"] for s in sources if s["kind"] == "constant"}
@@ -300,7 +306,51 @@ def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     weights = {name: graph.constants[name] for name in graph.constants if name in used_constants}
     return ExecutionPlan(graph, target, functions, tasks, launches, plan_nodes, values,
                          weights, memory, sources, [g for g, _, _ in kernels], fallbacks,
-                         kernel_choices)
+                         kernel_choices, reuse)
+
+
+def _in_place(kernels, nodes: dict[str, Node], graph: Graph, lifetimes: list[PlanValue]
+              ) -> dict[str, str]:
+    """{output value: the value whose memory it takes}: per launch, the first of its
+    kernel's in-place candidates (`FusedKernel.in_place`: read only right before the
+    store of the same element) that is an arena value of the output's dtype and size,
+    passed to this launch once and dead after it (read by no later launch), when the
+    output is an arena value too (not a graph output, not a Concat's slice)."""
+    life = {v.name: v for v in lifetimes}
+    reuse: dict[str, str] = {}
+    for step, (group, _, fused) in enumerate(kernels):
+        written = written_values(group, nodes)
+        if group.into or len(written) != 1 or written[0] not in life:
+            continue
+        out = written[0]
+        for value in fused.in_place:
+            v = life.get(value)
+            if (v is not None and v.last == step and fused.args.count(value) == 1
+                    and v.nbytes == life[out].nbytes
+                    and graph.types[value].dtype == graph.types[out].dtype):
+                reuse[out] = value
+                break
+    return reuse
+
+
+def _plan_with_reuse(lifetimes: list[PlanValue], reuse: dict[str, str]) -> MemoryPlan:
+    """`plan_memory` with each output of `reuse` placed where its reused value lives:
+    chains (a block's output reused by the next block's output) share one place, whose
+    lifetime spans them all. `total_bytes` still counts every value."""
+    def root(name: str) -> str:
+        while name in reuse:
+            name = reuse[name]
+        return name
+    spans: dict[str, PlanValue] = {}
+    for v in lifetimes:
+        r = root(v.name)
+        old = spans.get(r)
+        spans[r] = PlanValue(r, v.nbytes, v.first, v.last) if old is None else \
+            PlanValue(r, max(old.nbytes, v.nbytes), min(old.first, v.first),
+                      max(old.last, v.last))
+    placed = plan_memory(list(spans.values()))
+    return replace(placed, offsets={v.name: placed.offsets[root(v.name)] for v in lifetimes},
+                   total_bytes=sum(int(v.nbytes) for v in lifetimes))
 
 
 def _arg(value: str, graph: Graph, memory: MemoryPlan, slot_of: dict[str, int]) -> Arg:

@@ -7,7 +7,9 @@ ABI of each kernel `fn`:
 
 Parameters in `fn.params` order: a Buffer is a pointer to its first element (typed by
 its dtype, `const` when the kernel never stores to it, `restrict`: callers must not
-pass overlapping buffers), a scalar Var is passed by value in its C type. Kernels
+pass overlapping buffers -- except the parameters the function's `may_alias` attr names,
+which may be one buffer: an in-place epilogue, `hidetc.fusion.graft`), a scalar Var is
+passed by value in its C type. Kernels
 return nothing. NAME is `fn.name` exactly (it must be a C identifier).
 
 Lowering of the IR: `For(kind="parallel")` gets `#pragma omp parallel for
@@ -418,11 +420,13 @@ class CPrinter:
         if not _IDENT.match(fn.name) or fn.name in _RESERVED:
             raise ValueError(f"function name {fn.name!r} is not a usable C identifier")
         stored = set(collect(fn).stores)
+        shared = set(fn.attr("may_alias", ()))
         params = []
         for p in fn.params:
             if isinstance(p, Buffer):
                 const = "" if p in stored else "const "
-                params.append(f"{const}{self.ctype(p.dtype)} *restrict {self.ident(p.name)}")
+                qual = "" if p.name in shared else "restrict "
+                params.append(f"{const}{self.ctype(p.dtype)} *{qual}{self.ident(p.name)}")
             else:
                 params.append(f"{self.ctype(p.dtype)} {self.ident(p.name)}")
         return f"void {fn.name}({', '.join(params) or 'void'})"

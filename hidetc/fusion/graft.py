@@ -34,6 +34,14 @@ A kernel view of a tensor may differ from its logical shape (a 1-D MatMul operan
 viewed as 1 x K, Softmax's (outer, n, inner) view): indices go through the row-major
 linear offset whenever the shapes differ.
 
+In place: an epilogue input of the output's shape read through the view index (a
+residual Add's other operand) gets a buffer parameter of its own that is read only
+right before the store of the same element (same index, same view), when the chain has
+no Transpose and no Concat slice. Such values are `FusedKernel.in_place`: the planner
+may give the output their memory (each element is read, then overwritten by the one
+store of that element), and the function's `may_alias` attr names both parameters so
+the C printer does not declare them `restrict`.
+
 Refuses (GraftError, and the planner keeps the group unfused) when the kernel reads its
 own output back, or passes a grafted buffer to any other call. Guarantees: every
 element the anchor stored is stored exactly once to the group's output, with the value
@@ -92,6 +100,7 @@ class GraftError(ValueError):
 class FusedKernel:
     function: Function
     args: tuple[str, ...]     # the graph value bound to each buffer parameter, in order
+    in_place: tuple[str, ...] = ()   # values the output may share memory with (`graft`)
 
 
 def _shape(graph: Graph, value: str) -> tuple[int, ...]:
@@ -148,7 +157,11 @@ class _Graft(Rewriter):
                          if v in self.producer and self.producer[v].name in self.prologue_nodes}
         self.epilogue = list(group.epilogues)
         self.out_buffer = buffers[n_in] if self.epilogue or group.into else None
-        self.external: dict[str, Buffer] = {}
+        self.external: dict[tuple, Buffer] = {}
+        self.in_place: dict[Buffer, str] = {}    # same-index epilogue reads -> value
+        # the final store keeps the kernel's view index (no Transpose, no Concat slice)
+        self.same_index = not group.into and not any(
+            self.members[e].op == "Transpose" for e in self.epilogue)
         self.final: Buffer | None = None
         self.slice: tuple[int, int, tuple[int, ...]] | None = None   # axis, offset, shape
         if self.out_buffer is not None:
@@ -174,15 +187,19 @@ class _Graft(Rewriter):
         self.names.add(name)
         return name
 
-    def _input(self, value: str, view: tuple | None = None) -> Buffer:
+    def _input(self, value: str, view: tuple | None = None, same: bool = False) -> Buffer:
         """The new buffer parameter reading graph value `value` (indexed by its own
-        shape, or by `view`: the anchor output's view, for values of that shape)."""
-        key = (value, view)
+        shape, or by `view`: the anchor output's view, for values of that shape).
+        `same`: a parameter of its own, read only where the group's output element of
+        the same index is stored (an in-place candidate, `in_place`)."""
+        key = (value, view, same)
         buf = self.external.get(key)
         if buf is None:
             t = self.graph.types[value]
             buf = Buffer(self._fresh("in"), t.dtype, tuple(view or t.shape))
             self.external[key] = buf
+            if same:
+                self.in_place[buf] = value
         return buf
 
     # prologues ------------------------------------------------------------------------
@@ -255,7 +272,7 @@ class _Graft(Rewriter):
             shape = _shape(self.graph, value_name)
             if view is not None and shape == current:
                 return Load(self._input(value_name, None if shape == view_shape
-                                        else view_shape), tuple(view))
+                                        else view_shape, self.same_index), tuple(view))
             return Load(self._input(value_name), tuple(as_expr(j) for j in index))
 
         for name in self.epilogue:
@@ -344,7 +361,12 @@ def graft(fn: Function, anchor: Node, group: FusionGroup, graph: Graph) -> Fused
     g = _Graft(fn, anchor, group, graph)
     body = g.stmt(fn.body)
     ordered = [(b, v) for b, v in g.inputs if b not in g.prologue]
-    ordered += [(b, v) for (v, _), b in g.external.items()]
+    ordered += [(b, v) for (v, _, _), b in g.external.items()]
     ordered += [(g.final, g.final_value)] if g.final is not None else g.outputs
-    function = Function(fn.name, tuple(b for b, _ in ordered), body, fn.attrs)
-    return FusedKernel(function, tuple(v for _, v in ordered))
+    shared = [b for b, _ in ordered if b in g.in_place]
+    attrs = fn.attrs
+    if shared:   # the C printer drops `restrict` from these: they may be one buffer
+        attrs += (("may_alias", tuple(b.name for b in (*shared, g.final))),)
+    function = Function(fn.name, tuple(b for b, _ in ordered), body, attrs)
+    return FusedKernel(function, tuple(v for _, v in ordered),
+                       tuple(g.in_place[b] for b in shared))
