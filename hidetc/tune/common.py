@@ -2,7 +2,7 @@
 ranking, the default build parallelism, and the supervision of the measuring worker
 processes.
 
-`run_workers(module, job, n, ...)` runs `python -m <module> JOB START [BEST_MS]` (the
+`run_workers(module, job, n, ...)` runs `python -m <module> JOB START BEST_MS FAILED` (the
 protocol is in `hidetc.tune.worker`) over candidates 0..n-1: one process at a time,
 its JSON lines read with a deadline -- `timeout_s` from a candidate's "start" to its
 result, STARTUP_TIMEOUT_S plus `timeout_s` for the worker to start -- so a hanging
@@ -22,7 +22,10 @@ The time a candidate is ranked by (`CandidateResult.time_ms`) is its fastest tim
 not the worker's median: on a shared machine the median takes in other tenants' load
 (a 2-core tuning run saw medians 3x the minimum) and ranked near-equal configs by luck;
 the fastest run is the kernel's own speed. A median more than NOISY x the minimum is
-still logged.
+still logged. The cpu measurer also asks for a second pass (`rematch`, `_second_pass`):
+the same worker measures every candidate that measured again, in reverse order, and
+each keeps its faster pass, so a stall that held all of one candidate's runs does not
+decide its rank.
 
 Guarantees: no worker outlives `run_workers` (it is killed, and the worker asks the
 kernel to kill it when its parent dies).
@@ -102,10 +105,9 @@ class WorkerProcess:
     """One `python -m <module>` worker and a line reader with deadlines."""
 
     def __init__(self, module: str, job_path: Path, start: int, best_ms: Optional[float],
-                 log_path: Path):
-        argv = [sys.executable, "-m", module, str(job_path), str(start)]
-        if best_ms is not None:
-            argv.append(repr(best_ms))
+                 log_path: Path, failed: Sequence[int] = ()):
+        argv = [sys.executable, "-m", module, str(job_path), str(start),
+                "-" if best_ms is None else repr(best_ms), ",".join(map(str, failed))]
         self.log_path = log_path
         self._log = open(log_path, "ab")
         env = dict(os.environ)          # the worker imports this very hidetc
@@ -192,20 +194,28 @@ def drive(worker: WorkerProcess, pos: int, timeout_s: float, on_result: OnResult
 
 
 def run_workers(module: str, job: dict, n: int, *, timeout_s: float, tmp: Path,
-                stats: MeasureStats, on_result: OnResult) -> None:
+                stats: MeasureStats, on_result: OnResult,
+                best_ms: Optional[float] = None) -> None:
     """Measure candidates 0..n-1 of `job` (pickled for the worker, which gets
     "budget_s" = timeout_s / 2 added), restarting the worker after each fault or
-    timeout; `on_result(position, time_ms, error)` for every candidate."""
+    timeout; `on_result(position, time_ms, error)` for every candidate. `best_ms`: the
+    best time measured before (pruning starts from it)."""
     job_path = tmp / "job.pkl"
     with open(job_path, "wb") as f:
         pickle.dump({**job, "budget_s": timeout_s / 2}, f)
-    pos, best_ms = 0, None
+    pos, failed = 0, []
+
+    def record(k: int, time_ms: Optional[float], error: Optional[str]) -> None:
+        if error is not None:
+            failed.append(k)
+        on_result(k, time_ms, error)
+
     while pos < n:
         worker = WorkerProcess(module, job_path, pos, best_ms,
-                               tmp / f"worker{stats.worker_starts}.log")
+                               tmp / f"worker{stats.worker_starts}.log", failed)
         stats.worker_starts += 1
         try:
-            nxt, seen, fatal = drive(worker, pos, timeout_s, on_result)
+            nxt, seen, fatal = drive(worker, pos, timeout_s, record)
         finally:
             worker.close()
         if seen is not None:
@@ -222,11 +232,13 @@ def run_workers(module: str, job: dict, n: int, *, timeout_s: float, tmp: Path,
 def measure_built(configs: Sequence, errors: dict[int, str], index: list[int], *,
                   module: str, job: dict, timeout_s: float,
                   progress: Optional[Callable[[int], None]], stats: MeasureStats,
-                  tmp: Optional[Path] = None) -> list[CandidateResult]:
+                  tmp: Optional[Path] = None, rematch: bool = False
+                  ) -> list[CandidateResult]:
     """Measure the built candidates -- `job["candidates"][k]` is config `index[k]` --
     and return one result per config; `errors` holds the configs that did not build
     (reported to `progress` first). `tmp` is where the job and worker logs go (a
-    temporary directory of its own when None)."""
+    temporary directory of its own when None). `rematch`: the worker measures every
+    candidate twice (`_second_pass`)."""
     done = len(errors)
     if progress and done:
         progress(done)
@@ -246,14 +258,42 @@ def measure_built(configs: Sequence, errors: dict[int, str], index: list[int], *
 
     clock = time.perf_counter()
     if index:
-        if tmp is None:
-            with tempfile.TemporaryDirectory(prefix="hidetc-tune-") as own:
-                run_workers(module, job, len(index), timeout_s=timeout_s, tmp=Path(own),
+        with tempfile.TemporaryDirectory(prefix="hidetc-tune-") as own:
+            folder = tmp or Path(own)
+            if rematch:
+                run_workers(module, {**job, "passes": 2}, 2 * len(index), timeout_s=timeout_s,
+                            tmp=folder, stats=stats,
+                            on_result=_second_pass(index, on_result, times, errors))
+            else:
+                run_workers(module, job, len(index), timeout_s=timeout_s, tmp=folder,
                             stats=stats, on_result=on_result)
-        else:
-            run_workers(module, job, len(index), timeout_s=timeout_s, tmp=tmp,
-                        stats=stats, on_result=on_result)
     stats.measure_s = time.perf_counter() - clock
     return [CandidateResult(repr(c), times[i], None) if i in times else
             CandidateResult(repr(c), None, errors.get(i, "not measured"))
             for i, c in enumerate(configs)]
+
+
+
+def _second_pass(index: list[int], first: OnResult, times: dict[int, float],
+                 errors: dict[int, str]) -> OnResult:
+    """The results of a two-pass measurement (the worker's job "passes": 2): positions
+    0..n-1 are the first pass (reported by `first`), n..2n-1 the candidates again in
+    reverse order, half the repeats, pruned against the best time so far; a candidate
+    keeps the faster of its two fastest runs. A stall of the machine (a 2-core VM was
+    seen to hold every call of four candidates in a row at 8 ms, kernels of 0.1 ms)
+    then costs a candidate one pass, not its rank. Candidates that failed are skipped
+    by the worker ("skipped"); one that faults, hangs or computes a wrong result only
+    in the second pass is dropped all the same."""
+    n = len(index)
+
+    def on_result(k: int, time_ms: Optional[float], error: Optional[str]) -> None:
+        if k < n:
+            first(k, time_ms, error)
+            return
+        i = index[2 * n - 1 - k]
+        if error is not None and error != "skipped" and not error.startswith("worker"):
+            errors[i] = error
+            times.pop(i, None)
+        elif error is None and time_ms is not None and i in times:
+            times[i] = min(times[i], float(time_ms))
+    return on_result

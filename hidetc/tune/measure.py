@@ -30,7 +30,10 @@ reference still computed from the plain inputs.
 Measurement (cpu): `python -m hidetc.tune.worker` (see that module for the protocol
 and the timing discipline: the check on the real shapes, warm-up, median of `repeat`
 monotonic-clock runs, rotated input copies, early stopping), one process at a time
-and only after every unit is built (compiling beside it would disturb the timings).
+and only after every unit is built (compiling beside it would disturb the timings);
+then every candidate that measured is measured once more, in reverse order, and keeps
+its faster pass (`hidetc.tune.common`: a stall of the machine costs a candidate one
+pass, not its rank).
 The parent reads its JSON lines with a deadline: `timeout_s` from a candidate's
 "start" to its result (the worker's own timing budget is half of that), so a hanging
 candidate is killed; a dead worker names its signal. Either way the worker is
@@ -244,7 +247,7 @@ def _measure_cpu(task: Task, template, configs: list, *, repeat: int, timeout_s:
         job["prepare"] = template
         job["configs"] = [configs[i] for i in index]
     return measure_built(configs, errors, index, module="hidetc.tune.worker", job=job,
-                         timeout_s=timeout_s, progress=progress, stats=stats)
+                         timeout_s=timeout_s, progress=progress, stats=stats, rematch=True)
 
 
 MEASURERS: dict[str, Callable[..., list[CandidateResult]]] = {"cpu": _measure_cpu,

@@ -1,4 +1,4 @@
-"""The measuring worker: `python -m hidetc.tune.worker JOB START [BEST_MS]`.
+"""The measuring worker: `python -m hidetc.tune.worker JOB START BEST_MS FAILED`.
 
 One process measures candidate kernels of one task so that a kernel that faults or
 hangs takes down this process, never the compiler (`hidetc.tune.measure` runs it,
@@ -7,9 +7,13 @@ watches it and restarts it after the failing candidate).
 Input: JOB is a pickle written by the parent: {"task": Task, "candidates": [(so_path,
 symbol), ...], "repeat", "warmup", "seed", "budget_s"} and optionally "prepare" (a
 template whose `prepare_inputs(task, config, inputs)` gives the inputs a candidate
-reads: weights packed at compile time) with "configs" (per candidate); START is the first candidate
-position to measure (a restarted worker resumes after the one that killed its
-predecessor); BEST_MS the best time (fastest run) measured so far (for pruning), if any.
+reads: weights packed at compile time) with "configs" (per candidate), and "passes"
+(default 1; 2: positions n..2n-1 measure the candidates again in reverse order with
+half the repeats, skipping those that failed: `hidetc.tune.common._second_pass`);
+START is the first position to measure (a restarted worker resumes after the one that
+killed its predecessor); BEST_MS the best time (fastest run) measured so far (for
+pruning), "-" if none; FAILED the positions that failed before (comma-separated; their
+candidates are skipped in the second pass, reported as error "skipped").
 
 Output: JSON lines on the original stdout (fd 1 is pointed at stderr first, so whatever
 a kernel or library prints cannot corrupt the protocol):
@@ -186,10 +190,28 @@ class Measurer:
             self.copies = ROTATE_COPIES if footprint < Target().l2_bytes else 1
             self.inputs = [buffers] + [self._rotated(buffers) for _ in range(self.copies - 1)]
         self.libs: dict[str, ctypes.CDLL] = {}
+        self.packed: dict[int, list[np.ndarray]] = {}   # candidate -> its packed inputs
+        self.pool: list[np.ndarray] = []                # the weight copies' memory
 
     def _rotated(self, buffers: list[np.ndarray]) -> list[np.ndarray]:
         """One more rotated set: a copy of the weights only, or of every buffer."""
         return [a.copy() if self.weight in (None, k) else a for k, a in enumerate(buffers)]
+
+    def _weight_sets(self, first: list[np.ndarray]) -> list[list[np.ndarray]]:
+        """`first` and copies-1 sets that differ in their weights, copied into memory
+        kept from one candidate to the next (a few hundred MB of fresh pages per
+        candidate cost more than the copy itself)."""
+        w = first[self.weight]
+        if (len(self.pool) != self.copies - 1
+                or any(b.size < w.size or b.dtype != w.dtype for b in self.pool)):
+            self.pool = [np.empty(w.size + w.size // 4, w.dtype)
+                         for _ in range(self.copies - 1)]
+        sets = [first]
+        for buf in self.pool:
+            view = buf[:w.size].reshape(w.shape)
+            np.copyto(view, w)
+            sets.append([view if k == self.weight else a for k, a in enumerate(first)])
+        return sets
 
     def entry(self, so_path: str, symbol: str):
         lib = self.libs.get(so_path)
@@ -206,16 +228,19 @@ class Measurer:
         if prepare is None:
             return self.inputs
         position = [tuple(c) for c in self.job["candidates"]].index((so_path, symbol))
-        config = self.job["configs"][position]
-        task = self.job["task"]
-        slots = task.buffer_inputs
-        full: list = [None] * len(task.inputs)
-        for slot, array in zip(slots, self.inputs[0]):
-            full[slot] = array
-        full = prepare.prepare_inputs(task, config, full)    # packed once per candidate
-        first = [np.ascontiguousarray(full[slot]) for slot in slots]
+        first = self.packed.get(position)
+        if first is None:           # packed once per candidate (both passes)
+            task = self.job["task"]
+            slots = task.buffer_inputs
+            full: list = [None] * len(task.inputs)
+            for slot, array in zip(slots, self.inputs[0]):
+                full[slot] = array
+            full = prepare.prepare_inputs(task, self.job["configs"][position], full)
+            first = self.packed[position] = [np.ascontiguousarray(full[slot]) for slot in slots]
+        if self.weight is None:
+            return [first] + [self._rotated(first) for _ in range(self.copies - 1)]
         # the rotated copies get their own memory (as the plain inputs do), not a repack
-        return [first] + [self._rotated(first) for _ in range(self.copies - 1)]
+        return self._weight_sets(first)
 
     def measure(self, so_path: str, symbol: str
                 ) -> tuple[float | None, float | None, str | None]:
@@ -294,19 +319,31 @@ def serve(argv: list[str], factory: Callable[[dict, float | None], Any],
     with open(argv[0], "rb") as f:
         job = pickle.load(f)
     start = int(argv[1])
-    best_ms = float(argv[2]) if len(argv) > 2 else None
+    best_ms = float(argv[2]) if len(argv) > 2 and argv[2] != "-" else None
+    n = len(job["candidates"])
+    order = list(range(n)) + (list(reversed(range(n))) if job.get("passes", 1) > 1 else [])
+    failed = {order[int(p)] for p in argv[3].split(",") if p} if len(argv) > 3 else set()
+    full = job["repeat"]
     measurer = factory(job, best_ms)
     emit(ready=True)
-    for k in range(start, len(job["candidates"])):
+    for k in range(start, len(order)):
+        c = order[k]
+        if k >= n:                      # the second pass: half the repeats
+            job["repeat"] = max(1, full // 2)
+            if c in failed:
+                emit(result=k, time_ms=None, min_ms=None, error="skipped")
+                continue
         emit(start=k)
         try:
-            time_ms, min_ms, error = measurer.measure(*job["candidates"][k])
+            time_ms, min_ms, error = measurer.measure(*job["candidates"][c])
         except Fault as exc:
             emit(result=k, time_ms=None, min_ms=None, error=f"fault: {exc}")
             sys.stderr.flush()
             os._exit(0)
         except load_errors as exc:     # the module fails to load / has no such kernel
             time_ms, min_ms, error = None, None, f"load: {exc}"
+        if error is not None:
+            failed.add(c)
         emit(result=k, time_ms=time_ms, min_ms=min_ms, error=error)
     return 0
 

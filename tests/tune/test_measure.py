@@ -40,7 +40,7 @@ def test_real_matmul_template_measured_and_ranked():
     winner = best(results)
     assert winner.time_ms == min(r.time_ms for r in results)
     assert seen[-1] == len(configs) and seen == sorted(seen)
-    assert stats.units == 1 and stats.worker_starts == 1
+    assert stats.units == 1 and stats.worker_starts == 1     # one worker, two passes
     print(f"\nmatmul 64x96x80: build {stats.build_s:.2f}s compile {stats.compile_s:.2f}s "
           f"(cached units {stats.units_cached}) measure {stats.measure_s:.2f}s; "
           + ", ".join(f"{r.time_ms * 1e3:.1f}us" for r in results))
@@ -130,6 +130,7 @@ def test_bad_candidates_are_dropped_with_reasons(tmp_path, monkeypatch):
     assert by_kind["raise"].error == "build: RuntimeError: this config cannot be built"
     assert all(r.time_ms is None for k, r in by_kind.items() if k not in ("good", "good2"))
     assert best(results) in (by_kind["good"], by_kind["good2"])
+    # the first worker and one after each fault or timeout; the second pass skips them
     assert stats.units == 1 and stats.units_cached == 0 and stats.worker_starts == 4
 
     again = MeasureStats()
@@ -191,3 +192,30 @@ def test_worker_rotates_copies_of_constant_weights_alone():
     plain = Measurer({"task": task, "seed": 0}, None)
     assert plain.copies == len(plain.inputs) > 1
     assert all(x is not y for x, y in zip(plain.inputs[0], plain.inputs[1]))
+
+
+def test_second_pass_undoes_a_stall_and_drops_a_flaky_candidate(monkeypatch):
+    """The cpu measurer's rematch (hidetc.tune.common._rematch), with a stand-in worker
+    (tests/helpers/stall_worker.py): the fastest candidate, stalled through its whole
+    first pass, still wins; one that fails only in the second pass is dropped."""
+    from pathlib import Path
+
+    from helpers.stall_worker import FULL_REPEAT
+
+    from hidetc.tune.common import measure_built
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    configs = ["stalled", "plain", "flaky", "slow"]
+    job = {"candidates": [(1.0, "stalled"), (1.2, "plain"), (1.1, "flaky"), (5.0, "plain")],
+           "repeat": FULL_REPEAT}
+    stats = MeasureStats()
+    kw = dict(module="helpers.stall_worker", timeout_s=30.0, progress=None)
+    once = measure_built(configs, {}, [0, 1, 2, 3], job=job, stats=MeasureStats(), **kw)
+    assert [r.time_ms for r in once] == [8.0, 1.2, 1.1, 5.0]
+    assert best(once).config == repr("flaky")
+    results = measure_built(configs, {}, [0, 1, 2, 3], job=job, stats=stats, rematch=True,
+                            **kw)
+    assert [r.time_ms for r in results] == [1.0, 1.2, None, 5.0]
+    assert results[2].error.startswith("wrong result")
+    assert best(results).config == repr("stalled")
+    assert stats.worker_starts == 1
