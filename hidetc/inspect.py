@@ -46,7 +46,8 @@ def describe(manifest: dict) -> str:
         f"kernels: {len(kernels)} launches, {len({k['name'] for k in kernels})} distinct; "
         + ", ".join(f"{op} x{n}" for op, n in ops.most_common()),
         f"memory:  arena {memory['arena_bytes'] / 2**20:.2f} MiB for "
-        f"{memory['total_bytes'] / 2**20:.2f} MiB of intermediates; "
+        f"{memory['total_bytes'] / 2**20:.2f} MiB of intermediates"
+        f" ({len(memory.get('in_place', {}))} written in place); "
         f"weights {weights / 2**20:.2f} MiB",
     ]
     v = manifest["verification"]

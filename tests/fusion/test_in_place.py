@@ -17,6 +17,7 @@ from helpers.fusion_graphs import const, model, resnet_block
 import hidetc
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.graph.reference import run_graph
+from hidetc.inspect import describe
 
 
 def two_blocks(c: int = 8, hw: int = 6, reread: bool = False) -> onnx.ModelProto:
@@ -68,6 +69,7 @@ def test_residual_blocks_write_over_their_residuals(tmp_path, layout):
     offsets = memory["offsets"]
     assert offsets[name("h0")] == offsets[name("h1")] == offsets[name("h2")]
     assert memory["arena_bytes"] < memory["total_bytes"]
+    assert "(2 written in place)" in describe(manifest)        # `hidetc inspect`
     # the kernels that write in place do not promise the C compiler distinct buffers
     src = tmp_path / "out" / "kernels" / "src"
     writer = next(k for k in manifest["kernels"] if k["args"][-1] == name("h1"))
