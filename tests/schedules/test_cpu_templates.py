@@ -338,3 +338,28 @@ def test_channels_last_kernel_key_names_identical_kernels():
             assert len({source(c) for c in cfgs[:3]}) == 1, cfgs[:3]
         firsts = [cfgs[0] for cfgs in sample(list(groups.values()), 6, 5)]
         assert len({source(c) for c in firsts}) == len(firsts)
+
+
+def test_channels_last_7_row_tiles_only_where_8_pads_many_rows(tmp_path):
+    """On AVX-512 a 7x7 map (8-row tiles compute 56 rows for 49) gets the 7 x 48 configs
+    in its space and first in its short list; a 14x14 map (2% padded) and a 56x56 map
+    do not. On AVX2 there are none. The 7-row kernels are right on a 7x7 conv."""
+    from hidetc.schedules.cpu import conv_direct
+    from hidetc.tune.search import candidates
+
+    template = TEMPLATES["ConvNHWC"]
+    small = nhwc_task((1, 40, 7, 7), (72, 40, 3, 3), True, pads=[1, 1, 1, 1])
+    others = [nhwc_task((1, 8, 14, 14), (16, 8, 1, 1), True),
+              nhwc_task((1, 8, 56, 56), (16, 8, 1, 1), True)]
+    for task in others:
+        assert template.short_list(task, TARGET) == conv_direct.LAST_SHORT_LIST
+        assert template.space(task, TARGET) == conv_direct.LAST_SPACE
+    if not conv_direct.ROWS_OF_7:
+        assert template.short_list(small, TARGET) == conv_direct.LAST_SHORT_LIST
+        return
+    short, space = template.short_list(small, TARGET), template.space(small, TARGET)
+    assert short[:3] == conv_direct.ROWS_OF_7 and set(short) <= set(space)
+    assert {(c.mr, c.nr) for c in space} - {(c.mr, c.nr) for c in conv_direct.LAST_SPACE} \
+        == {(7, 48)}
+    assert sum(c.mr == 7 for c in candidates(template, small, TARGET, 1)) >= 2
+    run_all(tmp_path, [(small, c) for c in conv_direct.ROWS_OF_7])

@@ -84,7 +84,7 @@ class ConvTemplate:
         if geo.depthwise:
             return DEPTHWISE_SPACE
         if geo.channels_last:
-            return conv_direct.LAST_SPACE
+            return conv_direct.last_space(geo)
         if task.outputs[0].dtype != "float32":
             return gemm_space()
         default = self.default(task, target)
@@ -95,12 +95,13 @@ class ConvTemplate:
         """Configs the tuner tries first after the default: the implicit GEMM's
         (`microkernel.SHORT_LIST`), and on maps of at most DIRECT_POSITIONS positions
         first the direct convolution's wide-panel configs (`conv_direct.SHORT_LIST`);
-        channels-last: `conv_direct.LAST_SHORT_LIST`; depthwise: none (small spaces)."""
+        channels-last: `conv_direct.last_short_list` (7-row tiles first on 7x7 maps);
+        depthwise: none (small spaces)."""
         geo = conv_geometry(task)
         if geo.depthwise:
             return ()
         if geo.channels_last:
-            return conv_direct.LAST_SHORT_LIST
+            return conv_direct.last_short_list(geo)
         if task.outputs[0].dtype == "float32" and geo.oh * geo.ow <= DIRECT_POSITIONS:
             return conv_direct.SHORT_LIST + SHORT_LIST[:4]
         return SHORT_LIST

@@ -132,6 +132,36 @@ LAST_SHORT_LIST = (DirectConfig(3, 32, 64, 192, 0), DirectConfig(3, 32, 64, 96, 
                    DirectConfig(4, 64, 64, 96, 128), DirectConfig(8, 32, 64, 96, 512),
                    DirectConfig(4, 64, 64, 96, 0), DirectConfig(8, 32, 64, 192, 128))
 
+# AVX-512, maps where 8-row tiles pad more than 5% of the positions and 7 divides them
+# (7x7: 56 rows computed for 49): 7 x 48 tiles too (21 accumulators, no padded rows).
+# In ResNet-50 and MobileNet-V2 (each launch timed in the model, paired with the
+# previous artifact) they ran 3-30% faster on the 7x7 convs; on 14x14 maps (2% padded)
+# the tuner picked them from kernels timed alone and they ran 7-25% slower in the
+# model, so they are offered only where the padding is large (`rows_of_7`).
+ROWS_OF_7 = (DirectConfig(7, 48, 64, 192, 128), DirectConfig(7, 48, 64, 192, 0),
+             DirectConfig(7, 48, 64, 96, 256)) if ISA is AVX512 else ()
+ROW7_SPACE = tuple(DirectConfig(7, 48, mc, nc, kc) for mc, nc, kc in
+                   itertools.product((64, 256), (96, 192, 384), LAST_KC)) if ROWS_OF_7 else ()
+
+
+def rows_of_7(geo: ConvGeometry) -> bool:
+    """Whether this channels-last conv gets the 7-row tiles (see ROWS_OF_7)."""
+    positions = geo.oh * geo.ow
+    return bool(ROWS_OF_7) and positions % 7 == 0 and -positions % 8 > 0.05 * positions
+
+
+def last_space(geo: ConvGeometry) -> tuple[DirectConfig, ...]:
+    """The channels-last space for this conv: `LAST_SPACE`, and `ROW7_SPACE` where
+    `rows_of_7`."""
+    return LAST_SPACE + ROW7_SPACE if rows_of_7(geo) else LAST_SPACE
+
+
+def last_short_list(geo: ConvGeometry) -> tuple[DirectConfig, ...]:
+    """The channels-last short list for this conv: `LAST_SHORT_LIST`, or where
+    `rows_of_7`, `ROWS_OF_7` then the list's first five."""
+    return ROWS_OF_7 + LAST_SHORT_LIST[:5] if rows_of_7(geo) else LAST_SHORT_LIST
+
+
 DIRECT_SPACE = tuple(DirectConfig(mr, nr, 64, nc, kc) for (mr, nr), nc, kc in
                      itertools.product(MICRO_SHAPES, (96, 192, 384), (128, 256)))
 
