@@ -273,7 +273,6 @@ def measure_built(configs: Sequence, errors: dict[int, str], index: list[int], *
             for i, c in enumerate(configs)]
 
 
-
 def _second_pass(index: list[int], first: OnResult, times: dict[int, float],
                  errors: dict[int, str]) -> OnResult:
     """The results of a two-pass measurement (the worker's job "passes": 2): positions
