@@ -27,6 +27,12 @@ the same worker measures every candidate that measured again, in reverse order, 
 each keeps its faster pass, so a stall that held all of one candidate's runs does not
 decide its rank.
 
+The workers' numpy runs its BLAS on one thread (`BLAS_THREADS`): OpenBLAS's threads
+spin after each call (the reference, the result check), and on a 2-core machine they
+took the cores from the kernel's OpenMP threads -- 7 to 11 of 16 measurements of an
+Inception-V3 conv's candidates read ~8 ms for every call of 0.4 ms kernels; none with
+one BLAS thread.
+
 Guarantees: no worker outlives `run_workers` (it is killed, and the worker asks the
 kernel to kill it when its parent dies).
 """
@@ -51,6 +57,7 @@ from hidetc.tune.records import CandidateResult
 log = logging.getLogger("hidetc.tune")
 
 UNIT_SIZE = 16
+BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}   # in the workers
 STARTUP_TIMEOUT_S = 120.0
 WARMUP = 2
 SEED = 0
@@ -111,6 +118,10 @@ class WorkerProcess:
         self.log_path = log_path
         self._log = open(log_path, "ab")
         env = dict(os.environ)          # the worker imports this very hidetc
+        # numpy's BLAS threads (the reference, the check) spin for a while after each
+        # call; beside the kernel's OpenMP threads on a 2-core machine they made whole
+        # candidates measure 8 ms per call for 0.4 ms kernels (`BLAS_THREADS`)
+        env.update(BLAS_THREADS)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -219,3 +219,20 @@ def test_second_pass_undoes_a_stall_and_drops_a_flaky_candidate(monkeypatch):
     assert results[2].error.startswith("wrong result")
     assert best(results).config == repr("stalled")
     assert stats.worker_starts == 1
+
+
+def test_workers_run_numpy_blas_on_one_thread(monkeypatch):
+    """OpenBLAS's spinning threads took the cores from the kernels' OpenMP threads:
+    the workers get OPENBLAS_NUM_THREADS=1 whatever the caller's environment says."""
+    from pathlib import Path
+
+    from helpers.stall_worker import FULL_REPEAT
+
+    from hidetc.tune.common import measure_built
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "8")
+    job = {"candidates": [(1.0, "blas")], "repeat": FULL_REPEAT}
+    results = measure_built(["blas"], {}, [0], job=job, stats=MeasureStats(),
+                            module="helpers.stall_worker", timeout_s=30.0, progress=None)
+    assert results[0].time_ms == 1.0
