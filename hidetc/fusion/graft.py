@@ -196,7 +196,7 @@ class _Graft(Rewriter):
         buf = self.external.get(key)
         if buf is None:
             t = self.graph.types[value]
-            buf = Buffer(self._fresh("in"), t.dtype, tuple(view or t.shape))
+            buf = Buffer(self._fresh("in"), t.dtype, tuple(t.shape if view is None else view))
             self.external[key] = buf
             if same:
                 self.in_place[buf] = value

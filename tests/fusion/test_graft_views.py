@@ -62,3 +62,20 @@ def test_a_transpose_still_maps_the_index(tmp_path):
     onnx.save(proto, path)
     hidetc.compile_model(path, tmp_path / "out", target="cpu")     # verifies vs ORT
     assert (1, 4, 6, 8) in _matmul_params(proto)
+
+
+def test_a_reshape_to_a_scalar_is_read_as_a_scalar(tmp_path):
+    """DequantizeLinear's decomposition reshapes a [1] zero point to a scalar, which a
+    Sub prologue reads: the view buffer has rank 0 (not the source's [1]), else the
+    kernel failed its IR check (every QLinear/DequantizeLinear node test did)."""
+    nodes = [("Reshape", ["zp", "scalar"], ["z"], {}),
+             ("Sub", ["x", "z"], ["d"], {}),
+             ("Mul", ["d", "scale"], ["y"], {})]
+    consts = {"scalar": np.zeros(0, np.int64), "scale": np.array(0.5, np.float32)}
+    proto = model(nodes, {"x": [5], "zp": [1]}, ["y"], consts)
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    hidetc.compile_model(path, tmp_path / "out", target="cpu")    # verifies vs ORT
+    x, zp = np.arange(5, dtype=np.float32), np.array([2.0], np.float32)
+    got = hidetc.load(tmp_path / "out").run({"x": x, "zp": zp})["y"]
+    np.testing.assert_allclose(got, (x - 2.0) * 0.5, rtol=1e-6)
