@@ -289,7 +289,7 @@ def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
     steps = [(fused.args, written_values(g, nodes)) for g, _, fused in kernels]
     lifetimes = _lifetimes(graph, steps)
     reuse = _in_place(kernels, nodes, graph, lifetimes) if target == "cpu" else {}
-    memory = _plan_with_reuse(lifetimes, reuse)
+    memory = plan_memory(lifetimes, shares=reuse)
     produced = {o for node in graph.nodes for o in node.outputs if o}
     slot_of, sources = _output_sources(graph, produced)
     used_constants = {s["name"] for s in sources if s["kind"] == "constant"}
@@ -331,26 +331,6 @@ def _in_place(kernels, nodes: dict[str, Node], graph: Graph, lifetimes: list[Pla
                 reuse[out] = value
                 break
     return reuse
-
-
-def _plan_with_reuse(lifetimes: list[PlanValue], reuse: dict[str, str]) -> MemoryPlan:
-    """`plan_memory` with each output of `reuse` placed where its reused value lives:
-    chains (a block's output reused by the next block's output) share one place, whose
-    lifetime spans them all. `total_bytes` still counts every value."""
-    def root(name: str) -> str:
-        while name in reuse:
-            name = reuse[name]
-        return name
-    spans: dict[str, PlanValue] = {}
-    for v in lifetimes:
-        r = root(v.name)
-        old = spans.get(r)
-        spans[r] = PlanValue(r, v.nbytes, v.first, v.last) if old is None else \
-            PlanValue(r, max(old.nbytes, v.nbytes), min(old.first, v.first),
-                      max(old.last, v.last))
-    placed = plan_memory(list(spans.values()))
-    return replace(placed, offsets={v.name: placed.offsets[root(v.name)] for v in lifetimes},
-                   total_bytes=sum(int(v.nbytes) for v in lifetimes))
 
 
 def _arg(value: str, graph: Graph, memory: MemoryPlan, slot_of: dict[str, int]) -> Arg:

@@ -16,11 +16,13 @@ Algorithm: greedy by size, largest first (ties: earlier `first`, then input orde
 each value goes into the smallest gap (best fit; ties: lowest offset) between the
 already placed values that are live at the same time, or above all of them. The
 per-value work is vectorized with numpy, so ~2,000 values plan in milliseconds.
+Values that share memory by design (`shares`: an in-place output and the input it
+overwrites, whose lifetimes meet at one step) are planned as one.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -89,8 +91,14 @@ def _best_fit(offs: np.ndarray, ends: np.ndarray, nbytes: int, alignment: int) -
     return int(_align_up(int(reach[-1]), alignment))
 
 
-def plan_memory(values: Sequence[PlanValue], alignment: int = 64) -> MemoryPlan:
-    """Place `values` in one arena; see the module docstring for the rules."""
+def plan_memory(values: Sequence[PlanValue], alignment: int = 64,
+                shares: Mapping[str, str] | None = None) -> MemoryPlan:
+    """Place `values` in one arena; see the module docstring for the rules. `shares`
+    {value: value whose memory it takes} (an output written in place over an input
+    that dies there; equal sizes): each chain of them is placed as one value whose
+    lifetime spans them all; `total_bytes` still counts every value."""
+    if shares:
+        return _plan_shared(values, alignment, shares)
     _validate(values, alignment)
     n = len(values)
     total = sum(int(v.nbytes) for v in values)
@@ -114,6 +122,24 @@ def plan_memory(values: Sequence[PlanValue], alignment: int = 64) -> MemoryPlan:
     return MemoryPlan(arena_bytes=arena,
                       offsets={v.name: offsets[i] for i, v in enumerate(values)},
                       total_bytes=total, alignment=alignment)
+
+
+def _plan_shared(values: Sequence[PlanValue], alignment: int, shares: Mapping[str, str]
+                 ) -> MemoryPlan:
+    def root(name: str) -> str:
+        while name in shares:
+            name = shares[name]
+        return name
+    spans: dict[str, PlanValue] = {}
+    for v in values:
+        r = root(v.name)
+        old = spans.get(r)
+        spans[r] = PlanValue(r, v.nbytes, v.first, v.last) if old is None else \
+            PlanValue(r, max(old.nbytes, v.nbytes), min(old.first, v.first),
+                      max(old.last, v.last))
+    placed = plan_memory(list(spans.values()), alignment)
+    return MemoryPlan(placed.arena_bytes, {v.name: placed.offsets[root(v.name)] for v in values},
+                      sum(int(v.nbytes) for v in values), alignment)
 
 
 def _check_bounds(values: Sequence[PlanValue], plan: MemoryPlan) -> None:

@@ -38,6 +38,7 @@ kernel to kill it when its parent dies).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -118,10 +119,7 @@ class WorkerProcess:
         self.log_path = log_path
         self._log = open(log_path, "ab")
         env = dict(os.environ)          # the worker imports this very hidetc
-        # numpy's BLAS threads (the reference, the check) spin for a while after each
-        # call; beside the kernel's OpenMP threads on a 2-core machine they made whole
-        # candidates measure 8 ms per call for 0.4 ms kernels (`BLAS_THREADS`)
-        env.update(BLAS_THREADS)
+        env.update(BLAS_THREADS)        # see the module docstring
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -205,16 +203,15 @@ def drive(worker: WorkerProcess, pos: int, timeout_s: float, on_result: OnResult
 
 
 def run_workers(module: str, job: dict, n: int, *, timeout_s: float, tmp: Path,
-                stats: MeasureStats, on_result: OnResult,
-                best_ms: Optional[float] = None) -> None:
+                stats: MeasureStats, on_result: OnResult) -> None:
     """Measure candidates 0..n-1 of `job` (pickled for the worker, which gets
     "budget_s" = timeout_s / 2 added), restarting the worker after each fault or
-    timeout; `on_result(position, time_ms, error)` for every candidate. `best_ms`: the
-    best time measured before (pruning starts from it)."""
+    timeout (told the positions that failed so far); `on_result(position, time_ms,
+    error)` for every candidate."""
     job_path = tmp / "job.pkl"
     with open(job_path, "wb") as f:
         pickle.dump({**job, "budget_s": timeout_s / 2}, f)
-    pos, failed = 0, []
+    pos, best_ms, failed = 0, None, []
 
     def record(k: int, time_ms: Optional[float], error: Optional[str]) -> None:
         if error is not None:
@@ -269,8 +266,9 @@ def measure_built(configs: Sequence, errors: dict[int, str], index: list[int], *
 
     clock = time.perf_counter()
     if index:
-        with tempfile.TemporaryDirectory(prefix="hidetc-tune-") as own:
-            folder = tmp or Path(own)
+        own = tempfile.TemporaryDirectory(prefix="hidetc-tune-") if tmp is None else None
+        with own or contextlib.nullcontext():
+            folder = tmp or Path(own.name)
             if rematch:
                 run_workers(module, {**job, "passes": 2}, 2 * len(index), timeout_s=timeout_s,
                             tmp=folder, stats=stats,

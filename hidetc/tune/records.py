@@ -7,8 +7,8 @@ tasks give equal digests in every process), the device (`cpu:<model>` or
 `cuda:<GPU name>`), the architecture (`x86-64-avx2`, `sm_90`), the toolchain version
 (gcc's or nvcc's version line) and hidetc's version with a digest of the task's
 candidate space (`search.space_digest`). Records of another hidetc or toolchain
-version, or of another space, are kept but never matched. The task's readable signature is stored
-beside the key for listing; it is not part of the key.
+version, or of another space, are kept but never matched. The task's readable
+signature is stored beside the key for listing; it is not part of the key.
 
 Default file: `<cache dir>/records.sqlite` (`HIDETC_CACHE_DIR`, see
 `hidetc.toolchain.cache`). Concurrency: WAL journal, a 30 s busy timeout and every

@@ -7,10 +7,10 @@ fuse many).
 
 Per task, in order:
 1. the records: a winner measured before for the same template, task, device,
-   architecture, toolchain, hidetc version and candidate space (`space_digest`: the
-   template's default, space and short list for the task, so a release that changes a
-   space or a short list re-tunes instead of reusing winners picked from the old
-   candidates) (`RecordStore.winner`), or, when tuning
+   architecture, toolchain, hidetc version and candidate space (`RecordStore.winner`;
+   `space_digest`: the template's default, space and short list for the task, so a
+   release that changes a space or a short list re-tunes instead of reusing winners
+   picked from the old candidates), or, when tuning
    is off or no device is here (a cross-compile), a winner for the same template, task
    and architecture from any device (`RecordStore.find_winner`: records exported from a
    GPU machine and imported here). A stored config the space no longer has is ignored.

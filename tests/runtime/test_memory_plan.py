@@ -140,3 +140,17 @@ def test_2000_values_all_live_is_fast():
     assert time.perf_counter() - start < 1.0
     check_plan(values, plan)
     assert plan.arena_bytes == plan.total_bytes
+
+
+def test_shared_values_take_one_place_spanning_their_chain():
+    """`shares`: b overwrites a in place (both live at step 1), c overwrites b; they get
+    one offset, and d, live meanwhile, stays apart; total_bytes counts all four."""
+    values = [PlanValue("a", 256, 0, 1), PlanValue("b", 256, 1, 2),
+              PlanValue("c", 256, 2, 4), PlanValue("d", 128, 1, 3)]
+    plan = plan_memory(values, shares={"b": "a", "c": "b"})
+    assert plan.offsets["a"] == plan.offsets["b"] == plan.offsets["c"]
+    d = plan.offsets["d"]
+    assert d >= plan.offsets["a"] + 256 or d + 128 <= plan.offsets["a"]
+    assert plan.arena_bytes == 384 and plan.total_bytes == 896
+    check_plan([PlanValue("abc", 256, 0, 4), values[3]],
+               MemoryPlan(plan.arena_bytes, {"abc": plan.offsets["a"], "d": d}, 384))
