@@ -117,6 +117,7 @@ X86_INTRINSICS: dict[str, tuple[int, ...]] = {
     "_mm256_setzero_ps": (), "_mm256_set1_ps": (), "_mm256_setr_ps": (),
     "_mm512_loadu_ps": (0,), "_mm512_storeu_ps": (0,), "_mm512_fmadd_ps": (),
     "_mm512_add_ps": (), "_mm512_setzero_ps": (), "_mm512_set1_ps": (), "_mm512_setr_ps": (),
+    "__builtin_prefetch": (0,),   # (&x, rw, locality): gcc's software prefetch
 }
 
 

@@ -23,10 +23,11 @@ a row-major B row); `av(r, k)` a Load (broadcast from memory) or any f32 express
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Buffer, Call, Expr, ExprLike, Load, Var, eq
+from hidetc.tir.ir import Buffer, Call, Const, Expr, ExprLike, Load, Var, eq
 from hidetc.toolchain.cpu_isa import current
 
 ISA = current()
@@ -90,14 +91,35 @@ def add(a: Expr, b: Var) -> Call:
 
 def micro_kernel(kb: KernelBuilder, mr: int, nr: int, kcur: ExprLike,
                  av: Callable[[Expr, Expr], Expr],
-                 bv: Callable[[Expr, Expr], Expr]) -> list[list[Var]]:
+                 bv: Callable[[Expr, Expr], Expr],
+                 ahead: Ahead | None = None) -> list[list[Var]]:
     """The MR x NR accumulators after the K loop (see the module docstring). A tile of
     fewer than MIN_CHAINS accumulators (the MR x L kernel of a ragged last panel) keeps
     two sets, for even and odd k, added at the end: one set would leave the FMA units
-    waiting on its own latency (4 cycles, 2 units: 8 chains in flight)."""
+    waiting on its own latency (4 cycles, 2 units: 8 chains in flight). `ahead`: the
+    B rows to prefetch alongside (`Ahead`)."""
     sets = accumulator_sets(kb, mr, nr)
-    k_loop(kb, sets, kcur, av, bv)
+    k_loop(kb, sets, kcur, av, bv, ahead)
     return merged(kb, sets)
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """Software prefetch of the B panel a later micro-tile reads: while `when` holds
+    (the first micro-tile over a panel, the one whose B rows come from memory), each k
+    step also prefetches row k of the next panel into L2 (`row(k, j)`: its element j,
+    one prefetch per 64-byte line). The weights of a model are read once per pass and
+    mostly come from DRAM; the hardware streamer restarts at every 4 KB page, so the
+    first micro-tile of each panel waits on them while the others hit L1/L2."""
+    when: Expr
+    row: Callable[[Expr, int], Load]
+
+
+def prefetch(kb: KernelBuilder, ahead: Ahead, k: Expr, nr: int) -> None:
+    with kb.if_then(ahead.when):
+        for j in range(0, nr, 64 // 4):
+            kb.evaluate(Call("__builtin_prefetch", (ahead.row(k, j), Const(0, "int32"),
+                                                    Const(2, "int32")), "void"))
 
 
 MIN_CHAINS = 8   # independent FMA chains that keep both units of Zen 3 / Skylake busy
@@ -110,15 +132,23 @@ def accumulator_sets(kb: KernelBuilder, mr: int, nr: int) -> list[list[list[Var]
     return [_zeros(kb, mr, nr) for _ in range(1 if mr * nv >= MIN_CHAINS else 2)]
 
 
-def k_loop(kb: KernelBuilder, sets: list, kcur: ExprLike, av: Callable, bv: Callable) -> None:
-    """k_steps for k < kcur, alternating between the accumulator sets."""
+def k_loop(kb: KernelBuilder, sets: list, kcur: ExprLike, av: Callable, bv: Callable,
+           ahead: Ahead | None = None) -> None:
+    """k_steps for k < kcur, alternating between the accumulator sets (`ahead`: the
+    rows prefetched alongside)."""
+    nr = sum(lanes_of(x) for x in sets[0][0])
     if len(sets) == 1:
         with kb.for_range(kcur, name="k") as k:
             _k_step(kb, sets[0], k, av, bv)
+            if ahead is not None:
+                prefetch(kb, ahead, k, nr)
         return
     with kb.for_range(kcur // 2, name="k") as k2:
         _k_step(kb, sets[0], k2 * 2, av, bv)
         _k_step(kb, sets[1], k2 * 2 + 1, av, bv)
+        if ahead is not None:
+            prefetch(kb, ahead, k2 * 2, nr)
+            prefetch(kb, ahead, k2 * 2 + 1, nr)
     with kb.for_range(kcur % 2, name="k") as k1:    # the last k of an odd depth
         _k_step(kb, sets[0], kcur - 1 + k1, av, bv)
 

@@ -237,7 +237,7 @@ def _accumulate(kb: KernelBuilder, task: DirectTask, dt: str) -> Buffer:
         c0 = kblk * (bl.kc // geo.taps)
         kcur = bl.kc if bl.k % bl.kc == 0 else minimum(bl.k - kblk * bl.kc, bl.kc)
         chans = kcur // geo.taps
-        with task.micro_tiles(kb) as (r0, jp):
+        with task.micro_tiles(kb) as (r0, jp, _):
             offs = task.row_offsets(kb, r0)
             panel = task.o0 // bl.nr + jp
 

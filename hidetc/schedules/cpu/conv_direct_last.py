@@ -19,8 +19,9 @@ from __future__ import annotations
 from hidetc.schedules.cpu import avx2
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.direct_task import DirectTask
+from hidetc.schedules.cpu.microkernel import ceil_div
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, logical_and, minimum
+from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, eq, logical_and, minimum, select
 from hidetc.tir.mapping import spatial
 
 
@@ -37,16 +38,30 @@ def accumulate(kb: KernelBuilder, task: DirectTask, dt: str, kc: int) -> Buffer:
     step = pieces[1][0] - pieces[0][0] if len(pieces) > 1 else 1
     chunk = chunk_length(geo, kc)
     per_run = -(-length // chunk)
-    with kb.for_range(len(pieces) * per_run, name="kb") as kblk:
-        run, q = (kblk // per_run, kblk % per_run) if per_run > 1 else (kblk, 0)
+    blocks = len(pieces) * per_run
+
+    def split(kblk: ExprLike) -> tuple[ExprLike, ExprLike]:   # (run, chunk in the run)
+        return (kblk // per_run, kblk % per_run) if per_run > 1 else (kblk, 0)
+
+    with kb.for_range(blocks, name="kb") as kblk:
+        run, q = split(kblk)
         t0 = run * step
         first = kb.declare("first", "int32", t0 * geo.icg + q * chunk)   # weights row
         toff = kb.declare("toff", "int32", task.tap_offset(t0))
         c0 = q * chunk
         count = chunk if length % chunk == 0 else minimum(length - c0, chunk)
-        with task.micro_tiles(kb) as (r0, jp):
+        run_n, q_n = split(minimum(kblk + 1, blocks - 1))
+        first_n = kb.declare("first_n", "int32", run_n * step * geo.icg + q_n * chunk)
+        with task.micro_tiles(kb) as (r0, jp, ip):
             offs = task.row_offsets(kb, r0)
             panel = task.o0 // bl.nr + jp
+            # next: panel jp + 1 of this chunk, or after the task's last panel the next
+            # chunk's first panel (rows clamped: a short last chunk)
+            last = eq(jp, ceil_div(task.cols, bl.nr) - 1)
+            nxt = kb.declare("nxt", "int32", select(last, task.o0 // bl.nr, task.next_panel(jp)))
+            row0 = kb.declare("row0", "int32", select(last, first_n, first))
+            ahead = avx2.Ahead(eq(ip, 0), lambda ci, j, nxt=nxt, row0=row0:
+                               task.wt[task.g, nxt, minimum(row0 + ci, task.wt.shape[2] - 1), j])
 
             def av(r, ci, offs=offs, c0=c0, toff=toff):
                 return task.load(offs[r] + toff, task.channel(c0 + ci))
@@ -54,11 +69,17 @@ def accumulate(kb: KernelBuilder, task: DirectTask, dt: str, kc: int) -> Buffer:
             def bv(ci, j, panel=panel, first=first):
                 return task.wt[task.g, panel, first + ci, j]
 
-            def run_tile(nr: int, av=av, bv=bv, r0=r0, jp=jp) -> None:
-                acc = avx2.micro_kernel(kb, bl.mr, nr, count, av, bv)
+            def run_tile(nr: int, av=av, bv=bv, r0=r0, jp=jp, ahead=ahead) -> None:
+                acc = avx2.micro_kernel(kb, bl.mr, nr, count, av, bv, ahead)
                 avx2.accumulate_tile(kb, acc, (r0, jp * bl.nr), kblk, cbuf)
             task.by_panel_width(kb, jp, run_tile)
     return cbuf
+
+
+# The whole-K micro-tiles prefetch the next panel only when it is this small: a bigger
+# one (a 3x3 conv's 4608 x 64 floats, 1.2 MB) evicts the current panel from L2 before
+# the block's other micro-tiles have read it (measured: 3x3 convs 3-8% slower).
+PREFETCH_PANEL_BYTES = 128 * 1024
 
 
 def registers(kb: KernelBuilder, task: DirectTask, dt: str, out: Buffer,
@@ -71,8 +92,8 @@ def registers(kb: KernelBuilder, task: DirectTask, dt: str, out: Buffer,
     bl = task.bl
     rows, cols = task.rows, task.cols
     tile = kb.alloc("tile", dt, (bl.mr, bl.nr))
-    with task.micro_tiles(kb) as (r0, jp):
-        _micro_tile(kb, task, r0, jp, tile)
+    with task.micro_tiles(kb) as (r0, jp, ip):
+        _micro_tile(kb, task, r0, jp, eq(ip, 0), tile)
         with kb.for_range(minimum(rows - r0, bl.mr), name="r") as r, \
                 kb.for_range(minimum(cols - jp * bl.nr, bl.nr), name="j") as j:
             oc = task.out_channel(jp * bl.nr + j)
@@ -80,21 +101,25 @@ def registers(kb: KernelBuilder, task: DirectTask, dt: str, out: Buffer,
             kb.store(out, (task.b, task.p0 + r0 + r, oc), value)
 
 
-def _micro_tile(kb: KernelBuilder, task: DirectTask, r0: Expr, jp: Expr, tile: Buffer) -> None:
+def _micro_tile(kb: KernelBuilder, task: DirectTask, r0: Expr, jp: Expr, first: Expr,
+                tile: Buffer) -> None:
     """tile[r][j] = the sum over every tap and channel for position p0 + r0 + r and
     the panel's channel j (a narrow panel of at most LANES channels fills columns
-    0..LANES-1)."""
+    0..LANES-1); the `first` micro-tile over the panel prefetches the next panel."""
     bl, geo = task.bl, task.geo
     offs = task.row_offsets(kb, r0)
     panel = task.o0 // bl.nr + jp
+    nxt = task.next_panel(jp)
 
     def run(nr: int) -> None:
         sets = avx2.accumulator_sets(kb, bl.mr, nr)
         for t, length in runs(geo):
             toff = task.tap_offset(t)
+            ahead = (avx2.Ahead(first, lambda ci, j, t=t: task.wt[task.g, nxt, t * geo.icg + ci, j])
+                     if geo.icg * geo.taps * nr * 4 <= PREFETCH_PANEL_BYTES else None)
             avx2.k_loop(kb, sets, length,
                         lambda r, ci, toff=toff: task.load(offs[r] + toff, task.channel(ci)),
-                        lambda ci, j, t=t: task.wt[task.g, panel, t * geo.icg + ci, j])
+                        lambda ci, j, t=t: task.wt[task.g, panel, t * geo.icg + ci, j], ahead)
         for r, row in enumerate(avx2.merged(kb, sets)):
             for col, x in zip(avx2.offsets(nr), row):
                 avx2.store(kb, tile[r, col], x)

@@ -52,16 +52,21 @@ class DirectTask:
         return self.g * self.geo.ocg + self.o0 + j if self.geo.groups > 1 else self.o0 + j
 
     @contextmanager
-    def micro_tiles(self, kb: KernelBuilder) -> Iterator[tuple[Expr, Expr]]:
+    def micro_tiles(self, kb: KernelBuilder) -> Iterator[tuple[Expr, Expr, Expr]]:
         """Loops over the task's micro-tiles -- per block of MC positions, per NR-channel
-        panel jp, per MR positions from r0 -- yielding (r0, jp) inside them."""
+        panel jp, per MR positions from r0 -- yielding (r0, jp, ip) inside them (ip == 0:
+        the block's first micro-tile over panel jp)."""
         bl = self.bl
         with kb.for_range(ceil_div(self.rows, bl.mc), name="ib") as ib:
             i1 = ib * bl.mc
             brows = self.rows if bl.mt == bl.mc else minimum(self.rows - i1, bl.mc)
             with kb.for_range(ceil_div(self.cols, bl.nr), name="jp") as jp, \
                     kb.for_range(ceil_div(brows, bl.mr), name="ip") as ip:
-                yield i1 + ip * bl.mr, jp
+                yield i1 + ip * bl.mr, jp, ip
+
+    def next_panel(self, jp: ExprLike) -> Expr:
+        """The packed-weights panel after this task's panel jp (the last one stays)."""
+        return minimum(self.o0 // self.bl.nr + jp + 1, self.wt.shape[1] - 1)
 
     def row_offsets(self, kb: KernelBuilder, r0: ExprLike) -> list[Var]:
         """Per micro-tile row r, the source offset of position p0 + r0 + r (clamped to
