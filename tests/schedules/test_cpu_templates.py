@@ -158,6 +158,29 @@ def test_blocking_balances_tasks_over_the_cores():
     assert bl.nc == 49 and bl.kc % 9 == 0 and bl.m_tiles == 2
 
 
+def test_rows_split_evenly_where_the_blocks_do_not(tmp_path):
+    """784 positions in MC=64 blocks (13) split 448 + 336 over two cores, so the best
+    block split had every task read all 784 rows and split the columns instead; now the
+    rows split 392 + 392 (a multiple of MR, the last MC block short). Many MC-block
+    tasks stay as they were. The kernels compute right with such tasks."""
+    bl = blocking(GemmConfig(8, 32, mc=64, nc=192), 784, 128, 512, 1, 2)
+    assert (bl.mt, bl.nc, bl.m_tiles, bl.n_tiles) == (392, 128, 2, 1)
+    bl = blocking(GemmConfig(4, 64, mc=256, nc=96), 3136, 64, 576, 1, 2)
+    assert bl.mt % bl.mc == 0 and bl.m_tiles > 4
+    conv = nhwc_task((1, 24, 4, 13), (32, 24, 1, 1), True)
+    mm = matmul_task((52, 24), (24, 32))
+    cases = [(conv, DirectConfig(4, 16, mc=8, nc=32, kc=0)),
+             (conv, DirectConfig(4, 16, mc=8, nc=32, kc=8)),
+             (mm, GemmConfig(4, 16, mc=8, nc=32)),
+             (mm, GemmConfig(4, 16, mc=8, nc=32, pack_a=False))]
+    for _, cfg in cases:
+        bl = blocking(cfg.gemm() if isinstance(cfg, DirectConfig) else cfg, 52, 32, 24, 1, 2)
+        assert bl.mt == 28 and bl.mt % bl.mc, cfg
+    run_all(tmp_path, cases)
+    (tmp_path / "packed").mkdir()
+    run_all(tmp_path / "packed", cases, prepacked=True)
+
+
 def test_every_matmul_config_on_an_awkward_shape(tmp_path):
     task = matmul_task((2, 3, 7, 13), (3, 13, 64))
     space = TEMPLATES["MatMul"].space(task, TARGET)
