@@ -162,11 +162,14 @@ def test_rows_split_evenly_where_the_blocks_do_not(tmp_path):
     """784 positions in MC=64 blocks (13) split 448 + 336 over two cores, so the best
     block split had every task read all 784 rows and split the columns instead; now the
     rows split 392 + 392 (a multiple of MR, the last MC block short). Many MC-block
-    tasks stay as they were. The kernels compute right with such tasks."""
+    tasks and near-even splits stay as they were. The kernels compute right with such
+    tasks."""
     bl = blocking(GemmConfig(8, 32, mc=64, nc=192), 784, 128, 512, 1, 2)
     assert (bl.mt, bl.nc, bl.m_tiles, bl.n_tiles) == (392, 128, 2, 1)
     bl = blocking(GemmConfig(4, 64, mc=256, nc=96), 3136, 64, 576, 1, 2)
     assert bl.mt % bl.mc == 0 and bl.m_tiles > 4
+    bl = blocking(GemmConfig(8, 32, mc=64, nc=192), 1225, 96, 864, 1, 2)   # 640 + 585 kept
+    assert (bl.mt, bl.m_tiles) == (640, 2)
     conv = nhwc_task((1, 24, 4, 13), (32, 24, 1, 1), True)
     mm = matmul_task((52, 24), (24, 32))
     cases = [(conv, DirectConfig(4, 16, mc=8, nc=32, kc=0)),

@@ -60,6 +60,8 @@ LINE = 16  # f32 per 64-byte cache line
 CBUF_BYTES = 256 * 1024  # most task accumulator rows kept per task (half an L2)
 MICRO_SHAPES = ISA.micro_shapes   # AVX2: 4x16, 5x16, 4x24, 3x32, 8x8, 6x16
 FMA_PER_CYCLE = 2 * LANES         # two FMA units
+A_STREAM = 1.0   # cycles per A element a task streams (the input: 0.25 measured too cheap)
+UNEVEN = 1.1     # a row split this much over the even one is rebalanced (`_Shape.best`)
 PLAIN_LANES = 8   # the scalar form's inner loop (other dtypes): gcc vectorizes it
 MC_CHOICES = (32, 64, 128)
 NC_CHOICES = (96, 192, 384)
@@ -234,6 +236,8 @@ class _Shape:
     def even_rows(self, nc: int) -> list[tuple[int, int]]:
         """The rows split evenly over the cores (MT a multiple of MR only, its last MC
         block short: 784 positions in MC=64 blocks split 448 + 336, here 392 + 392)."""
+        if self.m <= self.mr * self.cores:
+            return []
         mt = _round_up(-(-self.m // self.cores), self.mr)
         return [(mt, b) for b in self.widths(nc) if mt * _round_up(b, self.nr) * 4 <= CBUF_BYTES]
 
@@ -242,20 +246,24 @@ class _Shape:
         tasks = self.batch * -(-self.m // mt) * -(-self.n // nc)
         fma = _round_up(rows, self.mr) * padded_cols(cols, self.nr) * self.k / FMA_PER_CYCLE
         pack = cols * self.k * (1.0 if self.gather else 0.25)
-        pack += rows * self.k * 0.25
+        pack += rows * self.k * A_STREAM
         return -(-tasks // self.cores) * (fma + pack + 2000)
 
     def best(self, nc: int) -> tuple[int, int]:
-        """The cheapest candidate; when that has every task read every row (the rows'
-        MC blocks split unevenly, the columns split instead), also the rows split
-        evenly over the cores, so each core reads half the input, not all of it
-        (ResNet-50's 28x28 1x1 convs: 20% faster per launch). Not offered otherwise:
-        over many MC-block tasks (scheduled dynamically) it measured slower."""
+        """The cheapest candidate; when that splits the rows at most once per core and
+        more than UNEVEN over an even split (13 MC blocks of 64 over 2 cores: 448 +
+        336), or not at all (the columns split instead: every core reads the whole
+        input), also the rows split evenly over the cores (ResNet-50's 28x28 1x1
+        convs: 25-30% faster per launch). Not offered otherwise: over many MC-block
+        tasks (scheduled dynamically) it measured slower, and so did 616 + 609 for
+        640 + 585 (Inception-V3's 35x35 3x3s, 6%)."""
         def cost(c: tuple[int, int]) -> tuple[float, int]:
             return self.busiest_core(*c), -c[1]
         pick = min(self.candidates(nc), key=cost)
-        if pick[0] >= self.m > self.mr * self.cores:
-            pick = min([pick] + self.even_rows(nc), key=cost)
+        even = self.even_rows(nc)
+        if (even and -(-self.m // pick[0]) <= self.cores
+                and min(pick[0], self.m) > UNEVEN * even[0][0]):
+            pick = min([pick] + even, key=cost)
         return pick
 
 
