@@ -170,6 +170,12 @@ def test_rows_split_evenly_where_the_blocks_do_not(tmp_path):
     assert bl.mt % bl.mc == 0 and bl.m_tiles > 4
     bl = blocking(GemmConfig(8, 32, mc=64, nc=192), 1225, 96, 864, 1, 2)   # 640 + 585 kept
     assert (bl.mt, bl.m_tiles) == (640, 2)
+    # a column split (NC=96 of 192) over more rows than columns: rows split, whole width
+    bl = blocking(GemmConfig(8, 32, mc=64, nc=96), 289, 192, 896, 1, 2)
+    assert (bl.mt, bl.nc, bl.m_tiles, bl.n_tiles) == (152, 192, 2, 1)
+    # fewer rows than columns (a 7x7 map, 960 channels): the weights stay split
+    bl = blocking(GemmConfig(4, 64, mc=64, nc=192), 49, 960, 160, 1, 2)
+    assert bl.m_tiles == 1 and bl.n_tiles > 1
     conv = nhwc_task((1, 24, 4, 13), (32, 24, 1, 1), True)
     mm = matmul_task((52, 24), (24, 32))
     cases = [(conv, DirectConfig(4, 16, mc=8, nc=32, kc=0)),

@@ -219,9 +219,10 @@ class _Shape:
     unit: int
     gather: bool
 
-    def widths(self, nc: int) -> set[int]:
-        """Column tile widths: NC, up to 4x more tiles, equalized and rounded to the unit."""
-        tn0 = -(-max(self.n, 1) // nc)
+    def widths(self, nc: int, tn0: int | None = None) -> set[int]:
+        """Column tile widths: NC (or `tn0` tiles), up to 4x more tiles, equalized and
+        rounded to the unit."""
+        tn0 = tn0 or -(-max(self.n, 1) // nc)
         return {_round_up(-(-max(self.n, 1) // tn), self.unit) for tn in range(tn0, 4 * tn0 + 1)}
 
     def candidates(self, nc: int) -> list[tuple[int, int]]:
@@ -233,13 +234,14 @@ class _Shape:
                     if -(-m_blocks // t) <= cap]
         return out
 
-    def even_rows(self, nc: int) -> list[tuple[int, int]]:
+    def even_rows(self, nc: int, whole: bool = False) -> list[tuple[int, int]]:
         """The rows split evenly over the cores (MT a multiple of MR only, its last MC
         block short: 784 positions in MC=64 blocks split 448 + 336, here 392 + 392)."""
         if self.m <= self.mr * self.cores:
             return []
         mt = _round_up(-(-self.m // self.cores), self.mr)
-        return [(mt, b) for b in self.widths(nc) if mt * _round_up(b, self.nr) * 4 <= CBUF_BYTES]
+        return [(mt, b) for b in self.widths(nc, 1 if whole else None)
+                if mt * _round_up(b, self.nr) * 4 <= CBUF_BYTES]
 
     def busiest_core(self, mt: int, nc: int) -> float:
         rows, cols = min(mt, max(self.m, 1)), min(nc, max(self.n, 1))
@@ -254,13 +256,16 @@ class _Shape:
         more than UNEVEN over an even split (13 MC blocks of 64 over 2 cores: 448 +
         336), or not at all (the columns split instead: every core reads the whole
         input), also the rows split evenly over the cores (ResNet-50's 28x28 1x1
-        convs: 25-30% faster per launch). Not offered otherwise: over many MC-block
+        convs: 25-30% faster per launch); after a column split over more rows than
+        columns, at any width (Inception-V3's 17x17 7x1/1x7 convs whose configs have
+        NC=96 of 192: ~15% faster; with fewer rows than columns the weights are the
+        bigger read and stay split). Not offered otherwise: over many MC-block
         tasks (scheduled dynamically) it measured slower, and so did 616 + 609 for
         640 + 585 (Inception-V3's 35x35 3x3s, 6%)."""
         def cost(c: tuple[int, int]) -> tuple[float, int]:
             return self.busiest_core(*c), -c[1]
         pick = min(self.candidates(nc), key=cost)
-        even = self.even_rows(nc)
+        even = self.even_rows(nc, whole=pick[0] >= self.m >= self.n)
         if (even and -(-self.m // pick[0]) <= self.cores
                 and min(pick[0], self.m) > UNEVEN * even[0][0]):
             pick = min([pick] + even, key=cost)
