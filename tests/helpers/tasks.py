@@ -44,3 +44,11 @@ def nhwc_task(x_shape, w_shape, bias: bool, **attrs) -> Task:
     assert out.shape == (n, oh, ow, o)
     frozen = tuple(sorted((k, freeze_attr(v)) for k, v in resolved.items()))
     return Task("ConvNHWC", tuple(types), (out,), frozen, (None,) * len(types))
+
+
+def task_reference(task: Task, inputs: list[np.ndarray]) -> np.ndarray:
+    """The task's output in float64: numpy's matmul, else the op's registered reference."""
+    if task.op == "MatMul":
+        return np.matmul(*[x.astype(np.float64) for x in inputs])
+    return get_op(task.op).reference([x.astype(np.float64) for x in inputs],
+                                     dict(task.attrs))[0]

@@ -11,10 +11,9 @@ import ctypes
 
 import numpy as np
 import pytest
-from helpers.tasks import matmul_task, nhwc_task
+from helpers.tasks import matmul_task, nhwc_task, task_reference
 
 from hidetc.codegen.c import print_c_module
-from hidetc.graph.ops.registry import get_op
 from hidetc.schedules.cpu import TEMPLATES, conv_direct_last
 from hidetc.schedules.cpu import conv as cpu_conv
 from hidetc.schedules.cpu import matmul as cpu_matmul
@@ -53,13 +52,6 @@ CASES = [   # task, config, whether it prefetches
 ]
 
 
-def _reference(task, inputs):
-    if task.op == "MatMul":
-        return np.matmul(*[x.astype(np.float64) for x in inputs])
-    return get_op(task.op).reference([x.astype(np.float64) for x in inputs],
-                                     dict(task.attrs))[0]
-
-
 @pytest.mark.parametrize("task,cfg,prefetches", CASES,
                          ids=[f"{t.op}-{i}" for i, (t, _, _) in enumerate(CASES)])
 def test_prefetched_addresses_stay_inside_the_weights(tmp_path, task, cfg, prefetches):
@@ -83,5 +75,5 @@ def test_prefetched_addresses_stay_inside_the_weights(tmp_path, task, cfg, prefe
     inside = lib.pf_counts(ctypes.byref(outside))
     assert outside.value == 0
     assert (inside > 0) == prefetches
-    ref = _reference(task, inputs)
+    ref = task_reference(task, inputs)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(ref).max()))

@@ -15,10 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from helpers.tasks import conv_task, matmul_task, nhwc_task
+from helpers.tasks import conv_task, matmul_task, nhwc_task, task_reference
 
 from hidetc.codegen.c import print_c_module
-from hidetc.graph.ops.registry import get_op
 from hidetc.schedules.cpu import TEMPLATES, avx2, build_kernel
 from hidetc.schedules.cpu import conv as cpu_conv
 from hidetc.schedules.cpu import matmul as cpu_matmul
@@ -35,13 +34,6 @@ from hidetc.toolchain.gcc import DEFAULT_FLAGS, build_shared_library, find_compi
 RNG = np.random.default_rng(0)
 # weights packed at compile time
 PREPACK = {"Conv": cpu_conv, "ConvNHWC": cpu_conv, "MatMul": cpu_matmul}
-
-
-def reference(task: Task, inputs: list[np.ndarray]) -> np.ndarray:
-    if task.op == "MatMul":
-        return np.matmul(*[x.astype(np.float64) for x in inputs])
-    return get_op(task.op).reference([x.astype(np.float64) for x in inputs],
-                                     dict(task.attrs))[0]
 
 
 def run_all(tmp_path, cases: list[tuple[Task, object]], prepacked: bool = False) -> None:
@@ -82,7 +74,7 @@ def _check(task: Task, kernel, cfg, prepacked: bool = False) -> None:
            out[GUARD:].ctypes.data_as(ctypes.c_void_p))
     what = f"{task.signature()} {dict(task.attrs)} {cfg}"
     assert (out[:GUARD] == 7.0).all() and (out[GUARD + size:] == 7.0).all(), what
-    ref = reference(task, inputs).reshape(-1)
+    ref = task_reference(task, inputs).reshape(-1)
     scale = max(float(np.abs(ref).max()) if ref.size else 0.0, 1.0)
     np.testing.assert_allclose(out[GUARD:GUARD + size], ref, rtol=1e-4, atol=1e-4 * scale,
                                err_msg=what)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Buffer, Call, Const, Expr, ExprLike, Load, Var, eq
+from hidetc.tir.ir import Buffer, Call, Const, Expr, ExprLike, Load, Var, eq, select
 from hidetc.toolchain.cpu_isa import current
 
 ISA = current()
@@ -113,6 +113,18 @@ class Ahead:
     first micro-tile of each panel waits on them while the others hit L1/L2."""
     when: Expr
     row: Callable[[Expr, int], Load]
+
+
+def ahead_of_panels(kb: KernelBuilder, ip: Expr, jp: Expr, panels: ExprLike, rows: Expr,
+                    next_rows: ExprLike, row: Callable[[Expr, Expr, int], Load]) -> Ahead:
+    """The `Ahead` of a task's loop over panels jp < `panels` within a K block whose
+    rows start at `rows`: the first micro-tile (ip == 0) over panel jp prefetches panel
+    jp + 1 at the same rows, or after the last panel the first at `next_rows` (the next
+    K block's). `row(k, panel, j)`: the B element (the caller clamps k to its K)."""
+    last = eq(jp, panels - 1)
+    nxt = kb.declare("nxt", "int32", select(last, 0, jp + 1))
+    first = kb.declare("row0", "int32", select(last, next_rows, rows))
+    return Ahead(eq(ip, 0), lambda k, j: row(first + k, nxt, j))
 
 
 def prefetch(kb: KernelBuilder, ahead: Ahead, k: Expr, nr: int) -> None:

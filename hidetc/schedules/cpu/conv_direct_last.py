@@ -21,7 +21,7 @@ from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.direct_task import DirectTask
 from hidetc.schedules.cpu.microkernel import ceil_div
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, eq, logical_and, minimum, select
+from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, eq, logical_and, minimum
 from hidetc.tir.mapping import spatial
 
 
@@ -55,13 +55,11 @@ def accumulate(kb: KernelBuilder, task: DirectTask, dt: str, kc: int) -> Buffer:
         with task.micro_tiles(kb) as (r0, jp, ip):
             offs = task.row_offsets(kb, r0)
             panel = task.o0 // bl.nr + jp
-            # next: panel jp + 1 of this chunk, or after the task's last panel the next
-            # chunk's first panel (rows clamped: a short last chunk)
-            last = eq(jp, ceil_div(task.cols, bl.nr) - 1)
-            nxt = kb.declare("nxt", "int32", select(last, task.o0 // bl.nr, task.next_panel(jp)))
-            row0 = kb.declare("row0", "int32", select(last, first_n, first))
-            ahead = avx2.Ahead(eq(ip, 0), lambda ci, j, nxt=nxt, row0=row0:
-                               task.wt[task.g, nxt, minimum(row0 + ci, task.wt.shape[2] - 1), j])
+            # rows clamped: the next chunk may be a short last one
+            ahead = avx2.ahead_of_panels(
+                kb, ip, jp, ceil_div(task.cols, bl.nr), first, first_n,
+                lambda k, p, j: task.wt[task.g, task.o0 // bl.nr + p,
+                                        minimum(k, task.wt.shape[2] - 1), j])
 
             def av(r, ci, offs=offs, c0=c0, toff=toff):
                 return task.load(offs[r] + toff, task.channel(c0 + ci))

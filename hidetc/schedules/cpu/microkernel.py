@@ -50,7 +50,7 @@ from typing import Callable, Optional
 
 from hidetc.schedules.cpu import avx2
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, eq, minimum, select
+from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, eq, minimum
 from hidetc.tir.mapping import spatial
 from hidetc.toolchain.cpu_isa import AVX512, current
 
@@ -363,15 +363,12 @@ class _Step:
 def _ahead(kb: KernelBuilder, bl: Blocking, step: _Step, cols: ExprLike, jp: Expr,
            ip: Expr) -> Optional[avx2.Ahead]:
     """The prefetch of B panels packed ahead of time (weights, read from memory once
-    per pass; `avx2.Ahead`): the first micro-tile over panel jp fetches the rows the
-    next panel will be read at -- panel jp + 1 of this K block, or after the task's
-    last panel the next K block's first (rows clamped to K)."""
+    per pass; `avx2.ahead_of_panels`), rows clamped to K."""
     if step.prepacked is None:
         return None
-    last = eq(jp, ceil_div(cols, bl.nr) - 1)
-    nxt = kb.declare("nxt", "int32", select(last, 0, jp + 1))
-    row0 = kb.declare("row0", "int32", select(last, step.k0 + bl.kc, step.k0))
-    return avx2.Ahead(eq(ip, 0), lambda k, j: step.prepacked(minimum(row0 + k, bl.k - 1), nxt, j))
+    return avx2.ahead_of_panels(
+        kb, ip, jp, ceil_div(cols, bl.nr), step.k0, step.k0 + bl.kc,
+        lambda k, panel, j: step.prepacked(minimum(k, bl.k - 1), panel, j))
 
 
 def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
@@ -380,14 +377,14 @@ def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
     """One micro-kernel call into cbuf at (row r0, column panel jp); with B read in
     place, full panels take it from B and the ragged last one from bpack. A packed
     panel with at most LANES columns left (the ragged last one) runs an MR x LANES
-    kernel. `ahead`: B rows to prefetch alongside (panels packed ahead of time)."""
+    kernel. `ahead`: B rows to prefetch alongside (only with panels packed ahead of
+    time, which every panel then reads)."""
     r0, jp = at
     c0 = jp * bl.nr
 
     def run(bv: Callable[[Expr, Expr], Expr], nr: int) -> None:
         if dt == "float32":
-            acc = avx2.micro_kernel(kb, bl.mr, nr, step.kcur, av, bv,
-                                    ahead if bv is packed else None)
+            acc = avx2.micro_kernel(kb, bl.mr, nr, step.kcur, av, bv, ahead)
             avx2.accumulate_tile(kb, acc, (r0, c0), step.kblk, step.cbuf)
             return
         acc = _micro_kernel(kb, bl.mr, nr, dt, step.kcur, av, bv)
