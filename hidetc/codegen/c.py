@@ -20,9 +20,10 @@ in chunks, the running threads take over its remaining work. Kind "unroll" gets
 integers are C's (truncating); `%` on floats is fmod, `//` on floats is rejected;
 `min`/`max` call static helpers that propagate NaN like numpy; a nested Seq is a
 `{ }` block; a local Alloc is an aligned stack array when its size is a constant <=
-STACK_ALLOC_LIMIT bytes, else malloc'ed (`hidetc_mem_NAME`, 63 bytes more) and freed at
-the end of its block; both are 64-byte aligned (whole cache lines: the GEMM's
-packed rows must not straddle lines).
+STACK_ALLOC_LIMIT bytes, else taken from the thread's scratch stack (`hidetc_mem_NAME`,
+63 bytes more; `c_types.SCRATCH_SOURCE`: kept across calls, malloc where it does not fit
+yet) and given back at the end of its block, in reverse order; both are 64-byte aligned
+(whole cache lines: the GEMM's packed rows must not straddle lines).
 Math Calls are mapped per argument dtype by `MATH_FUNCTIONS`, except float32 `exp`, `tanh`,
 `erf` and `log`, which call the vectorizable inline helpers of `hidetc.codegen.c_math`
 (`FAST_FLOAT32`; their C is part of every module's helpers, and they are within 1-2 ulp,
@@ -114,6 +115,7 @@ VECTOR_TYPES = {"float32x8": "__m256", "float32x16": "__m512"}
 X86_INTRINSICS: dict[str, tuple[int, ...]] = {
     "_mm256_loadu_ps": (0,), "_mm256_storeu_ps": (0,), "_mm256_broadcast_ss": (0,),
     "_mm256_fmadd_ps": (), "_mm256_add_ps": (), "_mm256_max_ps": (),
+    "_mm256_sub_ps": (), "_mm256_mul_ps": (), "_mm512_sub_ps": (), "_mm512_mul_ps": (),
     "_mm256_setzero_ps": (), "_mm256_set1_ps": (), "_mm256_setr_ps": (),
     "_mm512_loadu_ps": (0,), "_mm512_storeu_ps": (0,), "_mm512_fmadd_ps": (),
     "_mm512_add_ps": (), "_mm512_setzero_ps": (), "_mm512_set1_ps": (), "_mm512_setr_ps": (),
@@ -340,9 +342,9 @@ class CPrinter:
                 lines += [f"{ind}{{"] + self.block(x, ind + "  ") + [f"{ind}}}"]
             else:
                 lines += self.stmt(x, ind)
-        for x in top:
+        for x in reversed(top):     # LIFO: the scratch stack pops in reverse
             if isinstance(x, Alloc) and x.buffer in self.malloced:
-                lines.append(f"{ind}free(hidetc_mem_{self.ident(x.buffer.name)});")
+                lines.append(f"{ind}hidetc_scratch_pop(hidetc_mem_{self.ident(x.buffer.name)});")
         return lines
 
     def stmt(self, s: Stmt, ind: str) -> list[str]:
@@ -386,7 +388,7 @@ class CPrinter:
         size = " * ".join(f"(size_t)({self.expr(d)})" for d in dims) or "1"
         self.malloced.add(buf)
         raw = f"hidetc_mem_{name}"
-        return [f"{ind}char *{raw} = (char *)malloc(sizeof({ctype}) * {size} + 63);",
+        return [f"{ind}char *{raw} = hidetc_scratch_push(sizeof({ctype}) * {size} + 63);",
                 f"{ind}{ctype} *restrict {name} = ({ctype} *)(((uintptr_t){raw} + 63) & "
                 "~(uintptr_t)63);"]
 

@@ -79,7 +79,40 @@ def helpers_source() -> str:
         parts.append(_HELPERS_INT.format(t=C_TYPES[d], d=d))
     parts.append(_HELPERS_HALF)
     parts.append(NARROW_SOURCE)
+    parts.append(SCRATCH_SOURCE)
     return "".join(parts)
+
+
+# Scratch buffers too big for the stack (`CPrinter._alloc`) come from a per-thread stack
+# kept across calls: malloc'ing and freeing megabytes per call let glibc hand the memory
+# back to the OS (trim / munmap), and every call paid the page faults again (a Winograd
+# conv's 4.5 MB of scratch: 3x slower per call). Pushes and pops are LIFO (the printer
+# frees a block's buffers in reverse order). The stack grows only while empty (at the
+# first push of a call) to the most a thread has needed at once; a push that does not
+# fit meanwhile falls back to malloc, and its pop to free. One stack per thread and
+# shared library (weak, hidden: every kernel module of an artifact uses the same one);
+# the memory stays with the thread (the OpenMP workers' too) until the process exits.
+SCRATCH_SOURCE = """\
+typedef struct { char *base; size_t cap, top, want; } hidetc_scratch_t;
+__attribute__((weak, visibility("hidden"))) __thread hidetc_scratch_t hidetc_scratch;
+static inline char *hidetc_scratch_push(size_t bytes) {
+  hidetc_scratch_t *s = &hidetc_scratch;
+  size_t need = (bytes + 63) & ~(size_t)63;
+  if (s->top + need > s->want) s->want = s->top + need;
+  if (s->top == 0 && s->cap < s->want) {
+    free(s->base);
+    s->base = (char *)malloc(s->want);
+    s->cap = s->base ? s->want : 0;
+  }
+  if (s->base && s->top + need <= s->cap) { char *p = s->base + s->top; s->top += need; return p; }
+  return (char *)malloc(bytes);
+}
+static inline void hidetc_scratch_pop(char *p) {
+  hidetc_scratch_t *s = &hidetc_scratch;
+  if (s->base && p >= s->base && p < s->base + s->cap) s->top = (size_t)(p - s->base);
+  else free(p);
+}
+"""
 
 
 

@@ -124,15 +124,19 @@ def local_buffers():
     big_out = kb.buffer("big_out", "int32", (20000,))
     with kb.for_range(4, kind="parallel", name="r") as r:
         t = kb.alloc("t", F32, (8,))
+        wide = kb.alloc("wide", F32, (17000,))   # 68 KB: each worker's scratch stack
         with kb.for_range(8, name="k") as k:
             kb.store(t, (k,), a[r, k])
+            kb.store(wide, (k * 2000,), a[r, k])
         with kb.for_range(8, name="k") as k:
-            kb.store(rev, (r, k), t[7 - k])
-    big = kb.alloc("big", "int32", (20000,))  # 80 KB: heap, freed at the end
+            kb.store(rev, (r, k), t[7 - k] + wide[(7 - k) * 2000] - a[r, 7 - k])
+    big = kb.alloc("big", "int32", (20000,))  # 80 KB: scratch stack, given back at the end
+    big2 = kb.alloc("big2", "int32", (30000,))  # pushed above it (a fresh stack: malloc)
     with kb.for_range(20000, name="k") as k:
         kb.store(big, (k,), k * 2)
+        kb.store(big2, (k + 10000,), k)
     with kb.for_range(20000, name="k") as k:
-        kb.store(big_out, (k,), big[19999 - k] + 1)
+        kb.store(big_out, (k,), big[19999 - k] + 1 + big2[29999 - k] - (19999 - k))
     return kb.finish()
 
 
@@ -310,14 +314,21 @@ def test_casts(lib):
 
 
 def test_local_buffers(lib):
-    a, rev = rand(4, 8), np.zeros((4, 8), np.float32)
-    big_out = np.zeros(20000, np.int32)
-    invoke(lib, "local_buffers", a, rev, big_out)
-    np.testing.assert_array_equal(rev, a[:, ::-1])
-    np.testing.assert_array_equal(big_out, np.arange(20000)[::-1] * 2 + 1)
+    """Stack arrays and scratch-stack buffers (two at once, the second one a malloc on
+    the first call, from the grown stack after), in the calling thread and in OpenMP
+    workers; the same results call after call, buffers given back in reverse order."""
+    for n in range(3):
+        a, rev = rand(4, 8), np.zeros((4, 8), np.float32)
+        big_out = np.zeros(20000, np.int32)
+        invoke(lib, "local_buffers", a, rev, big_out)
+        np.testing.assert_array_equal(rev, a[:, ::-1], err_msg=f"call {n}")
+        np.testing.assert_array_equal(big_out, np.arange(20000)[::-1] * 2 + 1,
+                                      err_msg=f"call {n}")
     src = print_c_function(lower(local_buffers()))
     assert "float t[8] __attribute__((aligned(64)));" in src
-    assert "malloc(" in src and "free(hidetc_mem_big);" in src
+    assert "hidetc_scratch_push(" in src and "malloc(" not in src
+    assert src.index("hidetc_scratch_pop(hidetc_mem_big2);") < \
+        src.index("hidetc_scratch_pop(hidetc_mem_big);")      # LIFO
     assert "& ~(uintptr_t)63);" in src  # 64-byte aligned
 
 
