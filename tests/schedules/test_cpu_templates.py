@@ -18,7 +18,7 @@ import pytest
 from helpers.tasks import conv_task, matmul_task, nhwc_task, task_reference
 
 from hidetc.codegen.c import print_c_module
-from hidetc.schedules.cpu import TEMPLATES, avx2, build_kernel
+from hidetc.schedules.cpu import TEMPLATES, avx2, build_kernel, winograd
 from hidetc.schedules.cpu import conv as cpu_conv
 from hidetc.schedules.cpu import matmul as cpu_matmul
 from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig
@@ -26,6 +26,7 @@ from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cpu.depthwise import DepthwiseConfig
 from hidetc.schedules.cpu.depthwise_nhwc import DepthwiseNHWCConfig
 from hidetc.schedules.cpu.microkernel import GemmConfig, blocking
+from hidetc.schedules.cpu.winograd import WinogradConfig
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import MAX_SPACE, Target
 from hidetc.tir.pipeline import lower
@@ -387,3 +388,30 @@ def test_channels_last_7_row_tiles_only_where_8_pads_many_rows(tmp_path):
         == {(7, 48)}
     assert sum(c.mr == 7 for c in candidates(template, small, TARGET, 1)) >= 2
     run_all(tmp_path, [(small, c) for c in conv_direct.ROWS_OF_7])
+
+
+WINOGRAD_SHAPES = [  # 3x3 stride 1: odd and even maps, pads or none, OC past a panel
+    ((1, 16, 14, 14), (32, 16, 3, 3), True, {"pads": [1, 1, 1, 1]}),
+    ((2, 8, 11, 9), (40, 8, 3, 3), False, {"pads": [1, 1, 1, 1]}),
+    ((1, 5, 19, 17), (7, 5, 3, 3), True, {}),
+    ((1, 33, 17, 15), (17, 33, 3, 3), True, {"pads": [0, 1, 2, 0]}),
+    ((1, 3, 30, 30), (64, 3, 3, 3), False, {"auto_pad": "SAME_UPPER"}),
+]
+
+
+def test_winograd_conv_on_every_shape(tmp_path):
+    """ConvNHWC 3x3 stride 1 as Winograd F(2x2,3x3) and F(4x4,3x3): every shape with
+    both tile sizes, the micro-tile shapes in turn, the weights transformed per call and
+    at compile time (alternate cases); outputs against numpy in float64."""
+    tasks = [nhwc_task(x, w, b, **a) for x, w, b, a in WINOGRAD_SHAPES]
+    assert all(winograd.supports(conv_geometry(t)) for t in tasks)
+    for t in tasks:
+        assert set(winograd.SPACE) <= set(TEMPLATES["ConvNHWC"].space(t, TARGET))
+    micro = sorted({(c.mr, c.nr) for c in winograd.SPACE})
+    cases = [(t, WinogradConfig(m, mr, nr, mc=2 * mr, nc=nr, kc=16))
+             for (t, (mr, nr)), m in itertools.product(zip(tasks, itertools.cycle(micro)), (2, 4))]
+    cases += [(t, cfg) for t, cfg in zip(itertools.cycle(tasks[::-1]),
+                                         sample(winograd.SPACE, 8, 3))]
+    (tmp_path / "packed").mkdir()
+    run_all(tmp_path, cases[::2])
+    run_all(tmp_path / "packed", cases[1::2], prepacked=True)

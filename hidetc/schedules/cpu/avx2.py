@@ -37,6 +37,11 @@ VEC = _VECS[LANES]
 NARROW = 8          # a panel's last 8 columns when NR is not a multiple of LANES
 
 
+def vector_dtype(lanes: int) -> str:
+    """The IR dtype of a vector of `lanes` f32 (printed `__m256` / `__m512`)."""
+    return _VECS[lanes]
+
+
 def op(name: str, lanes: int) -> str:
     """The intrinsic `name` for a vector of `lanes` floats: `_mm256_fmadd_ps`, ..."""
     return f"_mm{32 * lanes}_{name}_ps"

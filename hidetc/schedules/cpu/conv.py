@@ -40,7 +40,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from hidetc.schedules.cpu import conv_direct, depthwise_nhwc
+from hidetc.schedules.cpu import conv_direct, depthwise_nhwc, winograd
 from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig, build_direct
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry, conv_geometry, valid_range
 from hidetc.schedules.cpu.depthwise import DEPTHWISE_SPACE, DepthwiseConfig, build_depthwise
@@ -64,13 +64,15 @@ from hidetc.schedules.cpu.microkernel import (
     packed_a,
     tile_extent,
 )
+from hidetc.schedules.cpu.winograd import WinogradConfig, build_winograd
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, Function, logical_and
 from hidetc.tir.mapping import spatial
 
-ConvConfig = Union[GemmConfig, DirectConfig, DepthwiseConfig, DepthwiseNHWCConfig]
+ConvConfig = Union[GemmConfig, DirectConfig, DepthwiseConfig, DepthwiseNHWCConfig,
+                   WinogradConfig]
 DIRECT_POSITIONS = 400   # output positions up to which the tuner tries direct configs
 
 
@@ -84,7 +86,7 @@ class ConvTemplate:
         if geo.depthwise:
             return DEPTHWISE_SPACE
         if geo.channels_last:
-            return conv_direct.last_space(geo)
+            return conv_direct.last_space(geo) + _winograd(task, geo, winograd.SPACE)
         if task.outputs[0].dtype != "float32":
             return gemm_space()
         default = self.default(task, target)
@@ -95,13 +97,14 @@ class ConvTemplate:
         """Configs the tuner tries first after the default: the implicit GEMM's
         (`microkernel.SHORT_LIST`), and on maps of at most DIRECT_POSITIONS positions
         first the direct convolution's wide-panel configs (`conv_direct.SHORT_LIST`);
-        channels-last: `conv_direct.last_short_list` (7-row tiles first on 7x7 maps);
+        channels-last: `conv_direct.last_short_list` (7-row tiles first on 7x7 maps),
+        after `winograd.SHORT_LIST` where the Winograd convolution applies;
         depthwise: none (small spaces)."""
         geo = conv_geometry(task)
         if geo.depthwise:
             return ()
         if geo.channels_last:
-            return conv_direct.last_short_list(geo)
+            return _winograd(task, geo, winograd.SHORT_LIST) + conv_direct.last_short_list(geo)
         if task.outputs[0].dtype == "float32" and geo.oh * geo.ow <= DIRECT_POSITIONS:
             return conv_direct.SHORT_LIST + SHORT_LIST[:4]
         return SHORT_LIST
@@ -111,6 +114,8 @@ class ConvTemplate:
         one of them): channels-last direct configs by what they clamp to on this shape
         (`conv_direct.last_kernel_key`); the others are their own key."""
         geo = conv_geometry(task)
+        if isinstance(config, WinogradConfig):
+            return winograd.kernel_key(geo, config, target.cores)
         if geo.channels_last and isinstance(config, DirectConfig) and not geo.depthwise:
             return conv_direct.last_kernel_key(geo, config, target.cores)
         return config
@@ -140,6 +145,8 @@ class ConvTemplate:
             if not isinstance(config, DepthwiseConfig):
                 raise ValueError(f"depthwise conv needs a DepthwiseConfig, got {config}")
             return build_depthwise(geo, config, task.outputs[0].dtype, name)
+        if isinstance(config, WinogradConfig):
+            return build_winograd(geo, config, task.outputs[0].dtype, name, cores, prepacked)
         if isinstance(config, DirectConfig):
             return build_direct(geo, config, task.outputs[0].dtype, name, cores, prepacked)
         if geo.channels_last:
@@ -154,6 +161,8 @@ def can_prepack(task: Task, config: ConvConfig) -> bool:
     depthwise), or a channels-last depthwise conv."""
     if isinstance(config, DepthwiseNHWCConfig):
         return depthwise_nhwc.supports(conv_geometry(task))
+    if isinstance(config, WinogradConfig):
+        return winograd.supports(conv_geometry(task))
     return isinstance(config, (GemmConfig, DirectConfig)) and not conv_geometry(task).depthwise
 
 
@@ -164,6 +173,8 @@ def prepack_tag(task: Task, config: GemmConfig | DirectConfig | DepthwiseNHWCCon
     panels of W^T."""
     if isinstance(config, DepthwiseNHWCConfig):
         return "dw"
+    if isinstance(config, WinogradConfig):
+        return winograd.prepack_tag(config)
     if isinstance(config, DirectConfig):
         return f"t{config.nr}"
     return f"mr{_packed_mr(conv_geometry(task), config)}"
@@ -184,6 +195,8 @@ def prepack_weights(task: Task, config: GemmConfig | DirectConfig | DepthwiseNHW
     geo = conv_geometry(task)
     if isinstance(config, DepthwiseNHWCConfig):
         return depthwise_nhwc.prepack_weights(geo, w)
+    if isinstance(config, WinogradConfig):
+        return winograd.prepack_weights(geo, config, w)
     if isinstance(config, DirectConfig):
         return conv_direct.prepack_weights(geo, config, w)
     m, k = geo.ocg, geo.icg * geo.taps
@@ -204,6 +217,12 @@ GEMM_SPACE = tuple(c for c in gemm_space() if c.pack_a and c.pack_b)
 def build_conv(task: Task, name: str) -> Function:
     """The rule entry: the template's default config."""
     return TEMPLATE.build(task, TEMPLATE.default(task, Target()), name)
+
+
+def _winograd(task: Task, geo: ConvGeometry, configs: tuple) -> tuple:
+    """`configs` where the Winograd convolution applies (f32 3x3 stride-1 convs,
+    `winograd.supports`), else none."""
+    return configs if task.outputs[0].dtype == "float32" and winograd.supports(geo) else ()
 
 
 # implicit GEMM ---------------------------------------------------------------------------

@@ -1,0 +1,395 @@
+"""Winograd convolution F(m x m, 3 x 3) for channels-last 3x3 convs (ConvNHWC, f32).
+
+A 3x3, stride-1, undilated, one-group conv computes each m x m block of outputs from
+an a x a block of input (a = m + 2) with a*a products per (input, output) channel
+pair instead of 9*m*m (Lavin & Gray, "Fast Algorithms for Convolutional Neural
+Networks", 2016):
+
+    Y = A^T [ (G g G^T) . (B^T d B) ] A        (. element-wise; d: a x a input tile)
+
+Summed over input channels, the element-wise products become a*a independent GEMMs,
+one per position xi of the transformed tile:
+
+    V[xi][t][c]   = (B^T d_{t,c} B)[xi]             input transform, per tile t
+    U[xi][c][oc]  = (G g_{oc,c} G^T)[xi]             weights transform (compile time)
+    M[xi][t][oc]  = sum_c V[xi][t][c] U[xi][c][oc]   a*a GEMMs, rows = tiles
+    out[t's m x m block][oc] = (A^T M[:, t, oc] A)   output transform (+ bias)
+
+m = 2 (16 products for 36 multiplications: 2.25x fewer) or m = 4 (36 for 144: 4x).
+The kernel is three parallel loops (OpenMP) over scratch buffers V [a*a, T, C] and
+M [a*a, T, OC] (T = N * ceil(OH/m) * ceil(OW/m) tiles):
+
+1. input transform, per tile, along contiguous channels (gcc vectorizes the channel
+   loop): from the input itself, or from its zero-padded copy
+   (`conv_direct_last.padded`) when a tile reaches past the image or into the pads;
+2. the GEMMs, by the blocked GEMM of `microkernel.py` over (xi, row tiles, column
+   tiles) tasks: A (V's rows) read in place, B (U) in NR-wide panels
+   [a*a, OC/NR, C, NR], packed when the model is compiled (`prepack_weights`, in
+   float64 then rounded) or once per call from OHWI weights;
+3. output transform along contiguous output channels, adding the bias; the stores
+   past the output (OH or OW not a multiple of m) are skipped, so each output element
+   is stored exactly once (epilogues are grafted on these stores).
+
+Numerics: not the direct sum's order of operations. The transforms add and subtract
+(m = 4: also multiply by small constants, G's entries 1/4, 1/6, 1/12, 1/24 rounded to
+f32 once), which on random data gives errors of about 1e-6 (m = 2) and 4e-6 (m = 4)
+relative to the output's scale, well inside the f32 tolerance (1e-4); the tests check
+both against numpy in float64.
+
+Guarantees: correct on every shape `supports` accepts (any N, C, OC, H, W, pads;
+tiles past the output compute on zeros and are not stored); no load outside the input
+or its padded copy.
+"""
+from __future__ import annotations
+
+import itertools
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from hidetc.schedules.cpu import avx2, conv_direct_last
+from hidetc.schedules.cpu.conv_geometry import ConvGeometry
+from hidetc.schedules.cpu.microkernel import (
+    ISA,
+    MICRO_SHAPES,
+    Blocking,
+    GemmConfig,
+    blocking,
+    direct_a,
+    emit_gemm_tile,
+    tile_extent,
+)
+from hidetc.tir.builder import KernelBuilder
+from hidetc.tir.ir import Buffer, Const, Expr, Function, Var, logical_and, minimum, select
+from hidetc.tir.mapping import spatial
+from hidetc.toolchain.cpu_isa import AVX512
+
+F = Fraction
+# F(2x2, 3x3): interpolation points 0, 1, -1, infinity
+BT2 = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
+G2 = ((1, 0, 0), (F(1, 2), F(1, 2), F(1, 2)), (F(1, 2), F(-1, 2), F(1, 2)), (0, 0, 1))
+AT2 = ((1, 1, 1, 0), (0, 1, -1, -1))
+# F(4x4, 3x3): points 0, 1, -1, 2, -2, infinity
+BT4 = ((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0),
+       (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1))
+G4 = ((F(1, 4), 0, 0), (F(-1, 6), F(-1, 6), F(-1, 6)), (F(-1, 6), F(1, 6), F(-1, 6)),
+      (F(1, 24), F(1, 12), F(1, 6)), (F(1, 24), F(-1, 12), F(1, 6)), (0, 0, 1))
+AT4 = ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1))
+MATRICES = {2: (BT2, G2, AT2), 4: (BT4, G4, AT4)}
+
+
+@dataclass(frozen=True)
+class WinogradConfig:
+    """Knobs of the Winograd conv: output tile m x m (2 or 4), and the GEMM stage's
+    micro-tile MR tiles x NR output channels and cache blocks MC, NC, KC."""
+    m: int = 2
+    mr: int = 8
+    nr: int = 32
+    mc: int = 64
+    nc: int = 192
+    kc: int = 256
+
+    def gemm(self) -> GemmConfig:
+        return GemmConfig(self.mr, self.nr, self.mc, self.nc, self.kc, pack_a=False,
+                          pack_b=False)
+
+
+# The space: both tile sizes x the ISA's micro-tiles x two column blocks. The short list
+# (tried first on the convs `supports` accepts, `conv.ConvTemplate.short_list`): the
+# winners of the space over ResNet-50's 56x56, 28x28 and 14x14 3x3 convs, weights
+# packed, on a 2-core Sapphire Rapids (F(4x4) everywhere, 0.47-0.61x the best direct
+# config's time); AVX2's (not swept): the same tile sizes with its register-filling tiles.
+SPACE = tuple(WinogradConfig(m, mr, nr, 64, nc, 256) for m, (mr, nr), nc in
+              itertools.product((2, 4), MICRO_SHAPES, (192, 384)))
+SHORT_LIST = (WinogradConfig(4, 14, 32, 64, 192, 256), WinogradConfig(4, 4, 64, 64, 192, 256),
+              WinogradConfig(4, 8, 48, 64, 384, 256)) if ISA is AVX512 else (
+              WinogradConfig(4, 6, 16, 64, 192, 256), WinogradConfig(4, 4, 24, 64, 192, 256),
+              WinogradConfig(2, 6, 16, 64, 384, 256))
+MIN_TILES = 16   # tiles (of the larger m) below which the GEMMs are too short to pay
+
+
+def supports(geo: ConvGeometry) -> bool:
+    """A channels-last 3x3 conv with stride 1, no dilation and one group, over a map
+    of at least MIN_TILES 4x4 output tiles."""
+    tiles = geo.n * -(-geo.oh // 4) * -(-geo.ow // 4)
+    return (geo.channels_last and geo.groups == 1 and (geo.kh, geo.kw) == (3, 3)
+            and geo.strides == (1, 1) and geo.dilations == (1, 1) and tiles >= MIN_TILES)
+
+
+def transform_matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B^T, G, A^T) of F(m x m, 3 x 3) as float64 arrays."""
+    return tuple(np.array([[float(v) for v in row] for row in mat])
+                 for mat in MATRICES[m])
+
+
+def prepack_weights(geo: ConvGeometry, cfg: WinogradConfig, w: np.ndarray) -> np.ndarray:
+    """OHWI weights [OC, 3, 3, C] as U = G g G^T in NR-wide panels [a*a, panels, C, NR]
+    (computed in float64, rounded once; output channels past OC zero)."""
+    _, g_mat, _ = transform_matrices(cfg.m)
+    a = cfg.m + 2
+    panels = -(-geo.oc // cfg.nr)
+    wt = np.asarray(w, np.float64).reshape(geo.oc, 3, 3, geo.c)
+    u = np.einsum("ik,okld,jl->ijdo", g_mat, wt, g_mat).reshape(a * a, geo.c, geo.oc)
+    out = np.zeros((a * a, geo.c, panels * cfg.nr), np.asarray(w).dtype)
+    out[:, :, :geo.oc] = u
+    return np.ascontiguousarray(out.reshape(a * a, geo.c, panels, cfg.nr).transpose(0, 2, 1, 3))
+
+
+def prepack_tag(cfg: WinogradConfig) -> str:
+    return f"wg{cfg.m}n{cfg.nr}"
+
+
+def _blocking(geo: ConvGeometry, cfg: WinogradConfig, cores: int) -> Blocking:
+    a = cfg.m + 2
+    return blocking(cfg.gemm(), _tiles(geo, cfg.m)[0], geo.oc, geo.c, a * a, cores)
+
+
+def _tiles(geo: ConvGeometry, m: int) -> tuple[int, int, int]:
+    """(rows = N * TH * TW, TH, TW)."""
+    th, tw = -(-geo.oh // m), -(-geo.ow // m)
+    return geo.n * th * tw, th, tw
+
+
+def kernel_key(geo: ConvGeometry, cfg: WinogradConfig, cores: int) -> tuple:
+    """What the kernel depends on: m and the GEMM's blocking on this shape."""
+    return "winograd", cfg.m, _blocking(geo, cfg, cores)
+
+
+class _Scalar:
+    """Arithmetic on scalar IR expressions (the transforms' channel remainder)."""
+    def __init__(self, dt: str):
+        self.dtype = dt
+
+    def add(self, a: Expr, b: Expr) -> Expr:
+        return a + b
+
+    def sub(self, a: Expr, b: Expr) -> Expr:
+        return a - b
+
+    def scale(self, c: float, v: Expr) -> Expr:
+        return Const(c, self.dtype) * v
+
+    def neg(self, v: Expr) -> Expr:
+        return -v
+
+
+class _Vector:
+    """The same on L-lane vectors (AVX2 / AVX-512 intrinsics)."""
+    def __init__(self, lanes: int):
+        self.lanes, self.dtype = lanes, avx2.vector_dtype(lanes)
+
+    def _op(self, name: str, *args: Expr) -> Expr:
+        return avx2.vcall(avx2.op(name, self.lanes), *args, dtype=self.dtype)
+
+    def add(self, a: Expr, b: Expr) -> Expr:
+        return self._op("add", a, b)
+
+    def sub(self, a: Expr, b: Expr) -> Expr:
+        return self._op("sub", a, b)
+
+    def scale(self, c: float, v: Expr) -> Expr:
+        return self._op("mul", self._op("set1", Const(c, "float32")), v)
+
+    def neg(self, v: Expr) -> Expr:
+        return self._op("sub", self._op("setzero"), v)
+
+
+def _combine(ar, coeffs, values: list[Expr]) -> Expr:
+    """sum_k coeffs[k] * values[k]: the zero terms left out, the positive terms first
+    (then no negation is needed for any row of B^T or A^T), +-1 as adds and
+    subtractions, summed left to right."""
+    terms = [(c, v) for c, v in zip(coeffs, values) if c != 0]
+    terms.sort(key=lambda cv: cv[0] < 0)        # stable: positives first, in order
+    out: Expr | None = None
+    for c, v in terms:
+        mag = float(abs(c))
+        term = v if mag == 1 else ar.scale(mag, v)
+        if out is None:
+            out = ar.neg(term) if c < 0 else term
+        else:
+            out = ar.sub(out, term) if c < 0 else ar.add(out, term)
+    if out is None:
+        raise ValueError("a transform row of zeros")
+    return out
+
+
+def _sandwich(kb: KernelBuilder, ar, left, right, values: list[list[Expr]],
+              hint: str) -> list[list[Var]]:
+    """left x values x right^T with constant matrices: every intermediate and result
+    declared once (each is used several times, or stored)."""
+    rows = [[kb.declare(hint, ar.dtype, _combine(ar, lrow, [vrow[j] for vrow in values]))
+             for j in range(len(values[0]))] for lrow in left]
+    return [[kb.declare(hint, ar.dtype, _combine(ar, rrow, row)) for rrow in right]
+            for row in rows]
+
+
+def _by_lanes(kb: KernelBuilder, count: int, body) -> None:
+    """body(ar, c0, lanes) over channels 0..count-1: L-lane vectors, then the rest one
+    channel at a time."""
+    lanes = avx2.LANES
+    full = count // lanes
+    if full:
+        with kb.for_range(full, name="cv") as cv:
+            body(_Vector(lanes), cv * lanes, lanes)
+    if count % lanes:
+        with kb.for_range(count % lanes, name="cr") as cr:
+            body(_Scalar("float32"), full * lanes + cr, 1)
+
+
+def build_winograd(geo: ConvGeometry, cfg: WinogradConfig, dt: str, name: str,
+                   cores: int, prepacked: bool = False) -> Function:
+    """The kernel (see the module docstring); `prepacked`: the weights arrive in the
+    layout of `prepack_weights`, else as OHWI [OC, 9*C] and are transformed per call."""
+    if dt != "float32":
+        raise ValueError(f"the Winograd convolution is f32 only, got {dt}")
+    if not supports(geo):
+        raise ValueError("the Winograd convolution needs a channels-last 3x3 conv with "
+                         "stride 1, no dilation and one group")
+    m, a = cfg.m, cfg.m + 2
+    bt, g_mat, at = MATRICES[m]
+    rows, th, tw = _tiles(geo, m)
+    bl = _blocking(geo, cfg, cores)
+    panels = -(-geo.oc // bl.nr)
+    kb = KernelBuilder(name, "cpu")
+    x = kb.buffer("x", dt, (geo.n, geo.h * geo.w, geo.c))
+    w = kb.buffer("w", dt, (a * a, panels, geo.c, bl.nr) if prepacked else (geo.oc, 9 * geo.c))
+    bias = kb.buffer("bias", dt, (geo.oc,)) if geo.has_bias else None
+    out = kb.buffer("out", dt, (geo.n, geo.oh * geo.ow, geo.oc))
+    u = w if prepacked else _transform_weights(kb, geo, bl, g_mat, w, panels, dt)
+    vstride = plane_stride(rows, geo.c)
+    v = _transform_input(kb, geo, m, bt, x, rows, th, tw, vstride, dt)
+    ostride = plane_stride(rows, geo.oc)
+    prod = kb.alloc("wgm", dt, (a * a * ostride,))
+    tasks = (a * a, bl.m_tiles, bl.n_tiles)
+    with kb.for_range(tasks[0] * tasks[1] * tasks[2], kind="parallel", name="p") as p:
+        with kb.for_mapping(spatial(*tasks), p, names=["e", "ib", "jb"]) as (e, ib, jb):
+            i0, j0 = ib * bl.mt, jb * bl.nc
+            a_panel = direct_a(bl, lambda r, kk, e=e: v[e * vstride + r * geo.c + kk])
+
+            def b_panel(kk, jp, j, e=e, jb=jb):
+                return u[e, jb * (bl.nc // bl.nr) + jp, kk, j]
+
+            def store(r, j, val, e=e, i0=i0, j0=j0):
+                kb.store(prod, e * ostride + (i0 + r) * geo.oc + j0 + j, val)
+            emit_gemm_tile(kb, bl, dt, i0, (tile_extent(rows, i0, bl.mt),
+                                            tile_extent(geo.oc, j0, bl.nc)),
+                           a_panel, None, store, b_prepacked=b_panel)
+    _transform_output(kb, geo, m, at, prod, ostride, bias, out, th, tw, dt)
+    return kb.finish()
+
+
+def plane_stride(rows: int, width: int) -> int:
+    """Floats between two positions' planes of a scratch buffer (rows x width each):
+    rounded up to an odd number of cache lines, so the a*a streams a transform reads or
+    writes at once do not all fall into the same L1 sets (4 KiB apart, they would)."""
+    lines = -(-rows * width // 16)
+    return 16 * (lines + 1 - lines % 2)
+
+
+def _transform_weights(kb: KernelBuilder, geo: ConvGeometry, bl: Blocking, g_mat,
+                       w: Buffer, panels: int, dt: str) -> Buffer:
+    """`prepack_weights` at run time (in f32), in parallel over the NR-wide panels."""
+    a = len(g_mat)
+    u = kb.alloc("wgu", dt, (a * a, panels, geo.c, bl.nr))
+    zero = Const(0.0, dt)
+    with kb.for_range(panels, kind="parallel", name="jp") as jp, \
+            kb.for_range(bl.nr, name="j") as j, kb.for_range(geo.c, name="c") as c:
+        oc = jp * bl.nr + j
+        inside = oc < geo.oc
+        row = minimum(oc, geo.oc - 1)
+        g = [[kb.declare("g", dt, select(inside, w[row, (kh * 3 + kw) * geo.c + c], zero)
+                         if panels * bl.nr > geo.oc else w[row, (kh * 3 + kw) * geo.c + c])
+              for kw in range(3)] for kh in range(3)]
+        vals = _sandwich(kb, _Scalar(dt), g_mat, g_mat, g, "gt")
+        for i, jj in itertools.product(range(a), range(a)):
+            kb.store(u, (i * a + jj, jp, c, j), vals[i][jj])
+    return u
+
+
+def _transform_input(kb: KernelBuilder, geo: ConvGeometry, m: int, bt, x: Buffer,
+                     rows: int, th: int, tw: int, stride: int, dt: str) -> Buffer:
+    """V[xi][t][c] = (B^T d B)[xi] for every tile t, in parallel over tiles."""
+    a = m + 2
+    hp, wp = th * m + 2, tw * m + 2
+    if geo.pads == (0, 0) and hp <= geo.h and wp <= geo.w:
+        src, width = x, geo.w
+    else:
+        src, width = conv_direct_last.padded(kb, geo, x, hp, wp), wp
+    v = kb.alloc("wgv", dt, (a * a * stride,))
+    with kb.for_range(rows, kind="parallel", name="t") as t:
+        with kb.for_mapping(spatial(geo.n, th, tw), t, names=["b", "ty", "tx"]) as (b, ty, tx):
+            base = kb.declare("base", "int32", ty * (m * width) + tx * m)
+
+            def body(ar, c, lanes, b=b, t=t, base=base):
+                d = [[_load(kb, ar, src[b, base + (i * width + j), c], "d") for j in range(a)]
+                     for i in range(a)]
+                vals = _sandwich(kb, ar, bt, bt, d, "bd")
+                for i, j in itertools.product(range(a), range(a)):
+                    _store(kb, ar, v, ((i * a + j) * stride + t * geo.c + c,), vals[i][j])
+            _by_lanes(kb, geo.c, body)
+    return v
+
+
+def _transform_output(kb: KernelBuilder, geo: ConvGeometry, m: int, at, prod: Buffer,
+                      stride: int, bias: Buffer | None, out: Buffer, th: int, tw: int,
+                      dt: str) -> None:
+    """out[m x m block of tile t][oc] = (A^T M[:, t, oc] A) + bias, in parallel over
+    tiles; outputs past OH or OW are not stored."""
+    a = m + 2
+    with kb.for_range(geo.n * th * tw, kind="parallel", name="t") as t:
+        ybuf = kb.alloc("ybuf", dt, (m * m, avx2.LANES))
+        with kb.for_mapping(spatial(geo.n, th, tw), t, names=["b", "ty", "tx"]) as (b, ty, tx):
+            oy0, ox0 = ty * m, tx * m
+            base = kb.declare("obase", "int32", oy0 * geo.ow + ox0)
+
+            def body(ar, c, lanes, b=b, t=t, base=base, oy0=oy0, ox0=ox0):
+                mv = [[_load(kb, ar, prod[(i * a + j) * stride + t * geo.oc + c], "mv")
+                       for j in range(a)]
+                      for i in range(a)]
+                vals = _sandwich(kb, ar, at, at, mv, "am")
+                for i, j in itertools.product(range(m), range(m)):
+                    if lanes > 1:       # through a tile buffer: the store stays scalar
+                        avx2.store(kb, ybuf[i * m + j, 0], vals[i][j])
+                    with _maybe(kb, _inside(geo, m, oy0, ox0, i, j)), \
+                            kb.for_range(lanes, name="l") as lane:
+                        val = ybuf[i * m + j, lane] if lanes > 1 else vals[i][j]
+                        if bias is not None:
+                            val = val + bias[c + lane]
+                        kb.store(out, (b, base + (i * geo.ow + j), c + lane), val)
+            _by_lanes(kb, geo.oc, body)
+
+
+def _load(kb: KernelBuilder, ar, at: Expr, hint: str) -> Var:
+    return kb.declare(hint, ar.dtype, avx2.load(at, ar.lanes) if isinstance(ar, _Vector) else at)
+
+
+def _store(kb: KernelBuilder, ar, buf: Buffer, idx: tuple, value: Var) -> None:
+    if isinstance(ar, _Vector):
+        avx2.store(kb, buf[idx], value)
+    else:
+        kb.store(buf, idx, value)
+
+
+@contextmanager
+def _maybe(kb: KernelBuilder, cond: Expr | None):
+    """An if_then block, or none when `cond` is None."""
+    if cond is None:
+        yield
+        return
+    with kb.if_then(cond):
+        yield
+
+
+def _inside(geo: ConvGeometry, m: int, oy0: Expr, ox0: Expr, i: int, j: int) -> Expr | None:
+    """Whether output (oy0 + i, ox0 + j) exists; None when it always does (OH, OW
+    multiples of m, or the first row/column of a tile)."""
+    conds = []
+    if i > 0 and geo.oh % m:
+        conds.append(oy0 + i < geo.oh)
+    if j > 0 and geo.ow % m:
+        conds.append(ox0 + j < geo.ow)
+    if not conds:
+        return None
+    return conds[0] if len(conds) == 1 else logical_and(*conds)
