@@ -100,3 +100,34 @@ def test_f16_nhwc_block_cuda_emulated(tmp_path):
     got = hidetc.load(tmp_path / "out", emulate=True).run(inputs)
     report = compare(got, run_onnxruntime(path, inputs), rtol=1e-2)
     assert report["status"] == "passed", report
+
+
+@pytest.mark.parametrize("m,residual", [(2, "x"), (4, "r1")])
+def test_winograd_block_cpu(m, residual, tmp_path, monkeypatch):
+    """Both 3x3 convs of a residual block as Winograd F(m x m, 3x3) (the template's
+    default made so; no tuning): the first takes the Relu, the second the residual Add
+    (of the block input, or of the first conv's output) and the Relu as epilogues on its
+    output transform's stores; 1e-4 against ONNX Runtime. The 14x14 map leaves a
+    partial last tile row and column for m = 4."""
+    from hidetc.schedules.cpu import conv as cpu_conv
+    from hidetc.schedules.cpu import winograd
+    from hidetc.schedules.cpu.conv_geometry import conv_geometry
+    base = cpu_conv.ConvTemplate.default
+
+    def default(self, task, target):
+        if winograd.supports(conv_geometry(task)):
+            return winograd.WinogradConfig(m, 4, 32, 64, 192, 256)
+        return base(self, task, target)
+    monkeypatch.setattr(cpu_conv.ConvTemplate, "default", default)
+    proto = resnet_block(c=24, hw=14, residual=residual)
+    path = tmp_path / "block.onnx"
+    onnx.save(proto, path)
+    result = hidetc.compile_model(path, tmp_path / "out", target="cpu", tune=False)
+    convs = [k for k in result.manifest["kernels"] if k["op"] == "ConvNHWC"]
+    assert [k["config"].startswith(f"WinogradConfig(m={m},") for k in convs] == [True, True]
+    assert [op for _, op in convs[1]["group"]["epilogues"]] == ["Add", "Relu"]
+    assert result.manifest["fusion"]["fallbacks"] == []
+    inputs = inputs_for(proto)
+    got = hidetc.load(tmp_path / "out").run(inputs)
+    report = compare(got, run_onnxruntime(path, inputs), rtol=1e-4)
+    assert report["status"] == "passed", report

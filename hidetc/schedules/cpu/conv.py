@@ -1,9 +1,11 @@
 """CPU template for 2-D convolution (Conv: NCHW input, OIHW weights; ConvNHWC: NHWC
 input, OHWI weights; groups, strides, pads incl. auto_pad, dilations, optional bias).
 
-ConvNHWC (made by `choose_layout` for C/G >= 8 and for depthwise convs) has two
+ConvNHWC (made by `choose_layout` for C/G >= 8 and for depthwise convs) has three
 schedules: the channels-last direct convolution (`conv_direct`, `LAST_SPACE`: the whole
-K summed in registers per micro-tile) and, for depthwise convs, `depthwise_nhwc`
+K summed in registers per micro-tile, or in K blocks), for 3x3 stride-1 convs also the
+Winograd convolution (`winograd`, `WinogradConfig`: in the space and first in the short
+list where `winograd.supports`), and, for depthwise convs, `depthwise_nhwc`
 (`DepthwiseNHWCConfig`). Conv (NCHW) has the three below.
 
 Three schedules: the depthwise one chosen by the task's group structure, the other two
