@@ -244,7 +244,8 @@ def test_channels_last_direct_conv_on_every_conv_shape(tmp_path):
         ((1, 300, 3, 3), (17, 300, 3, 3), True, {"pads": [1, 1, 1, 1]}),
         ((1, 6, 9, 9), (9, 2, 3, 3), True, {"group": 3, "pads": [1, 1, 1, 1]})]
     tasks = [nhwc_task(x, w, b, **a) for x, w, b, a in shapes]
-    space = TEMPLATES["ConvNHWC"].space(tasks[0], TARGET)
+    space = [c for c in TEMPLATES["ConvNHWC"].space(tasks[0], TARGET)
+             if isinstance(c, DirectConfig)]     # Winograd's: test_winograd_conv_*
     assert {TEMPLATES["ConvNHWC"].default(t, TARGET) for t in tasks} <= set(space)
     micro = sorted({(c.mr, c.nr) for c in space})
     cases = [(t, DirectConfig(mr, nr, mc=2 * mr)) for t, (mr, nr) in
@@ -379,11 +380,13 @@ def test_channels_last_7_row_tiles_only_where_8_pads_many_rows(tmp_path):
     for task in others:
         assert template.short_list(task, TARGET) == conv_direct.LAST_SHORT_LIST
         assert template.space(task, TARGET) == conv_direct.LAST_SPACE
-    if not conv_direct.ROWS_OF_7:
-        assert template.short_list(small, TARGET) == conv_direct.LAST_SHORT_LIST
-        return
     short, space = template.short_list(small, TARGET), template.space(small, TARGET)
-    assert short[:3] == conv_direct.ROWS_OF_7 and set(short) <= set(space)
+    direct = tuple(c for c in short if isinstance(c, DirectConfig))   # after Winograd's
+    assert short[:len(winograd.SHORT_LIST)] == winograd.SHORT_LIST
+    if not conv_direct.ROWS_OF_7:
+        assert direct == conv_direct.LAST_SHORT_LIST
+        return
+    assert direct[:3] == conv_direct.ROWS_OF_7 and set(short) <= set(space)
     assert {(c.mr, c.nr) for c in space} - {(c.mr, c.nr) for c in conv_direct.LAST_SPACE} \
         == {(7, 48)}
     assert sum(c.mr == 7 for c in candidates(template, small, TARGET, 1)) >= 2
