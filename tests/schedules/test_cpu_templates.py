@@ -399,11 +399,31 @@ WINOGRAD_SHAPES = [  # 3x3 stride 1: odd and even maps, pads or none, OC past a 
     ((1, 5, 19, 17), (7, 5, 3, 3), True, {}),
     ((1, 33, 17, 15), (17, 33, 3, 3), True, {"pads": [0, 1, 2, 0]}),
     ((1, 3, 30, 30), (64, 3, 3, 3), False, {"auto_pad": "SAME_UPPER"}),
+    # 1-D kernels: F(m, 7) and F(m, 3) along one dimension (Inception-V3's 1x7 / 7x1)
+    ((1, 20, 9, 17), (18, 20, 1, 7), True, {"pads": [0, 3, 0, 3]}),
+    ((1, 16, 17, 6), (24, 16, 7, 1), False, {"pads": [3, 0, 3, 0]}),
+    ((1, 12, 7, 10), (8, 12, 1, 3), True, {"pads": [0, 1, 0, 1]}),
+    ((2, 9, 11, 5), (16, 9, 3, 1), True, {}),
 ]
 
 
+def test_toom_cook_transforms_compute_the_correlation():
+    """Every (m, kernel) the Winograd conv uses: A^T [(G g) . (B^T d)] is the valid
+    correlation of d with g, exactly in float64 (random data)."""
+    rng = np.random.default_rng(5)
+    for m, k in list(winograd.MATRICES) + list(winograd.POINTS):
+        dim = winograd._dim(m, k)
+        bt, g, at = (np.array([[float(v) for v in row] for row in x])
+                     for x in (dim.bt, dim.g, dim.at))
+        d, f = rng.standard_normal(dim.a), rng.standard_normal(k)
+        want = np.array([d[i:i + k] @ f for i in range(m)])
+        np.testing.assert_allclose(at @ ((g @ f) * (bt @ d)), want, rtol=1e-12, atol=1e-12,
+                                   err_msg=f"F({m}, {k})")
+
+
 def test_winograd_conv_on_every_shape(tmp_path):
-    """ConvNHWC 3x3 stride 1 as Winograd F(2x2,3x3) and F(4x4,3x3): every shape with
+    """ConvNHWC as Winograd F(2x2,3x3) and F(4x4,3x3) (3x3 stride 1) and F(2,7), F(4,7),
+    F(2,3), F(4,3) along one dimension (1x7, 7x1, 1x3, 3x1): every shape with
     both tile sizes, the micro-tile shapes in turn, the weights transformed per call and
     at compile time (alternate cases); outputs against numpy in float64."""
     tasks = [nhwc_task(x, w, b, **a) for x, w, b, a in WINOGRAD_SHAPES]

@@ -1,4 +1,5 @@
-"""Winograd convolution F(m x m, 3 x 3) for channels-last 3x3 convs (ConvNHWC, f32).
+"""Winograd convolution for channels-last convs (ConvNHWC, f32): F(m x m, 3 x 3) for 3x3
+kernels and, along one dimension, F(m, 7) and F(m, 3) for 1x7 / 7x1 / 1x3 / 3x1 ones.
 
 A 3x3, stride-1, undilated, one-group conv computes each m x m block of outputs from
 an a x a block of input (a = m + 2) with a*a products per (input, output) channel
@@ -6,6 +7,11 @@ pair instead of 9*m*m (Lavin & Gray, "Fast Algorithms for Convolutional Neural
 Networks", 2016):
 
     Y = A^T [ (G g G^T) . (B^T d B) ] A        (. element-wise; d: a x a input tile)
+
+A 1-D kernel (KH or KW = 1) transforms one dimension only (the other's matrices are
+the 1 x 1 identity): Y = [ (G g) . (B^T d) ] A per row, a = m + K - 1. The F(m, 3)
+matrices are the classic ones (points 0, 1, -1, 2, -2, infinity); F(m, 7) comes from
+`toom_cook` (points 0, +-1, +-2, +-1/2, +-3/2, infinity).
 
 Summed over input channels, the element-wise products become a*a independent GEMMs,
 one per position xi of the transformed tile:
@@ -16,10 +22,11 @@ one per position xi of the transformed tile:
     out[t's m x m block][oc] = (A^T M[:, t, oc] A)   output transform (+ bias)
 
 m = 2 (16 products for 36 multiplications: 2.25x fewer) or m = 4 (36 for 144: 4x),
-for 16/9 or 36/9 times the weights. The kernel is three parallel loops (OpenMP) over
-scratch buffers V and M, one plane of T x C (T x OC) per xi, each plane an odd number
-of cache lines long (`plane_stride`: a*a planes 4 KiB apart would share L1 sets), with
-T = N * ceil(OH/m) * ceil(OW/m) tiles:
+for 16/9 or 36/9 times the weights; 1x7: 8 for 14 and 10 for 28 (1.75x, 2.8x). The
+kernel is three parallel loops (OpenMP) over scratch buffers V and M, one plane of
+T x C (T x OC) per xi, each plane an odd number of cache lines long (`plane_stride`:
+a*a planes 4 KiB apart would share L1 sets), with T = N * ceil(OH/m) * ceil(OW/m)
+tiles:
 
 1. input transform, per tile, in L-lane vector intrinsics along contiguous channels
    (gcc left the plain loop scalar; the channels past the last full vector go one at a
@@ -38,13 +45,16 @@ Measured (2-core Sapphire Rapids, AVX-512, weights packed, as the tuner times th
 ResNet-50's 56x56, 28x28 and 14x14 3x3 convs 0.47-0.61x the best direct config's time
 (F(4x4) won all three), its 7x7 ones and Inception-V3's 8x8 448 -> 384 about 0.8x
 (F(2x2) won). In the models, all the stride-1 3x3 convs tuned to Winograd: ResNet-50
-1.13 -> 1.01x of ONNX Runtime, Inception-V3 1.16 -> 1.05x (same-process A/Bs).
+1.13 -> 1.01x of ONNX Runtime, Inception-V3 1.16 -> 1.02x, and with its 1x7 / 7x1 /
+1x3 / 3x1 convs as well (46 launches tuned to Winograd) 1.03 -> 0.95x (same-process
+A/Bs, both orders).
 
 Numerics: not the direct sum's order of operations. The transforms add and subtract
-(m = 4: also multiply by 2, 4, 5, 8 and, in the weights transform, by 1/4, 1/6,
-1/12, 1/24), which on random data gives errors of about 1e-6 (m = 2) and 3e-6 (m = 4)
-relative to the output's scale, well inside the f32 tolerance (1e-4); the tests check
-both against numpy in float64.
+(and multiply by small constants: B^T's and A^T's entries up to 5 for F(4x4, 3x3), up
+to 17 for F(4, 7), dyadic, so exact in f32; G's 1/4, 1/6, ... applied in float64 at
+compile time), which on random data over 160-256 channels gives errors of 1e-7 to 3e-6
+relative to the output's scale (more for the larger m and K), well inside the f32
+tolerance (1e-4); the tests check every form against numpy in float64.
 
 Guarantees: correct on every shape `supports` accepts (any N, C, OC, H, W, pads;
 tiles past the output compute on zeros and are not stored); no load outside the input
@@ -87,7 +97,76 @@ BT4 = ((4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0),
 G4 = ((F(1, 4), 0, 0), (F(-1, 6), F(-1, 6), F(-1, 6)), (F(-1, 6), F(1, 6), F(-1, 6)),
       (F(1, 24), F(1, 12), F(1, 6)), (F(1, 24), F(-1, 12), F(1, 6)), (0, 0, 1))
 AT4 = ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 8, -8, 1))
-MATRICES = {2: (BT2, G2, AT2), 4: (BT4, G4, AT4)}
+MATRICES = {(2, 3): (BT2, G2, AT2), (4, 3): (BT4, G4, AT4)}
+# 1-D F(m, 7) (Inception-V3's 1x7 / 7x1 convs): Toom-Cook on these finite points and
+# infinity (`toom_cook`); F(2, 7) 8 products for 14 multiplications, F(4, 7) 10 for 28.
+POINTS = {(2, 7): (0, 1, -1, 2, -2, F(1, 2), F(-1, 2)),
+          (4, 7): (0, 1, -1, 2, -2, F(1, 2), F(-1, 2), F(3, 2), F(-3, 2))}
+KERNELS = ((3, 3), (1, 3), (3, 1), (1, 7), (7, 1))   # (KH, KW) the kernel supports
+
+
+def _poly(roots) -> list:
+    """Ascending coefficients of prod (x - r) over `roots`."""
+    coeffs = [F(1)]
+    for r in roots:
+        coeffs = [F(0)] + coeffs
+        for i in range(len(coeffs) - 1):
+            coeffs[i] -= r * coeffs[i + 1]
+    return coeffs
+
+
+def toom_cook(m: int, r: int, points) -> tuple:
+    """(B^T, G, A^T) of F(m, r) from the n - 1 = m + r - 2 finite `points` and infinity:
+    the transpose of the linear convolution that evaluates both polynomials at the
+    points (A: the m-term input, G: the r-term filter, scaled by 1 / prod_{l != j}
+    (p_j - p_l)) and interpolates the n-term product (B^T's rows: the Lagrange
+    numerators, and prod (x - p_l) for the leading coefficient)."""
+    pts = [F(p) for p in points]
+    n = m + r - 1
+    if len(pts) != n - 1:
+        raise ValueError(f"F({m}, {r}) needs {n - 1} finite points, got {len(pts)}")
+    evals, filt, interp = [], [], []
+    for j, p in enumerate(pts):
+        others = pts[:j] + pts[j + 1:]
+        scale = F(1)
+        for q in others:
+            scale *= p - q
+        evals.append([p ** i for i in range(m)])
+        filt.append(tuple(p ** k / scale for k in range(r)))
+        interp.append(_poly(others) + [F(0)])
+    evals.append([0] * (m - 1) + [1])
+    filt.append(tuple([0] * (r - 1) + [1]))
+    interp.append(_poly(pts))
+    bt = tuple(tuple(interp[j][i] for i in range(n)) for j in range(n))
+    at = tuple(tuple(evals[j][i] for j in range(n)) for i in range(m))
+    return bt, tuple(filt), at
+
+
+@dataclass(frozen=True)
+class _Dim:
+    """One spatial dimension of the transform: m outputs per tile from a = m + k - 1
+    inputs (k = 1: the identity, a plain 1-tap dimension)."""
+    m: int
+    k: int
+    bt: tuple
+    g: tuple
+    at: tuple
+
+    @property
+    def a(self) -> int:
+        return self.m + self.k - 1
+
+
+def _dim(m: int, k: int) -> _Dim:
+    if k == 1:
+        return _Dim(1, 1, ((1,),), ((1,),), ((1,),))
+    mats = MATRICES.get((m, k)) or toom_cook(m, k, POINTS[(m, k)])
+    return _Dim(m, k, *mats)
+
+
+def dims(geo: ConvGeometry, m: int) -> tuple[_Dim, _Dim]:
+    """The (height, width) transforms of F(m, .) for this conv's kernel."""
+    return _dim(m, geo.kh), _dim(m, geo.kw)
 
 
 @dataclass(frozen=True)
@@ -122,30 +201,31 @@ MIN_TILES = 4    # 4x4 output tiles below which the GEMMs are too short to pay (
 
 
 def supports(geo: ConvGeometry) -> bool:
-    """A channels-last 3x3 conv with stride 1, no dilation and one group, over a map
-    of at least MIN_TILES 4x4 output tiles."""
-    tiles = geo.n * -(-geo.oh // 4) * -(-geo.ow // 4)
-    return (geo.channels_last and geo.groups == 1 and (geo.kh, geo.kw) == (3, 3)
-            and geo.strides == (1, 1) and geo.dilations == (1, 1) and tiles >= MIN_TILES)
+    """A channels-last conv with a `KERNELS` kernel, stride 1, no dilation and one group,
+    over a map of at least MIN_TILES output tiles of F(4, .)."""
+    th = -(-geo.oh // 4) if geo.kh > 1 else geo.oh
+    tw = -(-geo.ow // 4) if geo.kw > 1 else geo.ow
+    return (geo.channels_last and geo.groups == 1 and (geo.kh, geo.kw) in KERNELS
+            and geo.strides == (1, 1) and geo.dilations == (1, 1)
+            and geo.n * th * tw >= MIN_TILES)
 
 
-def transform_matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(B^T, G, A^T) of F(m x m, 3 x 3) as float64 arrays."""
-    return tuple(np.array([[float(v) for v in row] for row in mat])
-                 for mat in MATRICES[m])
+def _array(mat) -> np.ndarray:
+    return np.array([[float(v) for v in row] for row in mat])
 
 
 def prepack_weights(geo: ConvGeometry, cfg: WinogradConfig, w: np.ndarray) -> np.ndarray:
-    """OHWI weights [OC, 3, 3, C] as U = G g G^T in NR-wide panels [a*a, panels, C, NR]
-    (computed in float64, rounded once; output channels past OC zero)."""
-    _, g_mat, _ = transform_matrices(cfg.m)
-    a = cfg.m + 2
+    """OHWI weights [OC, KH, KW, C] as U = G_h g G_w^T in NR-wide panels
+    [AH*AW, panels, C, NR] (computed in float64, rounded once; output channels past OC
+    zero)."""
+    dh, dw = dims(geo, cfg.m)
+    nxi = dh.a * dw.a
     panels = -(-geo.oc // cfg.nr)
-    wt = np.asarray(w, np.float64).reshape(geo.oc, 3, 3, geo.c)
-    u = np.einsum("ik,okld,jl->ijdo", g_mat, wt, g_mat).reshape(a * a, geo.c, geo.oc)
-    out = np.zeros((a * a, geo.c, panels * cfg.nr), np.asarray(w).dtype)
+    wt = np.asarray(w, np.float64).reshape(geo.oc, geo.kh, geo.kw, geo.c)
+    u = np.einsum("ik,okld,jl->ijdo", _array(dh.g), wt, _array(dw.g)).reshape(nxi, geo.c, geo.oc)
+    out = np.zeros((nxi, geo.c, panels * cfg.nr), np.asarray(w).dtype)
     out[:, :, :geo.oc] = u
-    return np.ascontiguousarray(out.reshape(a * a, geo.c, panels, cfg.nr).transpose(0, 2, 1, 3))
+    return np.ascontiguousarray(out.reshape(nxi, geo.c, panels, cfg.nr).transpose(0, 2, 1, 3))
 
 
 def prepack_tag(cfg: WinogradConfig) -> str:
@@ -153,13 +233,13 @@ def prepack_tag(cfg: WinogradConfig) -> str:
 
 
 def _blocking(geo: ConvGeometry, cfg: WinogradConfig, cores: int) -> Blocking:
-    a = cfg.m + 2
-    return blocking(cfg.gemm(), _tiles(geo, cfg.m)[0], geo.oc, geo.c, a * a, cores)
+    dh, dw = dims(geo, cfg.m)
+    return blocking(cfg.gemm(), _tiles(geo, dh, dw)[0], geo.oc, geo.c, dh.a * dw.a, cores)
 
 
-def _tiles(geo: ConvGeometry, m: int) -> tuple[int, int, int]:
+def _tiles(geo: ConvGeometry, dh: _Dim, dw: _Dim) -> tuple[int, int, int]:
     """(rows = N * TH * TW, TH, TW)."""
-    th, tw = -(-geo.oh // m), -(-geo.ow // m)
+    th, tw = -(-geo.oh // dh.m), -(-geo.ow // dw.m)
     return geo.n * th * tw, th, tw
 
 
@@ -252,28 +332,31 @@ def _by_lanes(kb: KernelBuilder, count: int, body) -> None:
 def build_winograd(geo: ConvGeometry, cfg: WinogradConfig, dt: str, name: str,
                    cores: int, prepacked: bool = False) -> Function:
     """The kernel (see the module docstring); `prepacked`: the weights arrive in the
-    layout of `prepack_weights`, else as OHWI [OC, 9*C] and are transformed per call."""
+    layout of `prepack_weights`, else as OHWI [OC, KH*KW*C] and are transformed per
+    call."""
     if dt != "float32":
         raise ValueError(f"the Winograd convolution is f32 only, got {dt}")
     if not supports(geo):
-        raise ValueError("the Winograd convolution needs a channels-last 3x3 conv with "
-                         "stride 1, no dilation and one group")
-    m, a = cfg.m, cfg.m + 2
-    bt, g_mat, at = MATRICES[m]
-    rows, th, tw = _tiles(geo, m)
+        raise ValueError(f"the Winograd convolution needs a channels-last conv with a "
+                         f"{' / '.join(f'{h}x{w}' for h, w in KERNELS)} kernel, stride 1, "
+                         f"no dilation and one group, got {geo}")
+    dh, dw = dims(geo, cfg.m)
+    nxi = dh.a * dw.a
+    rows, th, tw = _tiles(geo, dh, dw)
     bl = _blocking(geo, cfg, cores)
     panels = -(-geo.oc // bl.nr)
     kb = KernelBuilder(name, "cpu")
     x = kb.buffer("x", dt, (geo.n, geo.h * geo.w, geo.c))
-    w = kb.buffer("w", dt, (a * a, panels, geo.c, bl.nr) if prepacked else (geo.oc, 9 * geo.c))
+    w = kb.buffer("w", dt, (nxi, panels, geo.c, bl.nr) if prepacked
+                  else (geo.oc, geo.taps * geo.c))
     bias = kb.buffer("bias", dt, (geo.oc,)) if geo.has_bias else None
     out = kb.buffer("out", dt, (geo.n, geo.oh * geo.ow, geo.oc))
-    u = w if prepacked else _transform_weights(kb, geo, bl, g_mat, w, panels, dt)
+    u = w if prepacked else _transform_weights(kb, geo, bl, dh, dw, w, panels, dt)
     vstride = plane_stride(rows, geo.c)
-    v = _transform_input(kb, geo, m, bt, x, rows, th, tw, vstride, dt)
+    v = _transform_input(kb, geo, dh, dw, x, rows, th, tw, vstride, dt)
     ostride = plane_stride(rows, geo.oc)
-    prod = kb.alloc("wgm", dt, (a * a * ostride,))
-    tasks = (a * a, bl.m_tiles, bl.n_tiles)
+    prod = kb.alloc("wgm", dt, (nxi * ostride,))
+    tasks = (nxi, bl.m_tiles, bl.n_tiles)
     with kb.for_range(tasks[0] * tasks[1] * tasks[2], kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(*tasks), p, names=["e", "ib", "jb"]) as (e, ib, jb):
             i0, j0 = ib * bl.mt, jb * bl.nc
@@ -287,7 +370,7 @@ def build_winograd(geo: ConvGeometry, cfg: WinogradConfig, dt: str, name: str,
             emit_gemm_tile(kb, bl, dt, i0, (tile_extent(rows, i0, bl.mt),
                                             tile_extent(geo.oc, j0, bl.nc)),
                            a_panel, None, store, b_prepacked=b_panel)
-    _transform_output(kb, geo, m, at, prod, ostride, bias, out, th, tw, dt)
+    _transform_output(kb, geo, dh, dw, prod, ostride, bias, out, th, tw, dt)
     return kb.finish()
 
 
@@ -299,73 +382,71 @@ def plane_stride(rows: int, width: int) -> int:
     return 16 * (lines + 1 - lines % 2)
 
 
-def _transform_weights(kb: KernelBuilder, geo: ConvGeometry, bl: Blocking, g_mat,
-                       w: Buffer, panels: int, dt: str) -> Buffer:
+def _transform_weights(kb: KernelBuilder, geo: ConvGeometry, bl: Blocking, dh: _Dim,
+                       dw: _Dim, w: Buffer, panels: int, dt: str) -> Buffer:
     """`prepack_weights` at run time (in f32), in parallel over the NR-wide panels."""
-    a = len(g_mat)
-    u = kb.alloc("wgu", dt, (a * a, panels, geo.c, bl.nr))
+    u = kb.alloc("wgu", dt, (dh.a * dw.a, panels, geo.c, bl.nr))
     zero = Const(0.0, dt)
     with kb.for_range(panels, kind="parallel", name="jp") as jp, \
             kb.for_range(bl.nr, name="j") as j, kb.for_range(geo.c, name="c") as c:
         oc = jp * bl.nr + j
         inside = oc < geo.oc
         row = minimum(oc, geo.oc - 1)
-        g = [[kb.declare("g", dt, select(inside, w[row, (kh * 3 + kw) * geo.c + c], zero)
-                         if panels * bl.nr > geo.oc else w[row, (kh * 3 + kw) * geo.c + c])
-              for kw in range(3)] for kh in range(3)]
-        vals = _sandwich(kb, _Scalar(dt), g_mat, g_mat, g, "gt")
-        for i, jj in itertools.product(range(a), range(a)):
-            kb.store(u, (i * a + jj, jp, c, j), vals[i][jj])
+
+        def tap(y: int, x: int) -> Expr:
+            value = w[row, (y * geo.kw + x) * geo.c + c]
+            return select(inside, value, zero) if panels * bl.nr > geo.oc else value
+        g = [[kb.declare("g", dt, tap(y, x)) for x in range(geo.kw)] for y in range(geo.kh)]
+        vals = _sandwich(kb, _Scalar(dt), dh.g, dw.g, g, "gt")
+        for i, jj in itertools.product(range(dh.a), range(dw.a)):
+            kb.store(u, (i * dw.a + jj, jp, c, j), vals[i][jj])
     return u
 
 
-def _transform_input(kb: KernelBuilder, geo: ConvGeometry, m: int, bt, x: Buffer,
+def _transform_input(kb: KernelBuilder, geo: ConvGeometry, dh: _Dim, dw: _Dim, x: Buffer,
                      rows: int, th: int, tw: int, stride: int, dt: str) -> Buffer:
-    """V[xi][t][c] = (B^T d B)[xi] for every tile t, in parallel over tiles."""
-    a = m + 2
-    hp, wp = th * m + 2, tw * m + 2
+    """V[xi][t][c] = (B_h^T d B_w)[xi] for every tile t, in parallel over tiles."""
+    hp, wp = th * dh.m + dh.k - 1, tw * dw.m + dw.k - 1
     if geo.pads == (0, 0) and hp <= geo.h and wp <= geo.w:
         src, width = x, geo.w
     else:
         src, width = conv_direct_last.padded(kb, geo, x, hp, wp), wp
-    v = kb.alloc("wgv", dt, (a * a * stride,))
+    v = kb.alloc("wgv", dt, (dh.a * dw.a * stride,))
     with kb.for_range(rows, kind="parallel", name="t") as t:
         with kb.for_mapping(spatial(geo.n, th, tw), t, names=["b", "ty", "tx"]) as (b, ty, tx):
-            base = kb.declare("base", "int32", ty * (m * width) + tx * m)
+            base = kb.declare("base", "int32", ty * (dh.m * width) + tx * dw.m)
 
             def body(ar, c, lanes, b=b, t=t, base=base):
-                d = [[_load(kb, ar, src[b, base + (i * width + j), c], "d") for j in range(a)]
-                     for i in range(a)]
-                vals = _sandwich(kb, ar, bt, bt, d, "bd")
-                for i, j in itertools.product(range(a), range(a)):
-                    _store(kb, ar, v, ((i * a + j) * stride + t * geo.c + c,), vals[i][j])
+                d = [[_load(kb, ar, src[b, base + (i * width + j), c], "d")
+                      for j in range(dw.a)] for i in range(dh.a)]
+                vals = _sandwich(kb, ar, dh.bt, dw.bt, d, "bd")
+                for i, j in itertools.product(range(dh.a), range(dw.a)):
+                    _store(kb, ar, v, ((i * dw.a + j) * stride + t * geo.c + c,), vals[i][j])
             _by_lanes(kb, geo.c, body)
     return v
 
 
-def _transform_output(kb: KernelBuilder, geo: ConvGeometry, m: int, at, prod: Buffer,
-                      stride: int, bias: Buffer | None, out: Buffer, th: int, tw: int,
-                      dt: str) -> None:
-    """out[m x m block of tile t][oc] = (A^T M[:, t, oc] A) + bias, in parallel over
-    tiles; outputs past OH or OW are not stored."""
-    a = m + 2
+def _transform_output(kb: KernelBuilder, geo: ConvGeometry, dh: _Dim, dw: _Dim,
+                      prod: Buffer, stride: int, bias: Buffer | None, out: Buffer, th: int,
+                      tw: int, dt: str) -> None:
+    """out[MH x MW block of tile t][oc] = (A_h^T M[:, t, oc] A_w) + bias, in parallel
+    over tiles; outputs past OH or OW are not stored."""
     with kb.for_range(geo.n * th * tw, kind="parallel", name="t") as t:
-        ybuf = kb.alloc("ybuf", dt, (m * m, avx2.LANES))
+        ybuf = kb.alloc("ybuf", dt, (dh.m * dw.m, avx2.LANES))
         with kb.for_mapping(spatial(geo.n, th, tw), t, names=["b", "ty", "tx"]) as (b, ty, tx):
-            oy0, ox0 = ty * m, tx * m
+            oy0, ox0 = ty * dh.m, tx * dw.m
             base = kb.declare("obase", "int32", oy0 * geo.ow + ox0)
 
             def body(ar, c, lanes, b=b, t=t, base=base, oy0=oy0, ox0=ox0):
-                mv = [[_load(kb, ar, prod[(i * a + j) * stride + t * geo.oc + c], "mv")
-                       for j in range(a)]
-                      for i in range(a)]
-                vals = _sandwich(kb, ar, at, at, mv, "am")
-                for i, j in itertools.product(range(m), range(m)):
+                mv = [[_load(kb, ar, prod[(i * dw.a + j) * stride + t * geo.oc + c], "mv")
+                       for j in range(dw.a)] for i in range(dh.a)]
+                vals = _sandwich(kb, ar, dh.at, dw.at, mv, "am")
+                for i, j in itertools.product(range(dh.m), range(dw.m)):
                     if lanes > 1:       # through a tile buffer: the store stays scalar
-                        avx2.store(kb, ybuf[i * m + j, 0], vals[i][j])
-                    with _maybe(kb, _inside(geo, m, oy0, ox0, i, j)), \
+                        avx2.store(kb, ybuf[i * dw.m + j, 0], vals[i][j])
+                    with _maybe(kb, _inside(geo, dh, dw, oy0, ox0, i, j)), \
                             kb.for_range(lanes, name="l") as lane:
-                        val = ybuf[i * m + j, lane] if lanes > 1 else vals[i][j]
+                        val = ybuf[i * dw.m + j, lane] if lanes > 1 else vals[i][j]
                         if bias is not None:
                             val = val + bias[c + lane]
                         kb.store(out, (b, base + (i * geo.ow + j), c + lane), val)
@@ -393,13 +474,14 @@ def _maybe(kb: KernelBuilder, cond: Expr | None):
         yield
 
 
-def _inside(geo: ConvGeometry, m: int, oy0: Expr, ox0: Expr, i: int, j: int) -> Expr | None:
+def _inside(geo: ConvGeometry, dh: _Dim, dw: _Dim, oy0: Expr, ox0: Expr, i: int,
+            j: int) -> Expr | None:
     """Whether output (oy0 + i, ox0 + j) exists; None when it always does (OH, OW
-    multiples of m, or the first row/column of a tile)."""
+    multiples of the tile, or the first row/column of a tile)."""
     conds = []
-    if i > 0 and geo.oh % m:
+    if i > 0 and geo.oh % dh.m:
         conds.append(oy0 + i < geo.oh)
-    if j > 0 and geo.ow % m:
+    if j > 0 and geo.ow % dw.m:
         conds.append(ox0 + j < geo.ow)
     if not conds:
         return None
