@@ -404,6 +404,7 @@ WINOGRAD_SHAPES = [  # 3x3 stride 1: odd and even maps, pads or none, OC past a 
     ((1, 16, 17, 6), (24, 16, 7, 1), False, {"pads": [3, 0, 3, 0]}),
     ((1, 12, 7, 10), (8, 12, 1, 3), True, {"pads": [0, 1, 0, 1]}),
     ((2, 9, 11, 5), (16, 9, 3, 1), True, {}),
+    ((1, 10, 13, 11), (20, 10, 5, 5), True, {"pads": [2, 2, 2, 2]}),   # F(m x m, 5 x 5)
 ]
 
 

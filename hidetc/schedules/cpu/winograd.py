@@ -1,5 +1,6 @@
-"""Winograd convolution for channels-last convs (ConvNHWC, f32): F(m x m, 3 x 3) for 3x3
-kernels and, along one dimension, F(m, 7) and F(m, 3) for 1x7 / 7x1 / 1x3 / 3x1 ones.
+"""Winograd convolution for channels-last convs (ConvNHWC, f32): F(m x m, 3 x 3) and
+F(m x m, 5 x 5) for 3x3 and 5x5 kernels and, along one dimension, F(m, 7) and F(m, 3)
+for 1x7 / 7x1 / 1x3 / 3x1 ones.
 
 A 3x3, stride-1, undilated, one-group conv computes each m x m block of outputs from
 an a x a block of input (a = m + 2) with a*a products per (input, output) channel
@@ -10,8 +11,8 @@ Networks", 2016):
 
 A 1-D kernel (KH or KW = 1) transforms one dimension only (the other's matrices are
 the 1 x 1 identity): Y = [ (G g) . (B^T d) ] A per row, a = m + K - 1. The F(m, 3)
-matrices are the classic ones (points 0, 1, -1, 2, -2, infinity); F(m, 7) comes from
-`toom_cook` (points 0, +-1, +-2, +-1/2, +-3/2, infinity).
+matrices are the classic ones (points 0, 1, -1, 2, -2, infinity); F(m, 5) and F(m, 7)
+come from `toom_cook` (points 0, +-1, +-2, +-1/2, +-3/2, infinity, as many as needed).
 
 Summed over input channels, the element-wise products become a*a independent GEMMs,
 one per position xi of the transformed tile:
@@ -47,7 +48,7 @@ ResNet-50's 56x56, 28x28 and 14x14 3x3 convs 0.47-0.61x the best direct config's
 (F(2x2) won). In the models, all the stride-1 3x3 convs tuned to Winograd: ResNet-50
 1.13 -> 1.01x of ONNX Runtime, Inception-V3 1.16 -> 1.02x, and with its 1x7 / 7x1 /
 1x3 / 3x1 convs as well (46 launches tuned to Winograd) 1.03 -> 0.95x (same-process
-A/Bs, both orders).
+A/Bs, both orders), with its 5x5 48 -> 64 convs (0.53x of direct alone) 0.96 -> 0.93x.
 
 Numerics: not the direct sum's order of operations. The transforms add and subtract
 (and multiply by small constants: B^T's and A^T's entries up to 5 for F(4x4, 3x3), up
@@ -100,9 +101,12 @@ AT4 = ((1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0), (0, 1, -1, 
 MATRICES = {(2, 3): (BT2, G2, AT2), (4, 3): (BT4, G4, AT4)}
 # 1-D F(m, 7) (Inception-V3's 1x7 / 7x1 convs): Toom-Cook on these finite points and
 # infinity (`toom_cook`); F(2, 7) 8 products for 14 multiplications, F(4, 7) 10 for 28.
+# F(m, 5) (Inception-V3's 5x5 convs, as F(m x m, 5 x 5)): the same construction.
 POINTS = {(2, 7): (0, 1, -1, 2, -2, F(1, 2), F(-1, 2)),
-          (4, 7): (0, 1, -1, 2, -2, F(1, 2), F(-1, 2), F(3, 2), F(-3, 2))}
-KERNELS = ((3, 3), (1, 3), (3, 1), (1, 7), (7, 1))   # (KH, KW) the kernel supports
+          (4, 7): (0, 1, -1, 2, -2, F(1, 2), F(-1, 2), F(3, 2), F(-3, 2)),
+          (2, 5): (0, 1, -1, 2, -2),
+          (4, 5): (0, 1, -1, 2, -2, F(1, 2), F(-1, 2))}
+KERNELS = ((3, 3), (5, 5), (1, 3), (3, 1), (1, 7), (7, 1))   # (KH, KW) supported
 
 
 def _poly(roots) -> list:
