@@ -63,6 +63,7 @@ or its padded copy.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -161,6 +162,7 @@ class _Dim:
         return self.m + self.k - 1
 
 
+@functools.lru_cache(maxsize=None)
 def _dim(m: int, k: int) -> _Dim:
     if k == 1:
         return _Dim(1, 1, ((1,),), ((1,),), ((1,),))
@@ -175,8 +177,9 @@ def dims(geo: ConvGeometry, m: int) -> tuple[_Dim, _Dim]:
 
 @dataclass(frozen=True)
 class WinogradConfig:
-    """Knobs of the Winograd conv: output tile m x m (2 or 4), and the GEMM stage's
-    micro-tile MR tiles x NR output channels and cache blocks MC, NC, KC."""
+    """Knobs of the Winograd conv: m outputs per tile along each transformed dimension
+    (2 or 4), and the GEMM stage's micro-tile MR tiles x NR output channels and cache
+    blocks MC, NC, KC."""
     m: int = 2
     mr: int = 8
     nr: int = 32
@@ -193,7 +196,8 @@ class WinogradConfig:
 # (tried first on the convs `supports` accepts, `conv.ConvTemplate.short_list`): the
 # winners of the space over ResNet-50's 56x56, 28x28 and 14x14 3x3 convs, weights
 # packed, on a 2-core Sapphire Rapids (F(4x4) everywhere, 0.47-0.61x the best direct
-# config's time); AVX2's (not swept): the same tile sizes with its register-filling tiles.
+# config's time), and F(2x2)'s winner on the 7x7 and 8x8 maps; AVX2's (not swept): the
+# same tile sizes with its register-filling tiles.
 SPACE = tuple(WinogradConfig(m, mr, nr, 64, nc, 256) for m, (mr, nr), nc in
               itertools.product((2, 4), MICRO_SHAPES, (192, 384)))
 SHORT_LIST = (WinogradConfig(4, 14, 32, 64, 192, 256), WinogradConfig(4, 4, 64, 64, 192, 256),
@@ -201,7 +205,7 @@ SHORT_LIST = (WinogradConfig(4, 14, 32, 64, 192, 256), WinogradConfig(4, 4, 64, 
               ) if ISA is AVX512 else (
               WinogradConfig(4, 6, 16, 64, 192, 256), WinogradConfig(4, 4, 24, 64, 192, 256),
               WinogradConfig(2, 6, 16, 64, 384, 256))
-MIN_TILES = 4    # 4x4 output tiles below which the GEMMs are too short to pay (7x7 maps: 4)
+MIN_TILES = 4    # F(4, .) output tiles below which the GEMMs are too short (7x7 maps: 4)
 
 
 def supports(geo: ConvGeometry) -> bool:
