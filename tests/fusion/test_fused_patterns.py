@@ -14,7 +14,9 @@ import onnx
 import pytest
 from helpers.fusion_graphs import (
     attention,
+    const,
     illegal_fusions,
+    model,
     prologue_patterns,
     resnet_block,
     vector_paths,
@@ -102,13 +104,8 @@ def test_f16_nhwc_block_cuda_emulated(tmp_path):
     assert report["status"] == "passed", report
 
 
-@pytest.mark.parametrize("m,residual", [(2, "x"), (4, "r1")])
-def test_winograd_block_cpu(m, residual, tmp_path, monkeypatch):
-    """Both 3x3 convs of a residual block as Winograd F(m x m, 3x3) (the template's
-    default made so; no tuning): the first takes the Relu, the second the residual Add
-    (of the block input, or of the first conv's output) and the Relu as epilogues on its
-    output transform's stores; 1e-4 against ONNX Runtime. The 14x14 map leaves a
-    partial last tile row and column for m = 4."""
+def _winograd_default(monkeypatch, m: int) -> None:
+    """Make the Winograd conv (F(m, .)) the cpu conv template's default where it applies."""
     from hidetc.schedules.cpu import conv as cpu_conv
     from hidetc.schedules.cpu import winograd
     from hidetc.schedules.cpu.conv_geometry import conv_geometry
@@ -119,6 +116,44 @@ def test_winograd_block_cpu(m, residual, tmp_path, monkeypatch):
             return winograd.WinogradConfig(m, 4, 32, 64, 192, 256)
         return base(self, task, target)
     monkeypatch.setattr(cpu_conv.ConvTemplate, "default", default)
+
+
+@pytest.mark.parametrize("pads", [[0, 0, 0, 0], [1, 2, 1, 2]])
+def test_winograd_conv_with_a_prologue_cpu(pads, tmp_path, monkeypatch):
+    """A Winograd conv (F(4x4,3x3)) whose input is the Relu of another conv's output
+    that is also a graph output (so the Relu is the second conv's prologue, grafted into
+    its loads: the input transform's vector loads of the input itself without pads, the
+    padded copy's with them), Relu and the NCHW transpose after; 1e-4 against ONNX
+    Runtime."""
+    _winograd_default(monkeypatch, 4)
+    nodes = [("Conv", ["x", "w0"], ["c0"], {"pads": [1, 1, 1, 1]}),
+             ("Relu", ["c0"], ["r0"], {}),
+             ("Conv", ["r0", "w1", "b1"], ["c1"], {"pads": pads}),
+             ("Relu", ["c1"], ["r1"], {})]
+    proto = model(nodes, {"x": [1, 16, 13, 14]}, ["c0", "r1"],
+                  {"w0": const((16, 16, 3, 3)), "w1": const((24, 16, 3, 3)),
+                   "b1": const((24,))})
+    path = tmp_path / "pro.onnx"
+    onnx.save(proto, path)
+    result = hidetc.compile_model(path, tmp_path / "out", target="cpu", tune=False)
+    convs = [k for k in result.manifest["kernels"] if k["op"] == "ConvNHWC"]
+    assert all(k["config"].startswith("WinogradConfig(m=4,") for k in convs), convs
+    assert [op for _, op in convs[1]["group"]["prologues"]] == ["Relu"]
+    assert [op for _, op in convs[1]["group"]["epilogues"]][0] == "Relu"
+    inputs = inputs_for(proto)
+    got = hidetc.load(tmp_path / "out").run(inputs)
+    report = compare(got, run_onnxruntime(path, inputs), rtol=1e-4)
+    assert report["status"] == "passed", report
+
+
+@pytest.mark.parametrize("m,residual", [(2, "x"), (4, "r1")])
+def test_winograd_block_cpu(m, residual, tmp_path, monkeypatch):
+    """Both 3x3 convs of a residual block as Winograd F(m x m, 3x3) (the template's
+    default made so; no tuning): the first takes the Relu, the second the residual Add
+    (of the block input, or of the first conv's output) and the Relu as epilogues on its
+    output transform's stores; 1e-4 against ONNX Runtime. The 14x14 map leaves a
+    partial last tile row and column for m = 4."""
+    _winograd_default(monkeypatch, m)
     proto = resnet_block(c=24, hw=14, residual=residual)
     path = tmp_path / "block.onnx"
     onnx.save(proto, path)
