@@ -58,7 +58,8 @@ def _conv(dt: str, big: bool) -> dict[str, Task]:
 
 
 def _conv_nhwc(dt: str, big: bool) -> dict[str, Task]:
-    """f16 (cuda: the tensor-core conv) one variant; f32 (cpu) direct and depthwise."""
+    """f16 (cuda: the tensor-core conv) one variant; f32 (cpu) a 3x3 stride-1 conv (the
+    direct and the Winograd configs) and a depthwise one."""
     c, hw = (512, 7) if big else (16, 14)
     pads = (("pads", (1, 1, 1, 1)),)
     direct = _task("ConvNHWC", [_t(dt, 1, hw, hw, c), _t(dt, 2 * c, 3, 3, c), None],
@@ -67,7 +68,7 @@ def _conv_nhwc(dt: str, big: bool) -> dict[str, Task]:
         return {"": direct}
     depthwise = _task("ConvNHWC", [_t(dt, 1, hw, hw, c), _t(dt, c, 3, 3, 1), None],
                       _t(dt, 1, hw, hw, c), (("group", c),) + pads)
-    return {"direct": direct, "depthwise": depthwise}
+    return {"direct+winograd": direct, "depthwise": depthwise}
 
 
 def _row_op(op: str, dt: str, big: bool) -> dict[str, Task]:
@@ -132,13 +133,15 @@ def template_spaces(targets: Iterable[str] = ("cpu", "cuda"), arch: str | None =
 
 
 def format_spaces(rows: list[SpaceInfo]) -> str:
-    lines = [f"{'target':<7}{'template':<22}{'precision':<10}{'variant':<11}{'configs':>7}"
-             f"  ops"]
+    width = max([11] + [len(r.variant) + 1 for r in rows])
+    lines = [f"{'target':<7}{'template':<22}{'precision':<10}{'variant':<{width}}"
+             f"{'configs':>7}  ops"]
     for r in rows:
         ops = ", ".join(r.ops) if len(r.ops) <= 4 else f"{', '.join(r.ops[:3])}, ... " \
                                                         f"({len(r.ops)} ops)"
-        lines.append(f"{r.target:<7}{r.template:<22}{r.precision:<10}{r.variant or '-':<11}"
-                     f"{r.configs:>7}  {ops}")
+        lines.append(f"{r.target:<7}{r.template:<22}{r.precision:<10}"
+                     f"{r.variant or '-':<{width}}{r.configs:>7}  {ops}")
     lines.append(f"(at most {MAX_SPACE} configs per template, precision and variant; "
-                 f"spaces depend on the target, not on shapes)")
+                 f"spaces depend on the target and the op's kind; a conv's a little on "
+                 f"its map size)")
     return "\n".join(lines)
