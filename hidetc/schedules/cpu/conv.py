@@ -3,10 +3,11 @@ input, OHWI weights; groups, strides, pads incl. auto_pad, dilations, optional b
 
 ConvNHWC (made by `choose_layout` for C/G >= 8 and for depthwise convs) has three
 schedules: the channels-last direct convolution (`conv_direct`, `LAST_SPACE`: the whole
-K summed in registers per micro-tile, or in K blocks), for 3x3 stride-1 convs also the
-Winograd convolution (`winograd`, `WinogradConfig`: in the space and first in the short
-list where `winograd.supports`), and, for depthwise convs, `depthwise_nhwc`
-(`DepthwiseNHWCConfig`). Conv (NCHW) has the three below.
+K summed in registers per micro-tile, or in K blocks), for stride-1 3x3, 5x5 and 1-D
+(1x7, 7x1, 1x3, 3x1) convs also the Winograd convolution (`winograd`, `WinogradConfig`:
+in the space and first in the short list where `winograd.supports`), and, for
+depthwise convs, `depthwise_nhwc` (`DepthwiseNHWCConfig`). Conv (NCHW) has the three
+below.
 
 Three schedules: the depthwise one chosen by the task's group structure, the other two
 by the config (both are in every f32 non-depthwise conv's space; the tuner picks):
@@ -222,8 +223,8 @@ def build_conv(task: Task, name: str) -> Function:
 
 
 def _winograd(task: Task, geo: ConvGeometry, configs: tuple) -> tuple:
-    """`configs` where the Winograd convolution applies (f32 3x3 stride-1 convs,
-    `winograd.supports`), else none."""
+    """`configs` where the Winograd convolution applies (f32 and `winograd.supports`:
+    stride-1 3x3, 5x5, 1x7, 7x1, 1x3, 3x1 convs), else none."""
     return configs if task.outputs[0].dtype == "float32" and winograd.supports(geo) else ()
 
 

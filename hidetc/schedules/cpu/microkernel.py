@@ -175,8 +175,14 @@ class Blocking:
 
     @property
     def ncp(self) -> int:
-        lines = -(-self.ncw // LINE)
-        return (lines + 1 - lines % 2) * LINE
+        return odd_lines(self.ncw)
+
+
+def odd_lines(floats: int) -> int:
+    """`floats` rounded up to an odd number of cache lines (in floats): rows (or planes)
+    that far apart do not all map to the same L1 sets."""
+    lines = -(-floats // LINE)
+    return (lines + 1 - lines % 2) * LINE
 
 
 def _round_up(x: int, m: int) -> int:

@@ -81,6 +81,7 @@ from hidetc.schedules.cpu.microkernel import (
     blocking,
     direct_a,
     emit_gemm_tile,
+    odd_lines,
     tile_extent,
 )
 from hidetc.tir.builder import KernelBuilder
@@ -257,7 +258,8 @@ def kernel_key(geo: ConvGeometry, cfg: WinogradConfig, cores: int) -> tuple:
 
 
 class _Scalar:
-    """Arithmetic on scalar IR expressions (the transforms' channel remainder)."""
+    """Arithmetic, loads and stores on scalar IR expressions (the transforms' channel
+    remainder)."""
     def __init__(self, dt: str):
         self.dtype = dt
 
@@ -272,6 +274,12 @@ class _Scalar:
 
     def neg(self, v: Expr) -> Expr:
         return -v
+
+    def load(self, kb: KernelBuilder, at: Expr, hint: str) -> Var:
+        return kb.declare(hint, self.dtype, at)
+
+    def store(self, kb: KernelBuilder, at: Expr, value: Var) -> None:
+        kb.store(at.buffer, at.indices, value)
 
 
 class _Vector:
@@ -293,6 +301,12 @@ class _Vector:
 
     def neg(self, v: Expr) -> Expr:
         return self._op("sub", self._op("setzero"), v)
+
+    def load(self, kb: KernelBuilder, at: Expr, hint: str) -> Var:
+        return kb.declare(hint, self.dtype, avx2.load(at, self.lanes))
+
+    def store(self, kb: KernelBuilder, at: Expr, value: Var) -> None:
+        avx2.store(kb, at, value)
 
 
 def _combine(ar, coeffs, values: list[Expr]) -> Expr:
@@ -383,11 +397,10 @@ def build_winograd(geo: ConvGeometry, cfg: WinogradConfig, dt: str, name: str,
 
 
 def plane_stride(rows: int, width: int) -> int:
-    """Floats between two positions' planes of a scratch buffer (rows x width each):
-    rounded up to an odd number of cache lines, so the a*a streams a transform reads or
-    writes at once do not all fall into the same L1 sets (4 KiB apart, they would)."""
-    lines = -(-rows * width // 16)
-    return 16 * (lines + 1 - lines % 2)
+    """Floats between two positions' planes of a scratch buffer (rows x width each),
+    `odd_lines`: the a*a streams a transform reads or writes at once do not all fall
+    into the same L1 sets (4 KiB apart, they would)."""
+    return odd_lines(rows * width)
 
 
 def _transform_weights(kb: KernelBuilder, geo: ConvGeometry, bl: Blocking, dh: _Dim,
@@ -425,11 +438,11 @@ def _transform_input(kb: KernelBuilder, geo: ConvGeometry, dh: _Dim, dw: _Dim, x
             base = kb.declare("base", "int32", ty * (dh.m * width) + tx * dw.m)
 
             def body(ar, c, lanes, b=b, t=t, base=base):
-                d = [[_load(kb, ar, src[b, base + (i * width + j), c], "d")
+                d = [[ar.load(kb, src[b, base + (i * width + j), c], "d")
                       for j in range(dw.a)] for i in range(dh.a)]
                 vals = _sandwich(kb, ar, dh.bt, dw.bt, d, "bd")
                 for i, j in itertools.product(range(dh.a), range(dw.a)):
-                    _store(kb, ar, v, ((i * dw.a + j) * stride + t * geo.c + c,), vals[i][j])
+                    ar.store(kb, v[(i * dw.a + j) * stride + t * geo.c + c], vals[i][j])
             _by_lanes(kb, geo.c, body)
     return v
 
@@ -446,7 +459,7 @@ def _transform_output(kb: KernelBuilder, geo: ConvGeometry, dh: _Dim, dw: _Dim,
             base = kb.declare("obase", "int32", oy0 * geo.ow + ox0)
 
             def body(ar, c, lanes, b=b, t=t, base=base, oy0=oy0, ox0=ox0):
-                mv = [[_load(kb, ar, prod[(i * dw.a + j) * stride + t * geo.oc + c], "mv")
+                mv = [[ar.load(kb, prod[(i * dw.a + j) * stride + t * geo.oc + c], "mv")
                        for j in range(dw.a)] for i in range(dh.a)]
                 vals = _sandwich(kb, ar, dh.at, dw.at, mv, "am")
                 for i, j in itertools.product(range(dh.m), range(dw.m)):
@@ -459,17 +472,6 @@ def _transform_output(kb: KernelBuilder, geo: ConvGeometry, dh: _Dim, dw: _Dim,
                             val = val + bias[c + lane]
                         kb.store(out, (b, base + (i * geo.ow + j), c + lane), val)
             _by_lanes(kb, geo.oc, body)
-
-
-def _load(kb: KernelBuilder, ar, at: Expr, hint: str) -> Var:
-    return kb.declare(hint, ar.dtype, avx2.load(at, ar.lanes) if isinstance(ar, _Vector) else at)
-
-
-def _store(kb: KernelBuilder, ar, buf: Buffer, idx: tuple, value: Var) -> None:
-    if isinstance(ar, _Vector):
-        avx2.store(kb, buf[idx], value)
-    else:
-        kb.store(buf, idx, value)
 
 
 @contextmanager
