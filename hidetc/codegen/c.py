@@ -12,10 +12,13 @@ which may be one buffer: an in-place epilogue, `hidetc.fusion.graft`), a scalar 
 passed by value in its C type. Kernels
 return nothing. NAME is `fn.name` exactly (it must be a C identifier).
 
-Lowering of the IR: `For(kind="parallel")` gets `#pragma omp parallel for
-schedule(dynamic, extent / PARALLEL_CHUNKS)`: with a static split, a thread the OS
-deschedules (another process on a core) makes the whole kernel wait for its share;
-in chunks, the running threads take over its remaining work. Kind "unroll" gets
+Lowering of the IR: `For(kind="parallel")` with a constant extent becomes an
+`omp parallel` region on the shares-then-steal schedule of `c_types.PARALLEL_SOURCE`
+(one contiguous share per thread, taken in chunks of extent / PARALLEL_CHUNKS, then
+the others' leftovers from their back ends): the same thread gets the same rows in
+kernel after kernel (cache locality a dynamic schedule loses), and a thread the OS
+deschedules does not make the kernel wait for its share (as a static split would).
+Other extents get `#pragma omp parallel for schedule(dynamic)`. Kind "unroll" gets
 `#pragma GCC unroll N` (N = the constant extent, else 8); `/`, `//` and `%` on
 integers are C's (truncating); `%` on floats is fmod, `//` on floats is rejected;
 `min`/`max` call static helpers that propagate NaN like numpy; a nested Seq is a
@@ -202,10 +205,7 @@ class CPrinter:
         return const_text(c)
 
     def loop_pragma(self, s: For, ind: str) -> list[str]:
-        if s.kind == "parallel":
-            if isinstance(s.extent, Const):
-                chunk = max(1, int(s.extent.value) // PARALLEL_CHUNKS)
-                return [f"{ind}#pragma omp parallel for schedule(dynamic, {chunk})"]
+        if s.kind == "parallel":    # a constant extent prints as `_parallel_for` instead
             return [f"{ind}#pragma omp parallel for schedule(dynamic)"]
         if s.kind == "unroll":
             n = int(s.extent.value) if isinstance(s.extent, Const) else UNROLL_DEFAULT
@@ -359,11 +359,30 @@ class CPrinter:
         return [f"{ind}{target} = {self.expr(s.value)};"]
 
     def _for(self, s: For, ind: str) -> list[str]:
-        pragma = self.loop_pragma(s, ind)
+        pragma = self.loop_pragma(s, ind)     # (a target without parallel loops raises)
+        if (s.kind == "parallel" and isinstance(s.extent, Const)
+                and 0 < int(s.extent.value) < 2 ** 31):
+            return self._parallel_for(s, ind)
         v = self.ident(s.var.name)
         head = (f"{ind}for ({self.ctype(s.var.dtype)} {v} = 0; {v} < "
                 f"{self._wrap(s.extent, _PREC['<'] + 1)}; ++{v}) {{")
         return pragma + [head] + self.block(s.body, ind + "  ") + [f"{ind}}}"]
+
+    def _parallel_for(self, s: For, ind: str) -> list[str]:
+        """A parallel loop of constant extent on the shares-then-steal schedule of
+        `c_types.PARALLEL_SOURCE` (chunks of extent / PARALLEL_CHUNKS)."""
+        extent = int(s.extent.value)
+        v, t = self.ident(s.var.name), self.ctype(s.var.dtype)
+        i2, i3 = ind + "  ", ind + "    "
+        return [f"{ind}{{", f"{i2}hidetc_par_t hidetc_par;",
+                f"{i2}hidetc_par_init(&hidetc_par, {extent}u, "
+                f"{max(1, extent // PARALLEL_CHUNKS)}u);",
+                f"{i2}#pragma omp parallel", f"{i2}{{",
+                f"{i3}int64_t hidetc_lo, hidetc_hi;",
+                f"{i3}while (hidetc_par_next(&hidetc_par, &hidetc_lo, &hidetc_hi)) {{",
+                f"{i3}  for ({t} {v} = ({t})hidetc_lo; {v} < ({t})hidetc_hi; ++{v}) {{",
+                *self.block(s.body, i3 + "    "),
+                f"{i3}  }}", f"{i3}}}", f"{i2}}}", f"{ind}}}"]
 
     def _if(self, s: If, ind: str) -> list[str]:
         lines = [f"{ind}if ({self.expr(s.cond)}) {{"] + self.block(s.then, ind + "  ")

@@ -80,6 +80,7 @@ def helpers_source() -> str:
     parts.append(_HELPERS_HALF)
     parts.append(NARROW_SOURCE)
     parts.append(SCRATCH_SOURCE)
+    parts.append(PARALLEL_SOURCE)
     return "".join(parts)
 
 
@@ -114,6 +115,58 @@ static inline void hidetc_scratch_pop(char *p) {
 }
 """
 
+
+# Parallel loops (`CPrinter._parallel_for`): the iterations are split into one contiguous
+# share per thread, as a static schedule would, so a thread works on the same part of
+# the image in kernel after kernel and finds the rows the previous kernel wrote in its
+# own core's L2 (with dynamic chunks, half of every activation crossed cores: MobileNet-
+# V2's depthwise convs ran no faster on two threads than on one). A thread takes its
+# share front to back in chunks, then takes the chunks left in the others' shares from
+# their back ends, so a thread the OS deschedules does not hold the kernel up (which a
+# plain static schedule would). A share is one 64-bit word (front | back << 32) changed
+# by compare-and-swap, one cache line per thread; the team may be smaller or larger
+# than `omp_get_max_threads()` says (a kernel called inside a parallel region): every
+# thread scans every share before it leaves, so all iterations run exactly once.
+PARALLEL_SOURCE = """\
+#define HIDETC_PAR_SLOTS 64
+typedef struct { uint64_t word; char pad[56]; } __attribute__((aligned(64))) hidetc_par_slot;
+typedef struct { hidetc_par_slot slot[HIDETC_PAR_SLOTS]; uint64_t chunk; int n; } hidetc_par_t;
+static inline void hidetc_par_init(hidetc_par_t *p, uint64_t extent, uint64_t chunk) {
+  int n = 1;
+#ifdef _OPENMP
+  n = omp_get_max_threads();
+#endif
+  if (n > HIDETC_PAR_SLOTS) n = HIDETC_PAR_SLOTS;
+  if ((uint64_t)n > extent) n = extent > 0 ? (int)extent : 1;
+  p->n = n;
+  p->chunk = chunk > 0 ? chunk : 1;
+  for (int t = 0; t < n; ++t)
+    p->slot[t].word = (extent * (t + 1) / n) << 32 | (extent * t / n);
+}
+static inline int hidetc_par_take(uint64_t *w, int front, uint64_t chunk, int64_t *lo,
+                                  int64_t *hi) {
+  uint64_t old = __atomic_load_n(w, __ATOMIC_RELAXED), f, b, nw;
+  for (;;) {
+    f = old & 0xffffffffu;
+    b = old >> 32;
+    if (f >= b) return 0;
+    if (front) { uint64_t e = b - f > chunk ? f + chunk : b; *lo = (int64_t)f; *hi = (int64_t)e; nw = b << 32 | e; }
+    else { uint64_t s = b - f > chunk ? b - chunk : f; *lo = (int64_t)s; *hi = (int64_t)b; nw = s << 32 | f; }
+    if (__atomic_compare_exchange_n(w, &old, nw, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+      return 1;
+  }
+}
+static inline int hidetc_par_next(hidetc_par_t *p, int64_t *lo, int64_t *hi) {
+  int n = p->n, me = 0;
+#ifdef _OPENMP
+  me = omp_get_thread_num() % n;
+#endif
+  if (hidetc_par_take(&p->slot[me].word, 1, p->chunk, lo, hi)) return 1;
+  for (int k = 1; k < n; ++k)
+    if (hidetc_par_take(&p->slot[(me + k) % n].word, 0, p->chunk, lo, hi)) return 1;
+  return 0;
+}
+"""
 
 
 # constants -------------------------------------------------------------------------------

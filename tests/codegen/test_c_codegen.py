@@ -358,7 +358,8 @@ def test_generated_source_shape():
     assert src.index("/* prelude */") < src.index("void vadd(")
     assert ('__attribute__((visibility("default")))\nvoid vadd(int32_t n, '
             'const float *restrict a, const float *restrict b, float *restrict out)') in src
-    assert "#pragma omp parallel for schedule(dynamic" in src
+    assert "#pragma omp parallel for schedule(dynamic" in src     # vadd: extent n
+    assert "hidetc_par_init(&hidetc_par, 5u, 1u);" in src            # rowsum: extent 5
     assert "float acc = 0.0f;" in src
     assert "#pragma GCC unroll 64" in print_c_function(lower(branches()))
 
@@ -422,3 +423,49 @@ def test_fma_is_fused(tmp_path):
     interp = np.zeros(N, np.float32)
     run_function(fn, [x, y, z, interp])
     np.testing.assert_array_equal(interp, want)
+
+
+EXTENTS = (1, 2, 3, 5, 16, 17, 1000, 4099)
+
+
+def counting(extent: int) -> Function:
+    """out[i] += 1 for every i of a parallel loop of `extent` (read-modify-write: an
+    iteration run twice or never shows)."""
+    kb = KernelBuilder(f"count_{extent}")
+    out = kb.buffer("out", "int32", (extent,))
+    with kb.for_range(extent, kind="parallel", name="i") as i:
+        kb.store(out, (i,), out[i] + 1)
+    return kb.finish()
+
+
+NESTED = """
+#include <stdint.h>
+void count_4099(int32_t *restrict out);
+void count_nested(int32_t *out) {   /* inside a team: the kernel's own region gets 1 thread */
+  #pragma omp parallel num_threads(2)
+  {
+    #pragma omp single
+    count_4099(out);
+  }
+}
+"""
+
+
+def test_parallel_loops_run_every_iteration_once(tmp_path):
+    """The shares-then-steal schedule (c_types.PARALLEL_SOURCE) on 1..7 threads, extents
+    below and above the thread count, and a call from inside a parallel region (a team
+    smaller than omp_get_max_threads, so one thread takes every share)."""
+    sources = {"kernels": print_c_module([lower(counting(e)) for e in EXTENTS]),
+               "nested": NESTED}
+    so = ctypes.CDLL(str(build_shared_library(sources, tmp_path / "count.so",
+                                              cache=BuildCache(tmp_path / "cache"))))
+    for threads in (1, 2, 3, 7):
+        so.omp_set_num_threads(threads)
+        for e in EXTENTS:
+            out = np.zeros(e, np.int32)
+            for _ in range(3):
+                getattr(so, f"count_{e}")(ctypes.c_void_p(out.ctypes.data))
+            np.testing.assert_array_equal(out, 3, err_msg=f"{threads} threads, extent {e}")
+        out = np.zeros(4099, np.int32)
+        so.count_nested(ctypes.c_void_p(out.ctypes.data))
+        np.testing.assert_array_equal(out, 1, err_msg=f"nested, {threads} threads")
