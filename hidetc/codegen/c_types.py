@@ -150,8 +150,13 @@ static inline int hidetc_par_take(uint64_t *w, int front, uint64_t chunk, int64_
     f = old & 0xffffffffu;
     b = old >> 32;
     if (f >= b) return 0;
-    if (front) { uint64_t e = b - f > chunk ? f + chunk : b; *lo = (int64_t)f; *hi = (int64_t)e; nw = b << 32 | e; }
-    else { uint64_t s = b - f > chunk ? b - chunk : f; *lo = (int64_t)s; *hi = (int64_t)b; nw = s << 32 | f; }
+    if (front) {        /* the owner: [f, f + chunk) */
+      uint64_t e = b - f > chunk ? f + chunk : b;
+      *lo = (int64_t)f; *hi = (int64_t)e; nw = b << 32 | e;
+    } else {            /* a thief: [b - chunk, b) */
+      uint64_t s = b - f > chunk ? b - chunk : f;
+      *lo = (int64_t)s; *hi = (int64_t)b; nw = s << 32 | f;
+    }
     if (__atomic_compare_exchange_n(w, &old, nw, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
       return 1;
   }
