@@ -155,8 +155,9 @@ def test_rows_split_evenly_where_the_blocks_do_not(tmp_path):
     """784 positions in MC=64 blocks (13) split 448 + 336 over two cores, so the best
     block split had every task read all 784 rows and split the columns instead; now the
     rows split 392 + 392 (a multiple of MR, the last MC block short). Many MC-block
-    tasks and near-even splits stay as they were. The kernels compute right with such
-    tasks."""
+    tasks and near-even splits stay as they were. With `local_rows` (a conv's positions),
+    column-only splits of light weights and uneven row tiles split the rows evenly. The
+    kernels compute right with such tasks."""
     bl = blocking(GemmConfig(8, 32, mc=64, nc=192), 784, 128, 512, 1, 2)
     assert (bl.mt, bl.nc, bl.m_tiles, bl.n_tiles) == (392, 128, 2, 1)
     bl = blocking(GemmConfig(4, 64, mc=256, nc=96), 3136, 64, 576, 1, 2)
@@ -169,6 +170,19 @@ def test_rows_split_evenly_where_the_blocks_do_not(tmp_path):
     # fewer rows than columns (a 7x7 map, 960 channels): the weights stay split
     bl = blocking(GemmConfig(4, 64, mc=64, nc=192), 49, 960, 160, 1, 2)
     assert bl.m_tiles == 1 and bl.n_tiles > 1
+    bl = blocking(GemmConfig(4, 64, mc=64, nc=192), 49, 960, 160, 1, 2, local_rows=True)
+    assert bl.m_tiles == 1 and bl.n_tiles > 1          # weights 960x160 > 49 x (160+960)
+    # local rows (positions, one image): a column-only split whose weights are smaller
+    # than the activations it moves between cores splits the rows (a 14x14 96->576 1x1)
+    args = (GemmConfig(6, 48, mc=256, nc=96), 196, 576, 96, 1, 2)
+    assert (blocking(*args).m_tiles, blocking(*args).n_tiles) == (1, 6)
+    bl = blocking(*args, local_rows=True)
+    assert (bl.mt, bl.nc, bl.m_tiles, bl.n_tiles) == (102, 96, 2, 6)
+    assert blocking(*args[:4], 3, 2, local_rows=True).m_tiles == 1   # a batch: as before
+    # ... and more row tiles than cores (256+256 | 256+16) rebalance when cheaper
+    args = (GemmConfig(4, 64, mc=256, nc=192), 784, 192, 32, 1, 2)
+    assert blocking(*args).mt == 256
+    assert blocking(*args, local_rows=True).mt == 392
     conv = nhwc_task((1, 24, 4, 13), (32, 24, 1, 1), True)
     mm = matmul_task((52, 24), (24, 32))
     cases = [(conv, DirectConfig(4, 16, mc=8, nc=32, kc=0)),

@@ -190,7 +190,7 @@ def _blocking(geo: ConvGeometry, cfg: DirectConfig, cores: int) -> Blocking:
     """The config clamped to the conv: per image and group, P positions x OC/G output
     channels x C/G*KH*KW (K blocks of whole input channels)."""
     return blocking(cfg.gemm(), geo.oh * geo.ow, geo.ocg, geo.icg * geo.taps,
-                    geo.n * geo.groups, cores, k_unit=geo.taps)
+                    geo.n * geo.groups, cores, k_unit=geo.taps, local_rows=True)
 
 
 def build_direct(geo: ConvGeometry, cfg: DirectConfig, dt: str, name: str, cores: int,

@@ -190,16 +190,20 @@ def _round_up(x: int, m: int) -> int:
 
 
 def blocking(cfg: GemmConfig, m: int, n: int, k: int, batch: int, cores: int,
-             n_unit: int | None = None, k_unit: int = 1, gather: bool = False) -> Blocking:
+             n_unit: int | None = None, k_unit: int = 1, gather: bool = False,
+             local_rows: bool = False) -> Blocking:
     """Clamp `cfg` to `batch` independent M x N x K problems: MC a multiple of MR, NC of
     `n_unit` (default NR), KC of `k_unit`; then choose the task shape (`_Shape`;
-    `gather`: packing B is an im2col gather, dearer than a row copy)."""
+    `gather`: packing B is an im2col gather, dearer than a row copy; `local_rows`: the
+    rows are the activation's positions or tokens, B the weights, so a row split keeps
+    each core on its own part of the activations from kernel to kernel)."""
     mr, nr = max(1, min(cfg.mr, m)), cfg.nr  # M < MR: no rows computed twice
     unit = n_unit or nr
     mc = max(mr, min(_round_up(cfg.mc, mr), _round_up(max(m, 1), mr)))
     nc = max(unit, min(cfg.nc // unit * unit, _round_up(max(n, 1), unit)))
     kc = max(k_unit, min(cfg.kc // k_unit * k_unit, k))
-    shape = _Shape(m, n, max(k, 1), batch, cores, mr, nr, mc, unit, gather)
+    shape = _Shape(m, n, max(k, 1), batch, cores, mr, nr, mc, unit, gather,
+                   local_rows and batch == 1)
     mt, nc = shape.best(nc)
     return Blocking(m, n, k, mr, nr, mc, nc, kc, mt, cfg.pack_a, cfg.pack_b)
 
@@ -224,6 +228,7 @@ class _Shape:
     mc: int
     unit: int
     gather: bool
+    local_rows: bool = False
 
     def widths(self, nc: int, tn0: int | None = None) -> set[int]:
         """Column tile widths: NC (or `tn0` tiles), up to 4x more tiles, equalized and
@@ -265,15 +270,34 @@ class _Shape:
         convs: 25-30% faster per launch); after a column split over more rows than
         columns, at any width (Inception-V3's 17x17 7x1/1x7 convs whose configs have
         NC=96 of 192: ~15% faster; with fewer rows than columns the weights are the
-        bigger read and stay split). Not offered otherwise: over many MC-block
-        tasks (scheduled dynamically) it measured slower, and so did 616 + 609 for
-        640 + 585 (Inception-V3's 35x35 3x3s, 6%)."""
+        bigger read and stay split); and, for `local_rows` (positions or tokens as
+        rows, one problem), after a split into more row tiles than cores
+        (MobileNet-V2's 28x28 32->192 in MC=256 blocks: 256+256 | 256+16 ran
+        0.079 ms in the model, 392 | 392 0.060). Not offered otherwise: 616 + 609 for
+        640 + 585 measured slower (Inception-V3's 35x35 3x3s, 6%).
+
+        For `local_rows`, where the cheapest candidate does not split the rows at all
+        (every core reads
+        all rows and writes a slab of columns) and the weights (K x N) are smaller
+        than the activations such a split moves between the cores (M x (K + N): the
+        input rows the other core wrote, the output rows the next kernel reads on the
+        other core), the rows split evenly whatever the cost says: parallel loops give
+        each core the same share of the rows in kernel after kernel (`codegen.c`), so
+        a row split keeps a layer's activations in the L2 of the core that uses them
+        (MobileNet-V2's 14x14 96->576 1x1: 0.137 -> 0.122 ms in the model, the
+        depthwise conv after it 0.055 -> 0.042)."""
         def cost(c: tuple[int, int]) -> tuple[float, int]:
             return self.busiest_core(*c), -c[1]
         pick = min(self.candidates(nc), key=cost)
         even = self.even_rows(nc, whole=pick[0] >= self.m >= self.n)
-        if (even and -(-self.m // pick[0]) <= self.cores
-                and min(pick[0], self.m) > UNEVEN * even[0][0]):
+        if not even:
+            return pick
+        if (self.local_rows and pick[0] >= self.m
+                and self.k * self.n < self.m * (self.k + self.n)):
+            return min(even, key=cost)      # the rows stay with the core that has them
+        tiles = -(-self.m // pick[0])
+        if ((self.local_rows and tiles > self.cores)
+                or (tiles <= self.cores and min(pick[0], self.m) > UNEVEN * even[0][0])):
             pick = min([pick] + even, key=cost)
         return pick
 
