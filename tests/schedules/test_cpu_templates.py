@@ -170,8 +170,8 @@ def test_rows_split_evenly_where_the_blocks_do_not(tmp_path):
     # fewer rows than columns (a 7x7 map, 960 channels): the weights stay split
     bl = blocking(GemmConfig(4, 64, mc=64, nc=192), 49, 960, 160, 1, 2)
     assert bl.m_tiles == 1 and bl.n_tiles > 1
-    bl = blocking(GemmConfig(4, 64, mc=64, nc=192), 49, 960, 160, 1, 2, local_rows=True)
-    assert bl.m_tiles == 1 and bl.n_tiles > 1          # weights 960x160 > 49 x (160+960)
+    bl = blocking(GemmConfig(7, 48, mc=64, nc=192), 49, 512, 2048, 1, 2, local_rows=True)
+    assert bl.m_tiles == 1 and bl.n_tiles > 1      # weights 2048x512 > 4 x 49 x (2048+512)
     # local rows (positions, one image): a column-only split whose weights are smaller
     # than the activations it moves between cores splits the rows (a 14x14 96->576 1x1)
     args = (GemmConfig(6, 48, mc=256, nc=96), 196, 576, 96, 1, 2)

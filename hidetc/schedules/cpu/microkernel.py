@@ -62,6 +62,8 @@ MICRO_SHAPES = ISA.micro_shapes   # AVX2: 4x16, 5x16, 4x24, 3x32, 8x8, 6x16
 FMA_PER_CYCLE = 2 * LANES         # two FMA units
 A_STREAM = 1.0   # cycles per A element a task streams (the input: 0.25 measured too cheap)
 UNEVEN = 1.1     # a row split this much over the even one is rebalanced (`_Shape.best`)
+REMOTE_ROW_COST = 4   # an activation float read from the other core, in weight floats
+                      # streamed from L3 (`_Shape.best`, local_rows)
 PLAIN_LANES = 8   # the scalar form's inner loop (other dtypes): gcc vectorizes it
 MC_CHOICES = (32, 64, 128)
 NC_CHOICES = (96, 192, 384)
@@ -277,15 +279,20 @@ class _Shape:
         640 + 585 measured slower (Inception-V3's 35x35 3x3s, 6%).
 
         For `local_rows`, where the cheapest candidate does not split the rows at all
-        (every core reads
-        all rows and writes a slab of columns) and the weights (K x N) are smaller
-        than the activations such a split moves between the cores (M x (K + N): the
-        input rows the other core wrote, the output rows the next kernel reads on the
-        other core), the rows split evenly whatever the cost says: parallel loops give
-        each core the same share of the rows in kernel after kernel (`codegen.c`), so
-        a row split keeps a layer's activations in the L2 of the core that uses them
-        (MobileNet-V2's 14x14 96->576 1x1: 0.137 -> 0.122 ms in the model, the
-        depthwise conv after it 0.055 -> 0.042)."""
+        (every core reads all rows and writes a slab of columns) and the weights
+        (K x N) are lighter than the activations such a split moves between the cores
+        (M x (K + N): the input rows the other core wrote, the output rows the next
+        kernel reads on the other core), an activation float counted REMOTE_ROW_COST
+        weight floats (the weights stream from L3 either way, prefetched; a row split
+        reads all of them on every core), the rows split evenly whatever the cost
+        says: parallel loops give each core the same share of the rows in kernel after
+        kernel (`codegen.c`), so a row split keeps a layer's activations in the L2 of
+        the core that uses them. Measured in the models: MobileNet-V2's 14x14 96->576
+        1x1 0.137 -> 0.122 ms, the depthwise conv after it 0.055 -> 0.042; ResNet-50's
+        14x14 1x1s (weights 1-1.2x the activations moved: kept by a factor of 1)
+        0.50-0.53 -> 0.45-0.47 ms, the model 2-5%; BERT-base's 768x768 projections
+        (a factor of 4 takes them) the model 5%. A factor of 8 would also split the
+        rows of GPT-2's 768x50257 head (154 MB of weights read by both cores)."""
         def cost(c: tuple[int, int]) -> tuple[float, int]:
             return self.busiest_core(*c), -c[1]
         pick = min(self.candidates(nc), key=cost)
@@ -293,7 +300,7 @@ class _Shape:
         if not even:
             return pick
         if (self.local_rows and pick[0] >= self.m
-                and self.k * self.n < self.m * (self.k + self.n)):
+                and self.k * self.n < REMOTE_ROW_COST * self.m * (self.k + self.n)):
             return min(even, key=cost)      # the rows stay with the core that has them
         tiles = -(-self.m // pick[0])
         if ((self.local_rows and tiles > self.cores)
