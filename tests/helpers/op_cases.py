@@ -63,6 +63,10 @@ CASES = {
     "equal": ("Equal", {"a": i64([[1, 2, 3]]), "b": i64([[1], [2]])}, {}, {}),
     "and": ("And", {"a": R.random((2, 3)) < 0.5, "b": R.random((3,)) < 0.5}, {}, {}),
     "transpose": ("Transpose", {"x": f(2, 3, 5, 7)}, {"perm": [0, 2, 3, 1]}, {}),
+    # short output rows (last dim <= 4: cpu injective._build_short_rows)
+    "transpose_short_rows": ("Transpose", {"x": f(2, 3, 17, 9)}, {"perm": [0, 2, 3, 1]}, {}),
+    "where_short_rows": ("Where", {"c": R.random((4, 5, 9, 1)) < 0.5, "a": f(4, 5, 9, 2),
+                                   "b": f(1, 5, 1, 2)}, {}, {}),
     "reshape": ("Reshape", {"x": f(2, 3, 10)}, {}, {"s": i64([6, -1, 2])}),
     "flatten": ("Flatten", {"x": f(2, 3, 5)}, {"axis": 2}, {}),
     "squeeze": ("Squeeze", {"x": f(3, 1, 5)}, {}, {"axes": i64([1])}),

@@ -35,6 +35,9 @@ def build(task: Task, name: str) -> Function:
         return kb.finish()
     lead, last = shape[:-1] or (1,), shape[-1]
     pieces = _last_axis_pieces(task)
+    if pieces is None and _short_rows(shape):
+        _build_short_rows(kb, task, out, shape, compute, load)
+        return kb.finish()
     with kb.for_range(math.prod(lead), kind="parallel", name="r") as r:
         with kb.for_mapping(spatial(*lead), r, names=[f"i{d}" for d in range(len(lead))]) as li:
             head = list(li[:len(shape) - 1])
@@ -59,3 +62,29 @@ def _last_axis_pieces(task: Task) -> list[tuple[int, int]] | None:
         return None
     widths = [t.shape[-1] for t in task.inputs]
     return [(sum(widths[:i]), w) for i, w in enumerate(widths)]
+
+
+SHORT_ROW = 4        # a last dimension this short is no loop to vectorize
+SHORT_ROW_TASKS = 16  # ... unless the dimensions before the last two give this many rows
+
+
+def _short_rows(shape: tuple) -> bool:
+    return (len(shape) >= 2 and shape[-1] <= SHORT_ROW and shape[-2] >= 8
+            and math.prod(shape[:-2]) >= SHORT_ROW_TASKS)
+
+
+def _build_short_rows(kb: KernelBuilder, task: Task, out, shape: tuple, compute,
+                      load) -> None:
+    """Outputs whose last dimension is a few elements (an NCHW -> NHWC transpose of an
+    RGB image: 3): the rows over the dimensions before the last two in parallel, the
+    second-to-last as the inner loop and the last unrolled in it, so gcc vectorizes
+    along the second-to-last (3 contiguous input rows, interleaved stores) instead of
+    running a 3-element loop per position."""
+    lead = shape[:-2]
+    with kb.for_range(math.prod(lead), kind="parallel", name="r") as r:
+        with kb.for_mapping(spatial(*lead), r, names=[f"i{d}" for d in range(len(lead))]) as li:
+            head = list(li[:len(lead)])
+            with kb.for_range(shape[-2], name="w") as w, \
+                    kb.for_range(shape[-1], kind="unroll", name="j") as j:
+                idx = head + [w, j]
+                kb.store(out, tuple(idx), compute(task, idx, load))
