@@ -18,7 +18,7 @@ import pytest
 from helpers.tasks import conv_task, matmul_task, nhwc_task, task_reference
 
 from hidetc.codegen.c import print_c_module
-from hidetc.schedules.cpu import TEMPLATES, avx2, build_kernel, winograd
+from hidetc.schedules.cpu import TEMPLATES, avx2, build_kernel, conv_direct, winograd
 from hidetc.schedules.cpu import conv as cpu_conv
 from hidetc.schedules.cpu import matmul as cpu_matmul
 from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig
@@ -178,7 +178,9 @@ def test_rows_split_evenly_where_the_blocks_do_not(tmp_path):
     assert (blocking(*args).m_tiles, blocking(*args).n_tiles) == (1, 6)
     bl = blocking(*args, local_rows=True)
     assert (bl.mt, bl.nc, bl.m_tiles, bl.n_tiles) == (102, 96, 2, 6)
-    assert blocking(*args[:4], 3, 2, local_rows=True).m_tiles == 1   # a batch: as before
+    two = conv_geometry(nhwc_task((2, 96, 14, 14), (576, 96, 1, 1), True))  # two images:
+    assert conv_direct.blocking_for(two, DirectConfig(6, 48, mc=256, nc=96, kc=0),
+                                    2).m_tiles == 1          # images outermost, as before
     # ... and more row tiles than cores (256+256 | 256+16) rebalance when cheaper
     args = (GemmConfig(4, 64, mc=256, nc=192), 784, 192, 32, 1, 2)
     assert blocking(*args).mt == 256

@@ -183,14 +183,15 @@ def last_kernel_key(geo: ConvGeometry, cfg: DirectConfig, cores: int) -> tuple:
     (tiles clamped to the problem; the GEMM's K block is unused here) and the K chunk
     (0: the whole K in registers; else KC clamped to a run's length)."""
     chunk = 0 if cfg.kc == 0 else conv_direct_last.chunk_length(geo, cfg.kc)
-    return replace(_blocking(geo, cfg, cores), kc=0), chunk
+    return replace(blocking_for(geo, cfg, cores), kc=0), chunk
 
 
-def _blocking(geo: ConvGeometry, cfg: DirectConfig, cores: int) -> Blocking:
+def blocking_for(geo: ConvGeometry, cfg: DirectConfig, cores: int) -> Blocking:
     """The config clamped to the conv: per image and group, P positions x OC/G output
     channels x C/G*KH*KW (K blocks of whole input channels)."""
     return blocking(cfg.gemm(), geo.oh * geo.ow, geo.ocg, geo.icg * geo.taps,
-                    geo.n * geo.groups, cores, k_unit=geo.taps, local_rows=True)
+                    geo.n * geo.groups, cores, k_unit=geo.taps,
+                    local_rows=geo.n * geo.groups == 1)
 
 
 def build_direct(geo: ConvGeometry, cfg: DirectConfig, dt: str, name: str, cores: int,
@@ -199,7 +200,7 @@ def build_direct(geo: ConvGeometry, cfg: DirectConfig, dt: str, name: str, cores
     the layout of `prepack_weights`, else it is [OC, C/G, KH, KW] and packed per call."""
     if dt != "float32":
         raise ValueError(f"the direct convolution is f32 only, got {dt}")
-    bl = _blocking(geo, cfg, cores)
+    bl = blocking_for(geo, cfg, cores)
     m, n, k = bl.m, bl.n, bl.k
     panels = -(-max(n, 1) // bl.nr)
     kb = KernelBuilder(name, "cpu")

@@ -117,7 +117,7 @@ def build_matmul_config(task: Task, cfg: GemmConfig, name: str, cores: int,
     a_shape, b_shape, batch, m, n, k = matmul_shapes(task)
     dt = task.outputs[0].dtype
     nbatch = math.prod(batch)
-    bl = blocking(cfg, m, n, k, nbatch, cores, local_rows=True)
+    bl = blocking(cfg, m, n, k, nbatch, cores, local_rows=nbatch == 1)
     kb = KernelBuilder(name, "cpu")
     a = kb.buffer("a", dt, a_shape)
     b = kb.buffer("b", dt, (-(-n // bl.nr), k, bl.nr) if prepacked else b_shape)

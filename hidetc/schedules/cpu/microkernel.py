@@ -197,15 +197,16 @@ def blocking(cfg: GemmConfig, m: int, n: int, k: int, batch: int, cores: int,
     """Clamp `cfg` to `batch` independent M x N x K problems: MC a multiple of MR, NC of
     `n_unit` (default NR), KC of `k_unit`; then choose the task shape (`_Shape`;
     `gather`: packing B is an im2col gather, dearer than a row copy; `local_rows`: the
-    rows are the activation's positions or tokens, B the weights, so a row split keeps
-    each core on its own part of the activations from kernel to kernel)."""
+    rows are the activation's positions or tokens, B the weights, and the caller's
+    tasks run the row tiles outermost (one problem, or the same row split for every
+    problem), so a row split keeps each core on its own part of the activations from
+    kernel to kernel)."""
     mr, nr = max(1, min(cfg.mr, m)), cfg.nr  # M < MR: no rows computed twice
     unit = n_unit or nr
     mc = max(mr, min(_round_up(cfg.mc, mr), _round_up(max(m, 1), mr)))
     nc = max(unit, min(cfg.nc // unit * unit, _round_up(max(n, 1), unit)))
     kc = max(k_unit, min(cfg.kc // k_unit * k_unit, k))
-    shape = _Shape(m, n, max(k, 1), batch, cores, mr, nr, mc, unit, gather,
-                   local_rows and batch == 1)
+    shape = _Shape(m, n, max(k, 1), batch, cores, mr, nr, mc, unit, gather, local_rows)
     mt, nc = shape.best(nc)
     return Blocking(m, n, k, mr, nr, mc, nc, kc, mt, cfg.pack_a, cfg.pack_b)
 
@@ -273,7 +274,7 @@ class _Shape:
         columns, at any width (Inception-V3's 17x17 7x1/1x7 convs whose configs have
         NC=96 of 192: ~15% faster; with fewer rows than columns the weights are the
         bigger read and stay split); and, for `local_rows` (positions or tokens as
-        rows, one problem), after a split into more row tiles than cores
+        rows, row tiles outermost), after a split into more row tiles than cores
         (MobileNet-V2's 28x28 32->192 in MC=256 blocks: 256+256 | 256+16 ran
         0.079 ms in the model, 392 | 392 0.060). Not offered otherwise: 616 + 609 for
         640 + 585 measured slower (Inception-V3's 35x35 3x3s, 6%).
