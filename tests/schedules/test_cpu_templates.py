@@ -25,7 +25,8 @@ from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig
 from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cpu.depthwise import DepthwiseConfig
 from hidetc.schedules.cpu.depthwise_nhwc import DepthwiseNHWCConfig
-from hidetc.schedules.cpu.microkernel import GemmConfig, blocking
+from hidetc.schedules.cpu.microkernel import GemmConfig
+from hidetc.schedules.cpu.task_shape import blocking
 from hidetc.schedules.cpu.winograd import WinogradConfig
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import MAX_SPACE, Target
@@ -455,3 +456,19 @@ def test_winograd_conv_on_every_shape(tmp_path):
     (tmp_path / "packed").mkdir()
     run_all(tmp_path, cases[::2])
     run_all(tmp_path / "packed", cases[1::2], prepacked=True)
+
+
+def test_short_output_rows_loop_over_the_second_to_last():
+    """An NCHW -> NHWC transpose of an RGB image: rows (H) in parallel, W the inner loop,
+    the 3 channels unrolled in it (`injective._build_short_rows`); the op cases
+    transpose_short_rows / where_short_rows (tests/e2e/test_ops_cpu.py) take this path
+    and check the values."""
+    from hidetc.graph.ir import TensorType, freeze_attr
+    from hidetc.schedules.cpu import injective
+    task = Task("Transpose", (TensorType("float32", (1, 3, 224, 224)),),
+                (TensorType("float32", (1, 224, 224, 3)),),
+                (("perm", freeze_attr([0, 2, 3, 1])),), (None,))
+    src = print_c_module([lower(injective.build(task, "t"))])
+    assert "hidetc_par_init(&hidetc_par, 224u" in src and "#pragma GCC unroll 3" in src
+    assert all(injective._short_rows(s) for s in ((2, 17, 9, 3), (4, 5, 9, 2)))
+    assert not injective._short_rows((1, 50176, 3)) and not injective._short_rows((8, 3))

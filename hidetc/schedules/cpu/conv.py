@@ -54,10 +54,8 @@ from hidetc.schedules.cpu.depthwise_nhwc import (
 )
 from hidetc.schedules.cpu.microkernel import (
     SHORT_LIST,
-    Blocking,
     GemmConfig,
     PackB,
-    blocking,
     ceil_div,
     default_gemm,
     direct_a,
@@ -67,6 +65,7 @@ from hidetc.schedules.cpu.microkernel import (
     packed_a,
     tile_extent,
 )
+from hidetc.schedules.cpu.task_shape import Blocking, blocking
 from hidetc.schedules.cpu.winograd import WinogradConfig, build_winograd
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target

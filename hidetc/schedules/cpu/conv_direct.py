@@ -21,7 +21,7 @@ for constant weights, else once per call), so the B loads are contiguous.
 The K loop runs over the block's channels with the KH*KW taps unrolled
 (`avx2.micro_kernel_taps`): per step, MR broadcasts at fixed offsets from MR row
 pointers and NR/8 vector loads of the weights panel. Blocking, task shapes and cbuf
-accumulation are the GEMM's (`microkernel.blocking`, K blocks a whole number of
+accumulation are the GEMM's (`task_shape.blocking`, K blocks a whole number of
 channels); the final store writes each output channel's run of positions (contiguous
 in NCHW), adding the bias.
 
@@ -60,15 +60,8 @@ import numpy as np
 from hidetc.schedules.cpu import avx2, conv_direct_last
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.direct_task import DirectTask
-from hidetc.schedules.cpu.microkernel import (
-    ISA,
-    MICRO_SHAPES,
-    Blocking,
-    GemmConfig,
-    blocking,
-    ceil_div,
-    tile_extent,
-)
+from hidetc.schedules.cpu.microkernel import ISA, MICRO_SHAPES, GemmConfig, ceil_div, tile_extent
+from hidetc.schedules.cpu.task_shape import Blocking, blocking
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     Buffer,

@@ -9,13 +9,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry
-from hidetc.schedules.cpu.microkernel import (
-    LANES,
-    Blocking,
-    ceil_div,
-    may_have_narrow_tail,
-    tile_extent,
-)
+from hidetc.schedules.cpu.microkernel import LANES, ceil_div, may_have_narrow_tail, tile_extent
+from hidetc.schedules.cpu.task_shape import Blocking
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Expr, ExprLike, Var, minimum
 

@@ -64,12 +64,13 @@ def _last_axis_pieces(task: Task) -> list[tuple[int, int]] | None:
     return [(sum(widths[:i]), w) for i, w in enumerate(widths)]
 
 
-SHORT_ROW = 4        # a last dimension this short is no loop to vectorize
-SHORT_ROW_TASKS = 16  # ... unless the dimensions before the last two give this many rows
+SHORT_ROW = 4         # a last dimension this short is no loop to vectorize: the one
+SHORT_ROW_INNER = 8   # before it (at least this long) is the inner loop instead, when
+SHORT_ROW_TASKS = 16  # the dimensions before those two give this many parallel rows
 
 
 def _short_rows(shape: tuple) -> bool:
-    return (len(shape) >= 2 and shape[-1] <= SHORT_ROW and shape[-2] >= 8
+    return (len(shape) >= 2 and shape[-1] <= SHORT_ROW and shape[-2] >= SHORT_ROW_INNER
             and math.prod(shape[:-2]) >= SHORT_ROW_TASKS)
 
 

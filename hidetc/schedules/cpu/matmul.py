@@ -1,7 +1,7 @@
 """CPU template for MatMul (numpy semantics: batched, broadcast batch dims, 1-D operands).
 
 Schedule: the output is cut into (batch, MT-row, NC-column) tasks, `spatial(batch,
-m_tiles, n_tiles)` over one OpenMP-parallel loop; `microkernel.blocking` picks MT and
+m_tiles, n_tiles)` over one OpenMP-parallel loop; `task_shape.blocking` picks MT and
 NC (within the config's bounds) so the tasks balance over the cores while B and A are
 repacked least -- e.g. BERT's 128 x 768 x 3072 becomes 1 x 8 tasks of all 128 rows by
 384 columns, so both cores are busy although M is small, and each B element is packed
@@ -31,7 +31,6 @@ from hidetc.compute.injective import broadcast_index, linearize, unravel
 from hidetc.schedules.cpu.microkernel import (
     SHORT_LIST,
     GemmConfig,
-    blocking,
     default_gemm,
     direct_a,
     emit_gemm_tile,
@@ -40,6 +39,7 @@ from hidetc.schedules.cpu.microkernel import (
     packed_a,
     tile_extent,
 )
+from hidetc.schedules.cpu.task_shape import blocking
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target
 from hidetc.tir.builder import KernelBuilder

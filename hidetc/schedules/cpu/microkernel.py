@@ -37,9 +37,9 @@ vectorizer keeps in registers, and even then not for every shape: some made it
 scalar-replace acc into scalar FMAs with spills). tests/schedules/test_cpu_templates.py
 checks the FMA loop's assembly. Both forms compute the same values (fma from zero
 over a K block, then one add into cbuf). Tile sizes are config knobs (`GemmConfig`);
-`blocking` clamps them to the problem (MR to M: a 1-row GEMV computes no row twice)
-and picks the task shape (MT rows x NC columns) that balances the tasks over the cores
-while repacking the least. Packed and cbuf buffers are 64-byte aligned (the C
+`task_shape.blocking` clamps them to the problem (MR to M: a 1-row GEMV computes no row
+twice) and picks the task shape (MT rows x NC columns) that balances the tasks over the
+cores while repacking the least. Packed and cbuf buffers are 64-byte aligned (the C
 printer's malloc), so a 16-wide B row is one cache line, not two.
 """
 from __future__ import annotations
@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from hidetc.schedules.cpu import avx2
+from hidetc.schedules.cpu.task_shape import Blocking
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, eq, minimum
 from hidetc.tir.mapping import spatial
@@ -56,14 +57,7 @@ from hidetc.toolchain.cpu_isa import AVX512, current
 
 ISA = current()
 LANES = ISA.lanes  # f32 lanes of a vector register (ymm 8, zmm 16)
-LINE = 16  # f32 per 64-byte cache line
-CBUF_BYTES = 256 * 1024  # most task accumulator rows kept per task (half an L2)
 MICRO_SHAPES = ISA.micro_shapes   # AVX2: 4x16, 5x16, 4x24, 3x32, 8x8, 6x16
-FMA_PER_CYCLE = 2 * LANES         # two FMA units
-A_STREAM = 1.0   # cycles per A element a task streams (the input: 0.25 measured too cheap)
-UNEVEN = 1.1     # a row split this much over the even one is rebalanced (`_Shape.best`)
-REMOTE_ROW_COST = 4   # an activation float read from the other core, in weight floats
-                      # streamed from L3 (`_Shape.best`, local_rows)
 PLAIN_LANES = 8   # the scalar form's inner loop (other dtypes): gcc vectorizes it
 MC_CHOICES = (32, 64, 128)
 NC_CHOICES = (96, 192, 384)
@@ -139,175 +133,6 @@ def default_gemm(m: int, n: int) -> GemmConfig:
     if m <= 4:
         return GemmConfig(3, 32, 64, 384, 256, pack_b=False)
     return GemmConfig(5, 16, 64, 384, 256, pack_a=n >= 256)
-
-
-@dataclass(frozen=True)
-class Blocking:
-    """A GemmConfig clamped to one problem. A task is MT rows (a multiple of MC) by NC
-    columns (a multiple of the caller's column unit: NR for MatMul, an output row for
-    the im2col gather); ncw = NC rounded up to NR panels (cbuf's width), ncp = bpack's
-    row stride (ncw rounded up to an odd number of cache lines)."""
-    m: int
-    n: int
-    k: int
-    mr: int
-    nr: int
-    mc: int
-    nc: int
-    kc: int
-    mt: int
-    pack_a: bool
-    pack_b: bool
-
-    @property
-    def m_tiles(self) -> int:
-        return -(-self.m // self.mt)
-
-    @property
-    def n_tiles(self) -> int:
-        return -(-self.n // self.nc)
-
-    @property
-    def k_blocks(self) -> int:
-        return -(-self.k // self.kc)
-
-    @property
-    def ncw(self) -> int:
-        return _round_up(self.nc, self.nr)
-
-    @property
-    def ncp(self) -> int:
-        return odd_lines(self.ncw)
-
-
-def odd_lines(floats: int) -> int:
-    """`floats` rounded up to an odd number of cache lines (in floats): rows (or planes)
-    that far apart do not all map to the same L1 sets."""
-    lines = -(-floats // LINE)
-    return (lines + 1 - lines % 2) * LINE
-
-
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-def blocking(cfg: GemmConfig, m: int, n: int, k: int, batch: int, cores: int,
-             n_unit: int | None = None, k_unit: int = 1, gather: bool = False,
-             local_rows: bool = False) -> Blocking:
-    """Clamp `cfg` to `batch` independent M x N x K problems: MC a multiple of MR, NC of
-    `n_unit` (default NR), KC of `k_unit`; then choose the task shape (`_Shape`;
-    `gather`: packing B is an im2col gather, dearer than a row copy; `local_rows`: the
-    rows are the activation's positions or tokens, B the weights, and the caller's
-    tasks run the row tiles outermost (one problem, or the same row split for every
-    problem), so a row split keeps each core on its own part of the activations from
-    kernel to kernel)."""
-    mr, nr = max(1, min(cfg.mr, m)), cfg.nr  # M < MR: no rows computed twice
-    unit = n_unit or nr
-    mc = max(mr, min(_round_up(cfg.mc, mr), _round_up(max(m, 1), mr)))
-    nc = max(unit, min(cfg.nc // unit * unit, _round_up(max(n, 1), unit)))
-    kc = max(k_unit, min(cfg.kc // k_unit * k_unit, k))
-    shape = _Shape(m, n, max(k, 1), batch, cores, mr, nr, mc, unit, gather, local_rows)
-    mt, nc = shape.best(nc)
-    return Blocking(m, n, k, mr, nr, mc, nc, kc, mt, cfg.pack_a, cfg.pack_b)
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """The task-shape choice: MT rows (a multiple of MC, or of MR splitting the rows
-    evenly over the cores: `best`) x NC columns per task, with NC
-    equalized over the column tiles (N=196 in 2 tiles is 98 + 98, not 182 + 14). Each
-    candidate is costed in rough cycles -- FMAs over the padded MR x NR tiles (16 a
-    cycle), B packed once per task, A streamed once per task -- and the static OpenMP
-    schedule gives the busiest core ceil(tasks / cores) tasks; the cheapest busiest core
-    wins. Candidates: up to 4x more column tiles than NC allows, any row split, cbuf
-    within CBUF_BYTES."""
-    m: int
-    n: int
-    k: int
-    batch: int
-    cores: int
-    mr: int
-    nr: int
-    mc: int
-    unit: int
-    gather: bool
-    local_rows: bool = False
-
-    def widths(self, nc: int, tn0: int | None = None) -> set[int]:
-        """Column tile widths: NC (or `tn0` tiles), up to 4x more tiles, equalized and
-        rounded to the unit."""
-        tn0 = tn0 or -(-max(self.n, 1) // nc)
-        return {_round_up(-(-max(self.n, 1) // tn), self.unit) for tn in range(tn0, 4 * tn0 + 1)}
-
-    def candidates(self, nc: int) -> list[tuple[int, int]]:
-        m_blocks = -(-max(self.m, 1) // self.mc)
-        out = []
-        for b in self.widths(nc):
-            cap = max(1, CBUF_BYTES // (_round_up(b, self.nr) * 4 * self.mc))
-            out += [(self.mc * -(-m_blocks // t), b) for t in range(1, m_blocks + 1)
-                    if -(-m_blocks // t) <= cap]
-        return out
-
-    def even_rows(self, nc: int, whole: bool = False) -> list[tuple[int, int]]:
-        """The rows split evenly over the cores (MT a multiple of MR only, its last MC
-        block short: 784 positions in MC=64 blocks split 448 + 336, here 392 + 392)."""
-        if self.m <= self.mr * self.cores:
-            return []
-        mt = _round_up(-(-self.m // self.cores), self.mr)
-        return [(mt, b) for b in self.widths(nc, 1 if whole else None)
-                if mt * _round_up(b, self.nr) * 4 <= CBUF_BYTES]
-
-    def busiest_core(self, mt: int, nc: int) -> float:
-        rows, cols = min(mt, max(self.m, 1)), min(nc, max(self.n, 1))
-        tasks = self.batch * -(-self.m // mt) * -(-self.n // nc)
-        fma = _round_up(rows, self.mr) * padded_cols(cols, self.nr) * self.k / FMA_PER_CYCLE
-        pack = cols * self.k * (1.0 if self.gather else 0.25)
-        pack += rows * self.k * A_STREAM
-        return -(-tasks // self.cores) * (fma + pack + 2000)
-
-    def best(self, nc: int) -> tuple[int, int]:
-        """The cheapest candidate; when that splits the rows at most once per core and
-        more than UNEVEN over an even split (13 MC blocks of 64 over 2 cores: 448 +
-        336), or not at all (the columns split instead: every core reads the whole
-        input), also the rows split evenly over the cores (ResNet-50's 28x28 1x1
-        convs: 25-30% faster per launch); after a column split over more rows than
-        columns, at any width (Inception-V3's 17x17 7x1/1x7 convs whose configs have
-        NC=96 of 192: ~15% faster; with fewer rows than columns the weights are the
-        bigger read and stay split); and, for `local_rows` (positions or tokens as
-        rows, row tiles outermost), after a split into more row tiles than cores
-        (MobileNet-V2's 28x28 32->192 in MC=256 blocks: 256+256 | 256+16 ran
-        0.079 ms in the model, 392 | 392 0.060). Not offered otherwise: 616 + 609 for
-        640 + 585 measured slower (Inception-V3's 35x35 3x3s, 6%).
-
-        For `local_rows`, where the cheapest candidate does not split the rows at all
-        (every core reads all rows and writes a slab of columns) and the weights
-        (K x N) are lighter than the activations such a split moves between the cores
-        (M x (K + N): the input rows the other core wrote, the output rows the next
-        kernel reads on the other core), an activation float counted REMOTE_ROW_COST
-        weight floats (the weights stream from L3 either way, prefetched; a row split
-        reads all of them on every core), the rows split evenly whatever the cost
-        says: parallel loops give each core the same share of the rows in kernel after
-        kernel (`codegen.c`), so a row split keeps a layer's activations in the L2 of
-        the core that uses them. Measured in the models: MobileNet-V2's 14x14 96->576
-        1x1 0.137 -> 0.122 ms, the depthwise conv after it 0.055 -> 0.042; ResNet-50's
-        14x14 1x1s (weights 1-1.2x the activations moved: kept by a factor of 1)
-        0.50-0.53 -> 0.45-0.47 ms, the model 2-5%; BERT-base's 768x768 projections
-        (a factor of 4 takes them) the model 5%. A factor of 8 would also split the
-        rows of GPT-2's 768x50257 head (154 MB of weights read by both cores)."""
-        def cost(c: tuple[int, int]) -> tuple[float, int]:
-            return self.busiest_core(*c), -c[1]
-        pick = min(self.candidates(nc), key=cost)
-        even = self.even_rows(nc, whole=pick[0] >= self.m >= self.n)
-        if not even:
-            return pick
-        if (self.local_rows and pick[0] >= self.m
-                and self.k * self.n < REMOTE_ROW_COST * self.m * (self.k + self.n)):
-            return min(even, key=cost)      # the rows stay with the core that has them
-        tiles = -(-self.m // pick[0])
-        if ((self.local_rows and tiles > self.cores)
-                or (tiles <= self.cores and min(pick[0], self.m) > UNEVEN * even[0][0])):
-            pick = min([pick] + even, key=cost)
-        return pick
 
 
 def tile_extent(total: ExprLike, start: Expr, block: int) -> ExprLike:
@@ -455,13 +280,6 @@ def may_have_narrow_tail(cols: ExprLike, nr: int) -> bool:
     if nr <= LANES:
         return False
     return not isinstance(cols, int) or 0 < cols % nr <= LANES
-
-
-def padded_cols(cols: int, nr: int) -> int:
-    """Columns the micro-kernels compute for `cols` outputs (NR panels, LANES-wide tail)."""
-    full = cols // nr * nr
-    rest = cols - full
-    return full + (_round_up(rest, LANES) if 0 < rest <= LANES else _round_up(rest, nr))
 
 
 def _zero_tail(kb: KernelBuilder, bl: Blocking, bpack: Buffer, cols: ExprLike) -> None:

@@ -76,14 +76,12 @@ from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.microkernel import (
     ISA,
     MICRO_SHAPES,
-    Blocking,
     GemmConfig,
-    blocking,
     direct_a,
     emit_gemm_tile,
-    odd_lines,
     tile_extent,
 )
+from hidetc.schedules.cpu.task_shape import Blocking, blocking, odd_lines
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, Function, Var, logical_and, minimum, select
 from hidetc.tir.mapping import spatial
