@@ -87,3 +87,27 @@ def test_pools_after_an_nhwc_conv_run_channels_last(case, tmp_path):
     got = hidetc.load(tmp_path / "out").run(inputs)["out0"]
     expected = run_graph(load_model(path), inputs)["out0"]
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_tensor_scatter_writes_the_cache_in_one_kernel(tmp_path):
+    """TensorScatter-24 (a KV-cache update) is read as Where(valid, GatherElements(update,
+    ...), past): one injective kernel writes the cache (the circular write positions,
+    [batch, 1, seq, 1], may be a kernel of their own); a circular decode write that
+    wraps past the cache's end, verified against ONNX Runtime and the reference."""
+    rng = np.random.default_rng(2)
+    inputs = {"past": rng.standard_normal((2, 3, 7, 5)).astype(np.float32),
+              "update": rng.standard_normal((2, 3, 3, 5)).astype(np.float32),
+              "write": np.array([5, 1], np.int64)}
+    model = one_node_model("TensorScatter", inputs, ["out0"], {"mode": "circular"}, opset=24)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    result = hidetc.compile_model(path, tmp_path / "out", target="cpu")
+    assert result.manifest["verification"]["status"] == "passed"
+    tasks = [k["task"] for k in result.manifest["kernels"]]
+    assert sum("[2,3,7,5]" in t for t in tasks) == 1 and len(tasks) <= 2, tasks
+    got = hidetc.load(tmp_path / "out").run(inputs)["out0"]
+    expected = inputs["past"].copy()
+    for s in range(3):
+        for b, w in enumerate(inputs["write"]):
+            expected[b, :, (w + s) % 7] = inputs["update"][b, :, s]
+    np.testing.assert_array_equal(got, expected)

@@ -360,6 +360,54 @@ def test_swish_24_and_swiglu_28():
         import_model(one("SwiGLU", inputs=(("a", F, [2, 5]), ("b", F, [5])), opset=28))
 
 
+def _tensor_scatter_spec(past, update, write, axis, mode):
+    """The TensorScatter-24 pseudocode of the ONNX spec, loop for loop."""
+    out = past.copy()
+    size, length = past.shape[axis], update.shape[axis]
+    for prefix in np.ndindex(past.shape[:axis]):
+        for s in range(length):
+            p = (0 if write is None else int(write[prefix[0]])) + s
+            p = p % size if mode == "circular" else p
+            out[(*prefix, p)] = update[(*prefix, s)]
+    return out
+
+
+@pytest.mark.parametrize("mode,axis,shape,length,write", [
+    ("linear", -2, [2, 3, 6, 4], 2, [0, 3]), ("circular", -2, [2, 3, 6, 4], 3, [4, 5]),
+    ("linear", 1, [3, 5, 2], 1, [4, 0, 2]), ("circular", 2, [2, 3, 4], 4, [1, 7]),
+    ("linear", -2, [2, 5, 3], 2, None), ("circular", -1, [2, 4], 4, [2, 0])])
+def test_tensor_scatter_24(mode, axis, shape, length, write):
+    """The KV-cache update read as Where(valid, GatherElements(update, ...), past):
+    against ONNX Runtime and the spec's loops (prefill without write_indices, decode
+    with them, a circular write wrapping past the end, a whole-length update)."""
+    ushape = list(shape)
+    ushape[axis] = length
+    inputs = [("past", F, shape), ("update", F, ushape)]
+    feeds = {"past": x(*shape), "update": x(*ushape)}
+    if write is not None:
+        inputs.append(("write", I64, [shape[0]]))
+        feeds["write"] = np.array(write, np.int64)
+    proto = one("TensorScatter", {"mode": mode, "axis": axis}, inputs, opset=24)
+    graph = check(proto, feeds, rtol=0, atol=0)
+    assert "GatherElements" in ops_of(graph) and "TensorScatter" not in ops_of(graph)
+    got = ours(proto, feeds)[0]
+    expect = _tensor_scatter_spec(feeds["past"], feeds["update"], write, axis % len(shape),
+                                  mode)
+    np.testing.assert_array_equal(got, expect)
+
+
+def test_tensor_scatter_24_refuses_mismatched_shapes_and_the_batch_axis():
+    def refused(shape, ushape, attrs, match):
+        with pytest.raises(ModelError, match=match):
+            import_model(one("TensorScatter", attrs, (("past", F, shape), ("update", F, ushape)),
+                             opset=24))
+    refused([2, 4, 3], [2, 5, 3], {"axis": 1}, r"update \[2, 5, 3\] must match past_cache "
+            r"\[2, 4, 3\] except along axis 1, where it may be no longer")
+    refused([2, 4, 3], [2, 2, 4], {"axis": 1}, r"must match past_cache")
+    refused([2, 4, 3], [2, 2, 3], {"axis": 0}, r"axis 0 must name a non-batch dimension")
+    refused([2, 4, 3], [2, 2, 3], {"axis": 1, "mode": "ring"}, r"mode 'ring' is not linear")
+
+
 needs_resize = pytest.mark.skipif("Resize" not in REGISTRY, reason="no Resize in the catalogue")
 
 

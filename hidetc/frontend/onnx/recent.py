@@ -23,6 +23,12 @@ New ops read as decompositions (the ONNX function bodies):
   - RMSNormalization-23: Cast(X, stash_type) -> Mul(x, x) -> ReduceMean over
     [axis..rank-1] -> Add epsilon -> Sqrt -> Div(x, .) -> Cast back -> Mul scale.
   - Swish-24: X * Sigmoid(alpha * X).  SwiGLU-28: Swish(A) * B (same shapes).
+  - TensorScatter-24 (a KV-cache update, functional): every cache position p along
+    `axis` reads update[..., p - w, ...] where 0 <= p - w < L (w = write_indices[b],
+    0 when absent; L the update's length; "circular": (p - w) mod max_sequence_length),
+    else the past cache: Where(valid, GatherElements(update, Expand(Clip(rel, 0, L-1)),
+    axis), past) -- one injective kernel, no data-dependent shape. Linear writes past
+    the cache's end are dropped (the spec requires w + L <= max_sequence_length).
 """
 from __future__ import annotations
 
@@ -135,6 +141,52 @@ def swiglu(node: OnnxNode, ctx: Context) -> Converted:
     return build.done()
 
 
+def tensor_scatter(node: OnnxNode, ctx: Context) -> Converted:
+    past, update = (ctx.types[i] for i in node.inputs[:2])
+    mode = node.attrs.get("mode", "linear")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode not in ("linear", "circular"):
+        raise ModelError(f"{label(node)}: mode '{mode}' is not linear or circular")
+    rank = past.rank
+    axis = int(node.attrs.get("axis", -2))
+    if update.rank != rank or not -rank <= axis < rank or axis % rank == 0:
+        raise ModelError(f"{label(node)}: axis {axis} must name a non-batch dimension of "
+                         f"past_cache {list(past.shape)} and update {list(update.shape)} "
+                         f"(the same rank)")
+    axis %= rank
+    if update.dtype != past.dtype:
+        raise ModelError(f"{label(node)}: update is {update.dtype}, past_cache "
+                         f"{past.dtype}: expected the same type")
+    length, size = update.shape[axis], past.shape[axis]
+    if any(u != p for i, (u, p) in enumerate(zip(update.shape, past.shape)) if i != axis) \
+            or length > size:
+        raise ModelError(f"{label(node)}: update {list(update.shape)} must match past_cache "
+                         f"{list(past.shape)} except along axis {axis}, where it may be "
+                         f"no longer")
+    build = Builder(node, ctx)
+    if length == 0:
+        build.add("Identity", [node.inputs[0]], out=node.outputs[0])
+        return build.done()
+    column = [1] * rank
+    column[axis] = size
+    rel = build.const("positions", np.arange(size, dtype=np.int64).reshape(column))
+    if len(node.inputs) > 2 and node.inputs[2]:
+        batch = [past.shape[0]] + [1] * (rank - 1)
+        w = build.add("Reshape", [node.inputs[2], build.const("batch_shape", _int64(batch))])
+        rel = build.add("Sub", [rel, w])
+    if mode == "circular":
+        rel = build.add("Mod", [rel, build.const("size", scalar(size, "int64"))])
+    zero = build.const("zero", scalar(0, "int64"))
+    last = build.const("last", scalar(length - 1, "int64"))
+    valid = build.add("And", [build.add("GreaterOrEqual", [rel, zero]),
+                              build.add("LessOrEqual", [rel, last])])
+    index = build.add("Expand", [build.add("Clip", [rel, zero, last]),
+                                 build.const("shape", _int64(past.shape))])
+    taken = build.add("GatherElements", [node.inputs[1], index], axis=axis)
+    build.add("Where", [valid, taken, node.inputs[0]], out=node.outputs[0])
+    return build.done()
+
+
 HANDLERS = {
     "SpaceToDepth": space_to_depth,
     "Mod": mod,
@@ -142,7 +194,8 @@ HANDLERS = {
     "RMSNormalization": rms_normalization,
     "Swish": swish,
     "SwiGLU": swiglu,
+    "TensorScatter": tensor_scatter,
 }
-EXTRA_OPS = ("RMSNormalization", "Swish", "SwiGLU")
-CHECKED: tuple[str, ...] = ()
+EXTRA_OPS = ("RMSNormalization", "Swish", "SwiGLU", "TensorScatter")
+CHECKED: tuple[str, ...] = ("TensorScatter",)   # one schema version (24) up to opset 28
 FIRST_VERSION: dict[str, int] = {}
