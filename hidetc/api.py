@@ -31,7 +31,7 @@ from hidetc.runtime.weights import write_weights
 from hidetc.toolchain import cpu_isa
 from hidetc.toolchain.cpu_isa import current as current_isa
 from hidetc.toolchain.nvcc import default_arch, parse_archs
-from hidetc.verify import compare, load_sample, run_onnxruntime, sample_inputs
+from hidetc.verify import compare, load_sample, reference_outputs, sample_inputs
 
 
 @dataclass
@@ -220,16 +220,17 @@ def _verify(path: Path, manifest: dict, model_path, graph, cfg: CompileConfig) -
     names = list(graph.inputs)
     inputs = load_sample(cfg.sample, names) if cfg.sample else sample_inputs(graph, cfg.seed)
     outputs = make_executor(path, manifest).run(inputs)
-    reference = run_onnxruntime(model_path, inputs)
+    reference, reference_name = reference_outputs(model_path, graph, inputs)
     report = compare(outputs, reference, cfg.tolerance)
-    report.update({"reference": "onnxruntime", "metric": "norm-wise relative error",
+    report.update({"reference": reference_name, "metric": "norm-wise relative error",
                    "tolerance": cfg.tolerance, "precision": cfg.precision,
                    "sample": cfg.sample or f"random (seed {cfg.seed})"})
     if report["status"] != "passed":
         worst = max(report["outputs"].items(),
                     key=lambda kv: kv[1].get("rel_error", kv[1].get("mismatches", 1)))
+        against = "ONNX Runtime" if reference_name == "onnxruntime" else "the numpy reference"
         raise VerificationError(f"verification failed: output {worst[0]!r} differs from "
-                                f"ONNX Runtime ({_describe(worst[1])}, {cfg.precision} tolerance "
+                                f"{against} ({_describe(worst[1])}, {cfg.precision} tolerance "
                                 f"{cfg.tolerance})")
     return report
 

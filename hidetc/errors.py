@@ -35,6 +35,10 @@ class VerificationError(HidetcError):
     """The compiled artifact does not match ONNX Runtime within tolerance."""
 
 
+class ReferenceUnavailable(HidetcError):
+    """ONNX Runtime cannot load or run the model (an op or type it does not implement)."""
+
+
 class ConfigError(HidetcError):
     """A compile configuration file or option is invalid."""
 

@@ -3,7 +3,10 @@
 The metric per output is the norm-wise relative error ||out - ref|| / ||ref|| (with
 ||ref|| = 0 falling back to the absolute error ||out||); the max absolute error is
 recorded too. Tolerance (documented in the README): f32 1e-4. Integer and bool outputs
-must match exactly.
+must match exactly. The reference is ONNX Runtime; where it cannot load or run the model
+(an op or type it does not implement: BitCast of bool, float8 arithmetic...),
+`reference_outputs` falls back to hidetc's numpy reference interpreter of the imported
+graph and says so (`run_onnxruntime` alone raises ReferenceUnavailable, one line).
 
 Sample inputs are seeded random: floats ~ N(0, 1); integer inputs that index a Gather
 (directly or through shape-preserving ops) are drawn below that table's size, other
@@ -18,7 +21,7 @@ from typing import Callable, Mapping
 import numpy as np
 import onnxruntime as ort
 
-from hidetc.errors import InputError
+from hidetc.errors import InputError, ReferenceUnavailable
 from hidetc.graph.ir import Graph
 
 PASS_THROUGH = ("Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand")
@@ -80,11 +83,46 @@ def ort_session(model_path: str | Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
 
 
+def _ort_errors() -> tuple[type[BaseException], ...]:
+    """ONNX Runtime's own exception classes (pybind ones, not RuntimeError subclasses)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+    names = ("Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError",
+             "RuntimeException", "InvalidProtobuf", "ModelLoaded", "NotImplemented",
+             "InvalidGraph", "EPFail")
+    return tuple(getattr(state, n) for n in names if isinstance(getattr(state, n, None), type))
+
+
+def _ort_reason(exc: BaseException) -> str:
+    """ORT's message on one line, without its '[ONNXRuntimeError] : 9 :' prefix."""
+    text = " ".join(str(exc).split())
+    if text.startswith("[ONNXRuntimeError]"):
+        text = text.split(" : ", 2)[-1]
+    return text[:300]
+
+
 def run_onnxruntime(model_path: str | Path, inputs: Mapping[str, np.ndarray]
                     ) -> dict[str, np.ndarray]:
-    session = ort_session(model_path)
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, dict(inputs))))
+    try:
+        session = ort_session(model_path)
+        names = [o.name for o in session.get_outputs()]
+        return dict(zip(names, session.run(names, dict(inputs))))
+    except _ort_errors() as exc:
+        error = ReferenceUnavailable(f"{model_path}: ONNX Runtime cannot run this model "
+                                     f"({_ort_reason(exc)})")
+        error.reason = _ort_reason(exc)
+        raise error from None
+
+
+def reference_outputs(model_path: str | Path, graph: Graph,
+                      inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], str]:
+    """(outputs, what computed them): ONNX Runtime's, or where it cannot run the model,
+    hidetc's numpy reference interpreter of `graph` (the model as imported)."""
+    try:
+        return run_onnxruntime(model_path, inputs), "onnxruntime"
+    except ReferenceUnavailable as exc:
+        from hidetc.graph.reference import run_graph
+        return (run_graph(graph, inputs),
+                f"the numpy reference (onnxruntime cannot run this model: {exc.reason})")
 
 
 def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],

@@ -74,6 +74,7 @@ from hidetc.codegen.c_types import (  # noqa: F401  (re-exported: the CUDA print
     const_text,
     helpers_source,
 )
+from hidetc.compute.bitcast import bits_text
 from hidetc.compute.narrow_types import C_FUNCTIONS as NARROW_FUNCTIONS
 from hidetc.compute.narrow_types import NARROW_DTYPES, cast_function
 from hidetc.compute.narrow_types import decode as narrow_decode
@@ -260,6 +261,8 @@ class CPrinter:
         return (f"-({inner})" if inner.startswith("-") else f"-{inner}"), _UNARY
 
     def _call(self, e: Call) -> tuple[str, int]:
+        if e.func == "bitcast":
+            return self._bitcast(e), _ATOM
         if e.func in X86_INTRINSICS:
             return self._x86_call(e), _ATOM
         if e.func in NARROW_FUNCTIONS:
@@ -276,6 +279,10 @@ class CPrinter:
                                       f"(known: {sorted(table)})")
         args = ", ".join(self.expr(a) for a in e.args)
         return f"{name}({args})", _ATOM
+
+    def _bitcast(self, e: Call) -> str:
+        (x,) = e.args
+        return bits_text(x.dtype, e.dtype, self.expr(x), self.ctype)
 
     def _half_call(self, e: Call) -> tuple[str, int]:
         """A math function on float16/bfloat16: the float32 function on the widened

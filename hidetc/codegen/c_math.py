@@ -64,6 +64,9 @@ MATH_SOURCE = """\
 typedef union { float f; uint32_t u; } hidetc_f32bits;
 static inline uint32_t hidetc_f2u(float f) { hidetc_f32bits b; b.f = f; return b.u; }
 static inline float hidetc_u2f(uint32_t u) { hidetc_f32bits b; b.u = u; return b.f; }
+typedef union { double f; uint64_t u; } hidetc_f64bits;   /* BitCast (compute/bitcast.py) */
+static inline uint64_t hidetc_d2u(double f) { hidetc_f64bits b; b.f = f; return b.u; }
+static inline double hidetc_u2d(uint64_t u) { hidetc_f64bits b; b.u = u; return b.f; }
 /* c ? a : b on bits: a `?:` whose operands are computed gets them sunk into branches,
    which gcc then cannot if-convert (FP ops may trap), and the loop stays scalar */
 static inline float hidetc_sel(int c, float a, float b) {

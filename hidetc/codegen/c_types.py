@@ -38,6 +38,12 @@ static inline {t} hidetc_max_{d}({t} a, {t} b) {{ return a > b ? a : b; }}
 static inline {t} hidetc_min_{d}({t} a, {t} b) {{ return a < b ? a : b; }}
 """
 _HELPERS_HALF = """\
+static inline uint16_t hidetc_h2u(_Float16 h) {
+  union { _Float16 h; uint16_t u; } v; v.h = h; return v.u;
+}
+static inline _Float16 hidetc_u2h(uint16_t u) {
+  union { uint16_t u; _Float16 h; } v; v.u = u; return v.h;
+}
 static inline float hidetc_bf2f(uint16_t h) {
   union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
 }

@@ -211,6 +211,8 @@ class CudaPrinter(CPrinter):
         head, _, dim = e.func.partition(".")
         if head in CUDA_INDEX and dim in ("x", "y", "z"):
             return f"({self.ctype(e.dtype)}){e.func}", PREC_UNARY
+        if e.func == "bitcast":
+            return self._bitcast(e), PREC_ATOM
         if e.func in WARP_INTRINSICS:
             return self._warp_call(e), PREC_ATOM
         if e.func in ADDRESS_ARGS:

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import onnx
 
 from hidetc.compute import narrow_types
+from hidetc.compute.bitcast import bitcast
 from hidetc.compute.integer import bit_shift, bitwise, bitwise_not, int_mod, int_pow
 from hidetc.tir.ir import (
     FLOATS,
@@ -171,6 +172,7 @@ UNARY: dict[str, Unary] = {
     "Identity": lambda x, attrs: x,
     "Dropout": lambda x, attrs: x,
     "Cast": lambda x, attrs: narrow_types.convert(x, dtype_name(attrs["to"]), attrs),
+    "BitCast": lambda x, attrs: bitcast(x, dtype_name(attrs["to"])),
     "LeakyRelu": _leaky_relu,
     "HardSigmoid": _hard_sigmoid,
     "Softplus": lambda x, attrs: call("log", _float(1.0, x) + call("exp", x)),

@@ -3,7 +3,9 @@
 `run_function(fn, args)` executes a Function on numpy arrays (Buffer params, mutated in
 place) and Python scalars (Var params). Semantics are those the C printer implements:
 
-- integers are Python ints; `/`, `//` and `%` on integers truncate toward zero (C);
+- integers are Python ints; `/`, `//` and `%` on integers truncate toward zero (C); a
+  Cast between integer types wraps modulo 2^W (C's conversion, two's complement);
+- `Call("bitcast", (x,), dst)` is the numpy view of x's bits (`compute.bitcast`);
 - floats are numpy scalars of their dtype, so float32 arithmetic rounds like C's float
   (without contraction; we build with -ffp-contract=off); `%` on floats is C's fmod and
   `//` on floats is rejected (use `call("floor", a / b)` or `call("trunc", ...)`);
@@ -23,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from hidetc.compute.bitcast import reference_bitcast
 from hidetc.tir.ir import (
     FLOATS,
     INTS,
@@ -70,6 +73,14 @@ def convert(value: Any, dtype: str) -> Any:
     if dtype in FLOATS:
         return np.dtype(dtype).type(value)
     raise TypeError(f"no value of dtype {dtype}")
+
+
+def _wrap(v: int, dtype: str) -> int:
+    """An integer converted to `dtype` as C does: modulo 2^W (two's complement for the
+    signed types, as gcc and nvcc define it)."""
+    bits = np.iinfo(dtype).bits
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if dtype.startswith("int") and v >> (bits - 1) else v
 
 
 def _float_binop(op: str, a, b):
@@ -160,6 +171,10 @@ class Interpreter:
         return (not a) if e.op == "not" else convert(-a, e.dtype)
 
     def _call(self, e: Call) -> Any:
+        if e.func == "bitcast":
+            src = e.args[0].dtype
+            value = np.array(convert(self.expr(e.args[0]), src), dtype=np.dtype(src))
+            return convert(reference_bitcast(value, e.dtype)[()], e.dtype)
         fn = MATH_FUNCTIONS.get(e.func)
         if fn is None:
             raise NotImplementedError(f"the interpreter has no function {e.func!r}")
@@ -173,6 +188,8 @@ class Interpreter:
         v = self.expr(e.value)
         if e.dtype in INTS and isinstance(v, np.floating):
             v = math.trunc(float(v))
+        elif e.dtype in INTS and e.value.dtype in INTS:
+            v = _wrap(int(v), e.dtype)
         return convert(v, e.dtype)
 
     def _select(self, e: Select) -> Any:

@@ -172,6 +172,27 @@ def test_verification_failure_leaves_nothing(tmp_path):
     assert_nothing_written(tmp_path, "out")
 
 
+def test_a_model_onnx_runtime_cannot_run_is_verified_against_the_numpy_reference(tmp_path):
+    """ONNX Runtime has no BitCast from bool: compile verifies against hidetc's numpy
+    reference instead and says why; `run --compare` (an explicit comparison with ORT)
+    fails with one line."""
+    model = one_node_model("BitCast", {"x": np.array([True, False])}, ["y"],
+                           {"to": TensorProto.UINT8}, opset=26)
+    model.ir_version = 11
+    onnx.save(model, tmp_path / "m.onnx")
+    result = invoke("compile", tmp_path / "m.onnx", "-o", tmp_path / "out", "--target", "cpu")
+    assert result.exit_code == 0, result.output + str(result.exception)
+    assert "verification: passed against the numpy reference (onnxruntime cannot run this " \
+           "model: NOT_IMPLEMENTED" in result.output, result.output
+    manifest = yaml.safe_load((tmp_path / "out" / "manifest.yaml").read_text())
+    assert manifest["verification"]["reference"].startswith("the numpy reference")
+    np.save(tmp_path / "x.npy", np.array([True, True]))
+    result = invoke("run", tmp_path / "out", "--input", tmp_path / "x.npy",
+                    "--compare", tmp_path / "m.onnx")
+    assert_one_line_error(result, "m.onnx: ONNX Runtime cannot run this model",
+                          "BitCast")
+
+
 def test_bad_config(tmp_path):
     onnx.save(_mlp(), tmp_path / "m.onnx")
     (tmp_path / "c.yaml").write_text("optimise: yes\n")

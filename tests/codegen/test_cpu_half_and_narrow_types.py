@@ -287,3 +287,43 @@ def test_float8_saturation_table():
         assert reference_cast(x, to).astype(np.float32).tolist() == [m, -m, m, -m]
     assert np.isnan(reference_cast(x, "float8_e4m3fn", saturate=False).astype(np.float32)).all()
     assert onnx.TensorProto.FLOAT8E4M3FN == ELEM[np.dtype("float8_e4m3fn")]
+
+
+@pytest.mark.parametrize("src,dst", [("float32", "int32"), ("int32", "float32"),
+                                     ("float64", "int64"), ("float16", "uint16"),
+                                     ("uint16", "bfloat16"), ("uint8", "bool"),
+                                     ("int16", "uint16")])
+def test_bitcast_in_the_ir_interpreter_and_in_c(src, dst):
+    """`compute.bitcast.bitcast` run by the IR interpreter and compiled by gcc: both the
+    numpy view, bit for bit (signed zeros, infinities, NaN payloads)."""
+    from hidetc.codegen.c import print_c_module
+    from hidetc.compute.bitcast import bitcast
+    from hidetc.tir.builder import KernelBuilder
+    from hidetc.tir.evaluate import run_function
+    from hidetc.tir.pipeline import lower
+    from hidetc.toolchain.gcc import build_shared_library
+
+    raw = np.array([0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7F800001,
+                    0xFFC00000, 0x3FF0000000000000], np.uint64)
+    width = np.dtype(src).itemsize
+    x = (raw & np.uint64((1 << (8 * width)) - 1)).astype(f"uint{8 * width}").view(src)
+    want = x.view(np.uint8) != 0 if dst == "bool" else x.view(dst)
+    kb = KernelBuilder("bc")
+    a, out = kb.buffer("a", src, x.shape), kb.buffer("out", dst, x.shape)
+    with kb.for_range(x.size, name="i") as i:
+        kb.store(out, (i,), bitcast(a[i], dst))
+    fn = lower(kb.finish())
+    got = np.zeros_like(want)
+    if src != "bfloat16" and dst != "bfloat16":     # the interpreter has no bfloat16 bits
+        run_function(fn, [x.copy(), got])
+        assert got.tobytes() == want.tobytes(), (got, want)
+    import ctypes
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as tmp:
+        lib_path = Path(tmp) / "bc.so"
+        build_shared_library({"bc.c": print_c_module([fn])}, lib_path)
+        lib = ctypes.CDLL(str(lib_path))
+        got = np.zeros_like(want)
+        lib.bc(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(got.ctypes.data))
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (got, want)

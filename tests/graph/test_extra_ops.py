@@ -94,6 +94,20 @@ def test_windows(op, periodic, size):
                  output_datatype=D, periodic=periodic)
 
 
+@pytest.mark.parametrize("bins, length, rate, low, high", [
+    (8, 16, 8192, 0.0, 4096.0), (20, 512, 16000, 20.0, 8000.0), (5, 33, 100, 3.0, 40.0),
+    (4, 1000, 16000, 300.0, 301.0), (1, 2, 10, 0.0, 0.0)])
+def test_mel_weight_matrix(bins, length, rate, low, high):
+    """A constant: against onnx's reference (ONNX Runtime computes the same), including
+    degenerate triangles (edges on one bin) and a float64 output."""
+    consts = {"m": np.array(bins, np.int64), "d": np.array(length, np.int64),
+              "r": np.array(rate, np.int64), "lo": np.array(low, np.float32),
+              "hi": np.array(high, np.float32)}
+    proto, _, _ = check_oracle("MelWeightMatrix", {}, consts=consts, opset=17, rtol=0, atol=0)
+    assert not import_model(proto).nodes
+    check_oracle("MelWeightMatrix", {}, consts=consts, opset=17, output_datatype=D)
+
+
 @pytest.mark.parametrize("axis, cond", [(0, [0, 1, 1]), (1, [1, 0, 1, 1]), (-1, [0, 1]),
                                         (None, [1, 0, 0, 1, 1, 0, 1]), (0, [0, 0, 0])])
 def test_compress(axis, cond):
@@ -240,6 +254,10 @@ def test_decompositions_compiled():
     ("ReverseSequence", {"x": rand(3, 4), "l": np.array([1, 2], np.int64)}, {},
      {"batch_axis": 0, "time_axis": 1}, 10, r"expected int64 \[3\]"),
     ("TopK", {"x": rand(3, 4)}, {"k": np.array([5], np.int64)}, {}, 11, "expected 0..4"),
+    ("MelWeightMatrix", {}, {"m": np.array(4, np.int64), "d": np.array(16, np.int64),
+                             "r": np.array(100, np.int64), "lo": np.array(0, np.float32),
+                             "hi": np.array(90, np.float32)}, {}, 17,
+     r"the mel edges 0..90 Hz fall on spectrogram bins 0..12, outside 0..8"),
 ])
 def test_errors_are_one_line(op, inputs, consts, attrs, opset, message):
     proto = model(op, {**inputs, **consts}, 2 if op == "TopK" else 1, opset, consts, **attrs)

@@ -8,7 +8,8 @@ from onnx import TensorProto, helper, numpy_helper
 NP_TO_ONNX = {np.dtype(k): v for k, v in {
     "float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "int64": TensorProto.INT64,
     "int32": TensorProto.INT32, "bool": TensorProto.BOOL, "float16": TensorProto.FLOAT16,
-    "uint8": TensorProto.UINT8, "int8": TensorProto.INT8}.items()}
+    "uint8": TensorProto.UINT8, "int8": TensorProto.INT8, "uint16": TensorProto.UINT16,
+    "int16": TensorProto.INT16, "uint32": TensorProto.UINT32, "uint64": TensorProto.UINT64}.items()}
 
 
 def one_node_model(op: str, inputs: dict, outputs: list[str], attrs: dict | None = None,

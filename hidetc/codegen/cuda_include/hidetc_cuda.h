@@ -11,6 +11,8 @@
  *   hidetc_{sigmoid,rsqrt}_<float dtype>  exact: 1/(1+exp(-x)), 1/sqrt(x)
  *   hidetc_<fn>_float16(...)             float16 math: computed in float, rounded once
  *   hidetc_hdiv(a, b)                    float16 division, correctly rounded
+ *   hidetc_{f2u,u2f,d2u,u2d,h2u,u2h}(x)  a float's bits as the unsigned integer of its
+ *                                        width and back (BitCast)
  *   hidetc_copy{4,8,16}(dst, src)        one aligned vector load + store (4/8/16 bytes)
  *   hidetc_ld_f4(dst, src)               4 floats, 16-byte aligned
  *   hidetc_cp_async{4,8,16}(smem, gmem, pred)   async copy; !pred zero-fills smem
@@ -26,6 +28,14 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #endif
+
+/* ---- bits of a float and back (BitCast; the C printer's helper names) ------------ */
+__device__ __forceinline__ uint32_t hidetc_f2u(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ float hidetc_u2f(uint32_t u) { return __uint_as_float(u); }
+__device__ __forceinline__ uint64_t hidetc_d2u(double x) { return (uint64_t)__double_as_longlong(x); }
+__device__ __forceinline__ double hidetc_u2d(uint64_t u) { return __longlong_as_double((long long)u); }
+__device__ __forceinline__ uint16_t hidetc_h2u(half x) { return __half_as_ushort(x); }
+__device__ __forceinline__ half hidetc_u2h(uint16_t u) { return __ushort_as_half(u); }
 
 /* ---- min / max / sigmoid / rsqrt (the C printer's helper names) ----------------- */
 #define HIDETC_MINMAX_FLOAT(D, T)                                                      \

@@ -12,6 +12,14 @@ a bad attribute is a one-line ModelError naming node, op and input.
   - HannWindow/HammingWindow/BlackmanWindow-17: a constant of `size` (input 0, known)
     elements, `periodic` (default 1: N = size, else N = size - 1), `output_datatype`
     (default float32); formulas of onnx's reference (Hamming alpha = 25/46).
+  - MelWeightMatrix-17: a constant [dft_length // 2 + 1, num_mel_bins] (all five inputs
+    known): num_mel_bins + 2 edges evenly spaced in mel (2595 log10(1 + f / 700)) from
+    lower_edge_hertz by (mel(upper) - mel(lower)) / (num_mel_bins + 2) -- onnx's
+    reference and ONNX Runtime divide by num_mel_bins + 2, not + 1 -- each mapped to the
+    spectrogram bin floor((dft_length + 1) * hertz / sample_rate); mel bin i is the
+    triangle rising from edge i to 1 at edge i + 1 and falling to edge i + 2. An edge
+    past the last spectrogram bin (upper_edge_hertz above the Nyquist rate) or before
+    the first is a ModelError.
   - Compress-9/11: Gather of the positions where the (known) condition is true along
     `axis` (the flattened input without it); a condition longer than the axis may only
     have false entries past it. A run-time condition gives a data-dependent shape and
@@ -120,6 +128,47 @@ def _window(formula) -> Handler:
         values = formula(np.arange(size, dtype=np.float64), period) if size else np.zeros(0)
         return Converted((), {node.outputs[0]: values.astype(np.dtype(dtype))})
     return handler
+
+
+def _known_float(node: OnnxNode, ctx: Context, index: int, what: str) -> float:
+    value = _known(node, ctx, index, what)
+    if value.dtype.kind not in "fiu" or value.size != 1:
+        raise ModelError(f"{label(node)}: input {index} ({what}) must be one number, got "
+                         f"dtype {value.dtype} shape {list(value.shape)}")
+    return float(value.reshape(()))
+
+
+def mel_weight_matrix(node: OnnxNode, ctx: Context) -> Converted:
+    bins = _known_int(node, ctx, 0, "num_mel_bins")
+    length = _known_int(node, ctx, 1, "dft_length")
+    rate = _known_int(node, ctx, 2, "sample_rate")
+    low, high = (_known_float(node, ctx, i, what)
+                 for i, what in ((3, "lower_edge_hertz"), (4, "upper_edge_hertz")))
+    dtype = dtype_name(int(node.attrs.get("output_datatype", 1)),
+                       f"{label(node)} attribute 'output_datatype'")
+    if bins < 1 or length < 1 or rate < 1:
+        raise ModelError(f"{label(node)}: num_mel_bins {bins}, dft_length {length} and "
+                         f"sample_rate {rate} must be positive")
+    spectrum = length // 2 + 1
+    ln10 = np.log(10)
+    mel_low, mel_high = (2595 * np.log1p(np.float64(f) / 700) / ln10 for f in (low, high))
+    mels = np.arange(bins + 2) * ((mel_high - mel_low) / (bins + 2)) + mel_low
+    hertz = 700 * np.expm1(mels / 2595 * ln10)
+    edges = (((length + 1) * hertz) // rate).astype(np.int64)
+    if edges.min() < 0 or edges.max() >= spectrum:
+        raise ModelError(f"{label(node)}: the mel edges {low:g}..{high:g} Hz fall on "
+                         f"spectrogram bins {edges.min()}..{edges.max()}, outside 0.."
+                         f"{spectrum - 1} (dft_length {length}, sample_rate {rate})")
+    j = np.arange(spectrum, dtype=np.float64)
+    weights = np.zeros((spectrum, bins))
+    for i in range(bins):
+        left, center, right = (int(e) for e in edges[i:i + 3])
+        rising = (j - left) / max(center - left, 1)
+        falling = (right - j) / max(right - center, 1)
+        weights[:, i] = np.where((j >= left) & (j <= center), rising, 0)
+        weights[:, i] = np.where((j >= center) & (j < right), falling, weights[:, i])
+        weights[center, i] = max(weights[center, i], 1.0 if center == left else 0.0)
+    return Converted((), {node.outputs[0]: weights.astype(np.dtype(dtype))})
 
 
 # Compress, ReverseSequence -------------------------------------------------------------
@@ -377,11 +426,12 @@ HANDLERS: dict[str, Handler] = {
     "TopK": top_k,
     "GridSample": grid_sample,
     "MaxUnpool": max_unpool,
+    "MelWeightMatrix": mel_weight_matrix,
 }
 # ONNX ops read only as decompositions (not in the catalogue)
 EXTRA_OPS: tuple[str, ...] = ("Scatter", "EyeLike", "HannWindow", "HammingWindow",
                               "BlackmanWindow", "Compress", "ReverseSequence", "DFT", "STFT",
-                              "MaxUnpool")
+                              "MaxUnpool", "MelWeightMatrix")
 # ops whose schema history 1..28 this module reviewed (module docstring)
 CHECKED: tuple[str, ...] = EXTRA_OPS + ("TopK", "CumProd", "GridSample")
 # of CHECKED ops whose oldest read version is not opset 7's
@@ -389,10 +439,10 @@ FIRST_VERSION: dict[str, int] = {"Scatter": 9, "EyeLike": 9, "Compress": 9,
                                  "ReverseSequence": 10, "HannWindow": 17,
                                  "HammingWindow": 17, "BlackmanWindow": 17, "DFT": 17,
                                  "STFT": 17, "CumProd": 26, "GridSample": 16,
-                                 "MaxUnpool": 9}
+                                 "MaxUnpool": 9, "MelWeightMatrix": 17}
 # inputs whose values the decompositions need at compile time (the ONNX backend binds
 # graph inputs feeding them before compiling)
 VALUE_INPUTS: dict[str, tuple[int, ...]] = {
     "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,), "Compress": (1,),
-    "DFT": (1, 2), "STFT": (1, 3), "MaxUnpool": (2,),
+    "DFT": (1, 2), "STFT": (1, 3), "MaxUnpool": (2,), "MelWeightMatrix": (0, 1, 2, 3, 4),
 }

@@ -111,6 +111,11 @@ def _cast(node: OnnxNode, ctx: Context) -> Converted:
     return emit(_cast_attrs(node, to), ctx, to=to)
 
 
+def _bitcast(node: OnnxNode, ctx: Context) -> Converted:
+    return emit(node, ctx, to=dtype_name(int(node.attrs.get("to", 0)),
+                                         f"{label(node)} attribute 'to'"))
+
+
 def _cast_like(node: OnnxNode, ctx: Context) -> Converted:
     target = ctx.types[node.inputs[1]].dtype
     made = OnnxNode("Cast", node.inputs[:1], node.outputs, node.name,
@@ -150,6 +155,7 @@ HANDLERS: dict[str, Handler] = {
     "Constant": _constant,
     "ConstantOfShape": _constant_of_shape,
     "Cast": _cast,
+    "BitCast": _bitcast,
     "CastLike": _cast_like,
     "Split": _split,
     "Squeeze": _attr_input("axes", 1),

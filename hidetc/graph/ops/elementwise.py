@@ -1,5 +1,5 @@
 """Elementwise ops: unary math and activations, binary and variadic broadcasting math,
-comparisons and logic, Where, Clip, Cast.
+comparisons and logic, Where, Clip, Cast, BitCast (`hidetc.compute.bitcast`).
 
 Assumes: ONNX semantics (numpy multidirectional broadcasting). Guarantees: references
 keep the input dtype (comparisons give bool); transcendental float functions are computed
@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from hidetc.compute.bitcast import reference_bitcast, width_mismatch
 from hidetc.compute.narrow_types import reference_cast
 from hidetc.graph.ir import DTYPES, FLOAT_DTYPES, TensorType
 from hidetc.graph.ops.common import (
@@ -311,6 +312,21 @@ def _cast_ref(inputs, attrs):
                            str(attrs.get("round_mode", "up")))]
 
 
+def _bitcast_infer(types, attrs, values):
+    arity("BitCast", types, 1)
+    to = attrs.get("to")
+    if to not in DTYPES:
+        fail("BitCast", f"attribute to={to!r} is not a supported dtype")
+    why = width_mismatch(types[0].dtype, to)
+    if why:
+        fail("BitCast", why)
+    return [TensorType(to, types[0].shape)]
+
+
+def _bitcast_ref(inputs, attrs):
+    return [reference_bitcast(inputs[0], attrs["to"])]
+
+
 def _register() -> None:
     for name, (fn, allowed, out) in UNARY.items():
         define(name, OpKind.BIJECTIVE, _unary_infer(name, allowed, out), _unary_ref(fn, out))
@@ -323,6 +339,7 @@ def _register() -> None:
     define("Clip", OpKind.BIJECTIVE, _clip_infer, _clip_ref)
     define("PRelu", OpKind.BIJECTIVE, _prelu_infer, _prelu_ref)
     define("Cast", OpKind.BIJECTIVE, _cast_infer, _cast_ref)
+    define("BitCast", OpKind.BIJECTIVE, _bitcast_infer, _bitcast_ref)
 
 
 _register()

@@ -76,8 +76,8 @@ RULES: dict[str, Builder] = {
 HALF_DTYPES = ("float16", "bfloat16")
 FLOAT32_ONLY = frozenset(TEMPLATES)      # ops whose kernels are float32-only templates
 # ops whose CPU kernels only move (or Cast) elements: the ones narrow types may enter
-NARROW_OK = frozenset(("Cast", "Reshape", "Transpose", "Identity", "Concat", "Slice",
-                       "Gather", "Expand", "Squeeze", "Unsqueeze", "Flatten", "Tile",
+NARROW_OK = frozenset(("Cast", "BitCast", "Reshape", "Transpose", "Identity", "Concat",
+                       "Slice", "Gather", "Expand", "Squeeze", "Unsqueeze", "Flatten", "Tile",
                        "Pad", "Where", "Split", "DepthToSpace", "SpaceToDepth",
                        "GatherElements", "GatherND", "ReverseSequence"))
 

@@ -1,0 +1,91 @@
+"""BitCast (opset 26): a value's bits read as another type of the same width.
+
+Widths (`WIDTHS`): 64 float64/int64/uint64, 32 float32/int32/uint32, 16 float16/
+bfloat16/int16/uint16, 8 int8/uint8/bool and the 8-bit floats (float8_*), 4 int4/uint4/
+float4_e2m1fn, 2 int2/uint2. Storage as hidetc keeps it: bfloat16 is its 16 bits, a
+narrow type its bits zero-extended in a byte (`narrow_types`), so between those and the
+integers of their width the bits are the stored value; bool is one byte, 0 or 1, and a
+byte read as bool is `byte != 0` (numpy's view keeps other bytes, which every consumer
+reads as true).
+
+`bitcast(x, dst)` builds the IR: integer <-> integer of one width (and bool) is a plain
+Cast (C converts modulo 2^W: two's complement on gcc and nvcc); anything with a float
+or a narrow type is `Call("bitcast", (x,), dst)`, which the printers write as the bits
+of x (`hidetc_f2u`/`d2u`/`h2u` for float32/float64/float16, a cast to the unsigned type
+of the width otherwise) read back as dst (`hidetc_u2f`/`u2d`/`u2h`, `!= 0` for bool, a
+cast to dst's storage type otherwise): `bits_text`. `reference_bitcast` is the numpy
+view (for the catalogue's reference, constant folding and the IR interpreter).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from hidetc.tir.ir import Call, Cast, Expr, cast
+
+WIDTHS: dict[str, int] = {
+    **dict.fromkeys(("float64", "int64", "uint64"), 64),
+    **dict.fromkeys(("float32", "int32", "uint32"), 32),
+    **dict.fromkeys(("float16", "bfloat16", "int16", "uint16"), 16),
+    **dict.fromkeys(("int8", "uint8", "bool", "float8_e4m3fn", "float8_e4m3fnuz",
+                     "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"), 8),
+    **dict.fromkeys(("int4", "uint4", "float4_e2m1fn"), 4),
+    **dict.fromkeys(("int2", "uint2"), 2),
+}
+_INTEGERS = frozenset(("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                       "uint32", "uint64"))
+# float type -> (its bits as the unsigned integer of its width, those bits as it)
+FLOAT_BITS = {"float32": ("hidetc_f2u", "hidetc_u2f"), "float64": ("hidetc_d2u", "hidetc_u2d"),
+              "float16": ("hidetc_h2u", "hidetc_u2h")}
+
+
+def width_mismatch(src: str, dst: str) -> str | None:
+    """Why `src` cannot be bitcast to `dst` (None when it can)."""
+    if src not in WIDTHS:
+        return f"{src} has no bit width BitCast reads"
+    if dst not in WIDTHS:
+        return f"to={dst} is not a type BitCast writes"
+    if WIDTHS[src] != WIDTHS[dst]:
+        return (f"the input is {src} ({WIDTHS[src]} bits) and to={dst} is {WIDTHS[dst]} "
+                f"bits: BitCast needs the same width")
+    return None
+
+
+def bitcast(x: Expr, dst: str) -> Expr:
+    """`x`'s bits as `dst`. A value of another width is a widened load (the CUDA rules
+    compute float16 in float32: an exact Cast) and is read at its stored type."""
+    while isinstance(x, Cast) and WIDTHS.get(x.dtype) != WIDTHS.get(dst):
+        x = x.value
+    if x.dtype == dst:
+        return x
+    if x.dtype in _INTEGERS and dst in _INTEGERS:
+        return cast(x, dst)
+    return Call("bitcast", (x,), dst)
+
+
+def _storage_unsigned(dtype: str) -> str:
+    return f"uint{max(WIDTHS[dtype], 8)}"
+
+
+def bits_text(src: str, dst: str, value: str, ctype: Callable[[str], str]) -> str:
+    """C/CUDA text of `value` (of `src`) bitcast to `dst`; `ctype` names the printer's
+    storage type of a dtype."""
+    unsigned = ctype(_storage_unsigned(src))
+    to_bits = FLOAT_BITS.get(src, (None,))[0]
+    bits = f"{to_bits}({value})" if to_bits else f"(({unsigned})({value}))"
+    if dst in FLOAT_BITS:
+        return f"{FLOAT_BITS[dst][1]}({bits})"
+    if dst == "bool":
+        return f"({bits} != 0)"
+    return f"(({ctype(dst)}){bits})"
+
+
+def reference_bitcast(x: np.ndarray, dst: str) -> np.ndarray:
+    """The numpy view of `x`'s bytes as `dst` (bool: nonzero bytes), same shape."""
+    x = np.asarray(x)
+    if not x.flags.c_contiguous:
+        x = x.copy()
+    if dst == "bool":
+        return x.view(np.uint8) != 0
+    return x.view(np.dtype(dst))
