@@ -55,3 +55,17 @@ def test_bitcast_cuda_emulated(src, dst, values, tmp_path):
     hidetc.compile_model(path, tmp_path / "out", target="cuda", arch="sm_90")
     got = hidetc.load(tmp_path / "out", emulate=True).run({"x": x})["out0"]
     assert got.dtype == np.dtype(dst) and got.tobytes() == x.view(dst).tobytes()
+
+
+def test_det_cuda_emulated(tmp_path):
+    """Det (elimination with partial pivoting, unrolled into catalogue ops) through nvcc
+    and the emulator: numpy's determinants, a zero first pivot and a singular matrix
+    included."""
+    x = np.random.default_rng(3).standard_normal((4, 3, 3)).astype(np.float32)
+    x[1, 0, 0] = 0.0
+    x[2] = [[1, 2, 3], [2, 4, 6], [0, 1, 1]]
+    path = tmp_path / "model.onnx"
+    onnx.save(one_node_model("Det", {"x": x}, ["out0"], opset=13), path)
+    hidetc.compile_model(path, tmp_path / "out", target="cuda", arch="sm_90")
+    got = hidetc.load(tmp_path / "out", emulate=True).run({"x": x})["out0"]
+    np.testing.assert_allclose(got, np.linalg.det(x.astype(np.float64)), rtol=1e-5, atol=1e-5)

@@ -108,6 +108,28 @@ def test_mel_weight_matrix(bins, length, rate, low, high):
     check_oracle("MelWeightMatrix", {}, consts=consts, opset=17, output_datatype=D)
 
 
+@pytest.mark.parametrize("shape, dtype", [((2, 2), np.float32), ((3, 2, 2), np.float32),
+                                          ((2, 3, 5, 5), np.float32), ((4, 4), np.float64),
+                                          ((1, 1), np.float32), ((3, 3), np.float16)])
+def test_det(shape, dtype):
+    """Det by elimination with partial pivoting: against onnx's reference and numpy
+    (float64), imported and compiled; a singular matrix and one whose first pivot is
+    zero (a row swap needed) included."""
+    x = RNG.standard_normal(shape).astype(dtype)
+    if shape == (3, 2, 2):
+        x[1] = [[0, 2], [3, 1]]              # pivot 0 in place: rows swapped, sign flips
+        x[2] = [[1, 2], [2, 4]]              # singular
+    tol = 2e-3 if dtype == np.float16 else 1e-5
+    want = np.linalg.det(x.astype(np.float64))
+    if dtype == np.float16:          # (the onnx reference has no float16 det)
+        proto, run = model("Det", {"x": x}, opset=22), {"x": x}
+    else:
+        proto, run, _ = check_oracle("Det", {"x": x}, opset=22, rtol=tol, atol=tol)
+    for got in (run_graph(import_model(proto), run)["y0"], compiled(proto, run)[0]):
+        assert got.dtype == dtype and got.shape == shape[:-2]
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("axis, cond", [(0, [0, 1, 1]), (1, [1, 0, 1, 1]), (-1, [0, 1]),
                                         (None, [1, 0, 0, 1, 1, 0, 1]), (0, [0, 0, 0])])
 def test_compress(axis, cond):
@@ -254,6 +276,8 @@ def test_decompositions_compiled():
     ("ReverseSequence", {"x": rand(3, 4), "l": np.array([1, 2], np.int64)}, {},
      {"batch_axis": 0, "time_axis": 1}, 10, r"expected int64 \[3\]"),
     ("TopK", {"x": rand(3, 4)}, {"k": np.array([5], np.int64)}, {}, 11, "expected 0..4"),
+    ("Det", {"x": rand(2, 3, 4)}, {}, {}, 13,
+     r"input X has shape \[2, 3, 4\], expected \[\*, M, M\] \(square matrices\)"),
     ("MelWeightMatrix", {}, {"m": np.array(4, np.int64), "d": np.array(16, np.int64),
                              "r": np.array(100, np.int64), "lo": np.array(0, np.float32),
                              "hi": np.array(90, np.float32)}, {}, 17,

@@ -33,6 +33,7 @@ from hidetc.frontend.onnx import (
     einsum,
     extra_ops,
     legacy,
+    linalg,
     losses,
     normalization,
     optional,
@@ -168,7 +169,7 @@ HANDLERS: dict[str, Handler] = {
 # (the input slots whose values the import needs: onnx_backend specializes them).
 # control_flow's ops (If/Loop/Scan) are expanded by the importer itself.
 DECOMPOSERS = (legacy, recent, control_flow, attention, losses, normalization, einsum, quantization,
-               recurrent, spatial, transposed_conv, extra_ops, training, optional)
+               recurrent, spatial, transposed_conv, extra_ops, training, optional, linalg)
 for _module in DECOMPOSERS:
     overlap = set(_module.HANDLERS) & set(HANDLERS)
     assert not overlap, f"{_module.__name__} handles {sorted(overlap)} a second time"
