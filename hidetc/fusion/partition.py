@@ -24,8 +24,8 @@ Rules, in order:
    not yet in a group, and the value is consumed by nothing else (one consumer node,
    not a graph output): a fused value is never computed twice; the target may refuse
    some producer ops for some anchors (`GATHERING_PROLOGUES`: on the cpu a Transpose
-   into a ConvNHWC, on both a Concat into a convolution or MatMul). Prologues recurse
-   into their own inputs.
+   into a ConvNHWC, on both a Concat or GridSample into a convolution or MatMul).
+   Prologues recurse into their own inputs.
 2. The remaining nodes with a compute definition form *injective groups*, in reverse
    topological order: the latest unassigned one is the group's anchor (built by the
    injective rule) and takes prologues by the same rule.
@@ -178,9 +178,13 @@ def _epilogues(anchor: Node, uses: _Uses, taken: set[str], limit: int = 32) -> l
 # tensor-core ConvNHWC keeps it: unmeasured on a GPU.) A Concat into a convolution or a
 # MatMul would turn each of their many reads of an input element into a select over
 # the Concat's inputs (and the tensor-core tiles' 16-byte copies into element loads):
-# the producers write into the Concat's output instead (rule 4).
-_NO_CONCAT = {"Conv": ("Concat",), "ConvNHWC": ("Concat",), "MatMul": ("Concat",)}
-GATHERING_PROLOGUES = {"cpu": {**_NO_CONCAT, "ConvNHWC": ("Transpose", "Concat")},
+# the producers write into the Concat's output instead (rule 4). A GridSample (bilinear:
+# four gathers, their weights and bounds per element, each reading the grid twice)
+# would be recomputed at each of those reads, and its expression, copied into every
+# load, made lowering a DeformConv's MatMul take 30 s: it is a kernel of its own.
+_NO_GATHER = ("Concat", "GridSample")
+_NO_CONCAT = {"Conv": _NO_GATHER, "ConvNHWC": _NO_GATHER, "MatMul": _NO_GATHER}
+GATHERING_PROLOGUES = {"cpu": {**_NO_CONCAT, "ConvNHWC": ("Transpose",) + _NO_GATHER},
                        "cuda": _NO_CONCAT}
 
 

@@ -130,6 +130,45 @@ def test_det(shape, dtype):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("shape, oc, attrs, extras", [
+    ((1, 2, 5, 6), 4, {"group": 2, "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, ()),
+    ((2, 4, 7, 5), 6, {"group": 2, "offset_group": 2, "kernel_shape": [3, 2],
+                       "strides": [2, 1], "dilations": [1, 2], "pads": [1, 0, 2, 1]},
+     ("B", "mask")),
+    ((1, 3, 1, 6), 2, {"offset_group": 3, "kernel_shape": [1, 3], "strides": [1, 2],
+                       "pads": [0, 1, 0, 1]}, ("mask",))])
+def test_deform_conv(shape, oc, attrs, extras):
+    """DeformConv as GridSample taps + a grouped MatMul: offsets up to a few pixels
+    (taps off the image), groups, offset groups, strides, dilations, pads, mask and
+    bias; against ONNX Runtime and onnx's reference (which divides by zero on a 1-pixel
+    dimension: ORT only there), imported and compiled."""
+    n, c, h, w = shape
+    kh, kw = attrs["kernel_shape"]
+    sh, sw = attrs.get("strides", [1, 1])
+    dh, dw = attrs.get("dilations", [1, 1])
+    pt, pl, pb, pr = attrs["pads"]
+    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    og, g = attrs.get("offset_group", 1), attrs.get("group", 1)
+    inputs = {"x": rand(n, c, h, w), "w": rand(oc, c // g, kh, kw),
+              "off": rand(n, og * kh * kw * 2, oh, ow),
+              "b": rand(oc) if "B" in extras else None,
+              "m": RNG.random((n, og * kh * kw, oh, ow)).astype(np.float32)
+              if "mask" in extras else None}
+    if inputs["m"] is None:
+        del inputs["m"]
+    proto = model("DeformConv", inputs, opset=19, **attrs)
+    run = feeds(inputs, {})
+    import onnxruntime as ort
+    want = ort.InferenceSession(proto.SerializeToString()).run(None, run)[0]
+    if h > 1 and w > 1:
+        np.testing.assert_allclose(ReferenceEvaluator(proto).run(None, run)[0], want,
+                                   rtol=1e-5, atol=1e-5)
+    for got in (run_graph(import_model(proto), run)["y0"], compiled(proto, run)[0]):
+        assert got.shape == (n, oc, oh, ow)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("axis, cond", [(0, [0, 1, 1]), (1, [1, 0, 1, 1]), (-1, [0, 1]),
                                         (None, [1, 0, 0, 1, 1, 0, 1]), (0, [0, 0, 0])])
 def test_compress(axis, cond):
@@ -276,6 +315,8 @@ def test_decompositions_compiled():
     ("ReverseSequence", {"x": rand(3, 4), "l": np.array([1, 2], np.int64)}, {},
      {"batch_axis": 0, "time_axis": 1}, 10, r"expected int64 \[3\]"),
     ("TopK", {"x": rand(3, 4)}, {"k": np.array([5], np.int64)}, {}, 11, "expected 0..4"),
+    ("DeformConv", {"x": rand(1, 2, 5, 5), "w": rand(3, 2, 3, 3), "o": rand(1, 18, 4, 4)},
+     {}, {}, 19, r"offset has shape \[1, 18, 4, 4\], expected \[1, 18, 3, 3\]"),
     ("Det", {"x": rand(2, 3, 4)}, {}, {}, 13,
      r"input X has shape \[2, 3, 4\], expected \[\*, M, M\] \(square matrices\)"),
     ("MelWeightMatrix", {}, {"m": np.array(4, np.int64), "d": np.array(16, np.int64),

@@ -30,6 +30,7 @@ from hidetc.errors import ModelError
 from hidetc.frontend.onnx import (
     attention,
     control_flow,
+    deform_conv,
     einsum,
     extra_ops,
     legacy,
@@ -169,7 +170,8 @@ HANDLERS: dict[str, Handler] = {
 # (the input slots whose values the import needs: onnx_backend specializes them).
 # control_flow's ops (If/Loop/Scan) are expanded by the importer itself.
 DECOMPOSERS = (legacy, recent, control_flow, attention, losses, normalization, einsum, quantization,
-               recurrent, spatial, transposed_conv, extra_ops, training, optional, linalg)
+               recurrent, spatial, transposed_conv, extra_ops, training, optional, linalg,
+               deform_conv)
 for _module in DECOMPOSERS:
     overlap = set(_module.HANDLERS) & set(HANDLERS)
     assert not overlap, f"{_module.__name__} handles {sorted(overlap)} a second time"
