@@ -32,6 +32,7 @@ from hidetc.compute.indexing import (  # noqa: F401  (re-exported: schedules, fu
 )
 from hidetc.compute.nn import NN
 from hidetc.compute.resize import RESIZE
+from hidetc.compute.roi_align import ROI_ALIGN
 from hidetc.schedules.task import Task
 from hidetc.tir.ir import Expr, as_expr, cast, eq, logical_and, maximum, minimum, select
 
@@ -265,6 +266,7 @@ COMPUTE: dict[str, Compute] = {
     **NN,
     **RESIZE,
     **GRID_SAMPLE,
+    **ROI_ALIGN,
 }
 
 

@@ -69,3 +69,25 @@ def test_det_cuda_emulated(tmp_path):
     hidetc.compile_model(path, tmp_path / "out", target="cuda", arch="sm_90")
     got = hidetc.load(tmp_path / "out", emulate=True).run({"x": x})["out0"]
     np.testing.assert_allclose(got, np.linalg.det(x.astype(np.float64)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_cuda_emulated(mode, tmp_path):
+    """RoiAlign's compute definition in CUDA C (float64 coordinates, 16 corner loads
+    per output at sampling_ratio 2): nvcc builds it, the emulator runs it, ONNX Runtime's
+    values (boxes off the image and an empty one included)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    corners = rng.uniform(-3, 11, (6, 2, 2))
+    rois = np.concatenate([corners.min(1), corners.max(1)], axis=1).astype(np.float32)
+    rois[0] = [1.0, 1.0, 1.0, 1.0]
+    rois[1] = [-9.0, -9.0, -4.0, -2.0]
+    inputs = {"x": x, "rois": rois, "b": rng.integers(0, 2, 6).astype(np.int64)}
+    path = tmp_path / "model.onnx"
+    onnx.save(one_node_model("RoiAlign", inputs, ["out0"],
+                             {"mode": mode, "output_height": 3, "output_width": 2,
+                              "sampling_ratio": 2, "spatial_scale": 0.5}, opset=16), path)
+    hidetc.compile_model(path, tmp_path / "out", target="cuda", arch="sm_90")
+    got = hidetc.load(tmp_path / "out", emulate=True).run(inputs)["out0"]
+    np.testing.assert_allclose(got, run_onnxruntime(path, inputs)["out0"], rtol=1e-5,
+                               atol=1e-5)

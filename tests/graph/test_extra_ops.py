@@ -331,3 +331,51 @@ def test_errors_are_one_line(op, inputs, consts, attrs, opset, message):
     assert "\n" not in str(info.value)
     if op != "TopK":
         assert isinstance(info.value, ModelError)
+
+
+def _roi_model(attrs, opset=16, n=2, c=3, h=9, w=11, rois=8):
+    x = rand(n, c, h, w)
+    corners = RNG.uniform(-3, 13, (rois, 2, 2))
+    boxes = np.concatenate([corners.min(1), corners.max(1)], axis=1).astype(np.float32)
+    boxes[0] = [2.0, 1.0, 2.0, 1.0]                         # empty box
+    boxes[1] = [-20.0, -20.0, -15.0, -12.0]                 # off the image: samples count 0
+    inputs = {"x": x, "rois": boxes,
+              "b": RNG.integers(0, n, rois).astype(np.int64)}
+    return model("RoiAlign", inputs, opset=opset, **attrs), inputs
+
+
+@pytest.mark.parametrize("attrs", [
+    {"output_height": 3, "output_width": 4, "sampling_ratio": 2, "spatial_scale": 0.75},
+    {"output_height": 5, "output_width": 2, "sampling_ratio": 1,
+     "coordinate_transformation_mode": "output_half_pixel"},
+    {"mode": "max", "output_height": 2, "output_width": 3, "sampling_ratio": 3},
+    {"mode": "max", "output_height": 4, "output_width": 4, "sampling_ratio": 2,
+     "coordinate_transformation_mode": "output_half_pixel", "spatial_scale": 1.5}])
+def test_roi_align(attrs):
+    """RoiAlign as a catalogue op with a compute definition: against ONNX Runtime (and
+    onnx's reference), imported and compiled for the cpu; boxes partly or wholly off the
+    image, an empty box, scaled coordinates, both modes and both coordinate modes."""
+    import onnxruntime as ort
+    proto, inputs = _roi_model(attrs)
+    want = ort.InferenceSession(proto.SerializeToString()).run(None, inputs)[0]
+    np.testing.assert_allclose(ReferenceEvaluator(proto).run(None, inputs)[0], want,
+                               rtol=1e-5, atol=1e-5)
+    for got in (run_graph(import_model(proto), inputs)["y0"], compiled(proto, inputs)[0]):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_roi_align_10_is_output_half_pixel():
+    attrs = {"output_height": 2, "output_width": 2, "sampling_ratio": 2}
+    proto, inputs = _roi_model(attrs, opset=10)
+    graph = import_model(proto)
+    assert graph.nodes[0].attr("coordinate_transformation_mode") == "output_half_pixel"
+    ref, _ = _roi_model({**attrs, "coordinate_transformation_mode": "output_half_pixel"})
+    np.testing.assert_array_equal(run_graph(graph, inputs)["y0"],
+                                  run_graph(import_model(ref), inputs)["y0"])
+
+
+def test_roi_align_adaptive_sampling_is_refused():
+    proto, _ = _roi_model({"output_height": 2, "output_width": 2})
+    with pytest.raises(HidetcError, match=r"sampling_ratio=0: the adaptive sample count"):
+        import_model(proto)

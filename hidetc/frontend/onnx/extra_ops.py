@@ -45,6 +45,9 @@ a bad attribute is a one-line ModelError naming node, op and input.
     indices I into zeros of the inferred shape [N, C, (in - 1) * stride - pad_begin -
     pad_end + kernel per axis], reshaped; a given output_shape (known input 2) pads that
     with zeros at the end of each axis (it may not be smaller than the inferred shape).
+  - RoiAlign-10/16/22: the catalogue op (opset-16 form); RoiAlign-10 has no
+    coordinate_transformation_mode and behaves as output_half_pixel (16's default is
+    half_pixel), so its nodes get that attribute; 22 adds bfloat16.
   - GridSample-16/20/22: the catalogue op (opset-20 form). 16 defines 4-D inputs and
     modes bilinear (default), nearest, bicubic, read as linear, nearest, cubic (N-D
     inputs are read at 16 too); 20 renames the modes (default linear) and allows N-D;
@@ -413,6 +416,12 @@ def grid_sample(node: OnnxNode, ctx: Context) -> Converted:
     return emit(node, ctx, mode=_GRID_SAMPLE_16_MODES[mode])
 
 
+def roi_align(node: OnnxNode, ctx: Context) -> Converted:
+    if ctx.opset < 16:
+        return emit(node, ctx, coordinate_transformation_mode="output_half_pixel")
+    return emit(node, ctx)
+
+
 HANDLERS: dict[str, Handler] = {
     "Scatter": scatter,
     "EyeLike": eye_like,
@@ -425,6 +434,7 @@ HANDLERS: dict[str, Handler] = {
     "STFT": stft,
     "TopK": top_k,
     "GridSample": grid_sample,
+    "RoiAlign": roi_align,
     "MaxUnpool": max_unpool,
     "MelWeightMatrix": mel_weight_matrix,
 }
@@ -433,12 +443,12 @@ EXTRA_OPS: tuple[str, ...] = ("Scatter", "EyeLike", "HannWindow", "HammingWindow
                               "BlackmanWindow", "Compress", "ReverseSequence", "DFT", "STFT",
                               "MaxUnpool", "MelWeightMatrix")
 # ops whose schema history 1..28 this module reviewed (module docstring)
-CHECKED: tuple[str, ...] = EXTRA_OPS + ("TopK", "CumProd", "GridSample")
+CHECKED: tuple[str, ...] = EXTRA_OPS + ("TopK", "CumProd", "GridSample", "RoiAlign")
 # of CHECKED ops whose oldest read version is not opset 7's
 FIRST_VERSION: dict[str, int] = {"Scatter": 9, "EyeLike": 9, "Compress": 9,
                                  "ReverseSequence": 10, "HannWindow": 17,
                                  "HammingWindow": 17, "BlackmanWindow": 17, "DFT": 17,
-                                 "STFT": 17, "CumProd": 26, "GridSample": 16,
+                                 "STFT": 17, "CumProd": 26, "GridSample": 16, "RoiAlign": 10,
                                  "MaxUnpool": 9, "MelWeightMatrix": 17}
 # inputs whose values the decompositions need at compile time (the ONNX backend binds
 # graph inputs feeding them before compiling)

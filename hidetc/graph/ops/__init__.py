@@ -16,6 +16,7 @@ from hidetc.graph.ops import (  # noqa: F401
     norm,
     reduce,
     resize,
+    roi_align,
     shape,
     topk,
 )
