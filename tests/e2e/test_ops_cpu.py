@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from helpers.onnx_util import one_node_model
+from helpers.onnx_util import bitcast_model, one_node_model
 from helpers.op_cases import CASES, N_OUTPUTS
 
 import hidetc
@@ -141,12 +141,8 @@ def test_bitcast_compiles_and_keeps_the_bits(src, dst, tmp_path):
     """BitCast-26 compiled for the cpu: verified against ONNX Runtime, and bit for bit
     the numpy view (NaN payloads, -0, subnormals and integer extremes kept)."""
     x = _bitcast_inputs()[(src, dst)].reshape(1, -1)
-    model = one_node_model("BitCast", {"x": x}, ["out0"],
-                           {"to": onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dst))},
-                           opset=26)
-    model.ir_version = 11
     path = tmp_path / "model.onnx"
-    onnx.save(model, path)
+    onnx.save(bitcast_model(x, dst), path)
     result = hidetc.compile_model(path, tmp_path / "out", target="cpu")
     assert result.manifest["verification"]["status"] == "passed"
     got = hidetc.load(tmp_path / "out").run({"x": x})["out0"]
@@ -168,25 +164,16 @@ def test_bitcast_of_narrow_and_bfloat16_storage(src, dst, values, tmp_path):
     x = (raw.astype(np.uint16).view(src) if src == "bfloat16" else
          raw.astype(np.uint8).view(src) if src.startswith("float8") else
          raw.astype(src)).reshape(1, -1)
-    model = one_node_model("BitCast", {"x": np.zeros(x.shape, np.float32)}, ["out0"],
-                           {"to": onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dst))},
-                           opset=26)
-    model.graph.input[0].type.tensor_type.elem_type = \
-        onnx.helper.np_dtype_to_tensor_dtype(np.dtype(src))
-    model.ir_version = 11
     path = tmp_path / "model.onnx"
-    onnx.save(model, path)
+    onnx.save(bitcast_model(x, dst, src), path)
     hidetc.compile_model(path, tmp_path / "out", target="cpu", verify=False)
     got = hidetc.load(tmp_path / "out").run({"x": x})["out0"]
     assert got.dtype == np.dtype(dst) and got.tobytes() == x.view(dst).tobytes()
 
 
 def test_bitcast_of_different_widths_is_refused(tmp_path):
-    model = one_node_model("BitCast", {"x": np.zeros((2,), np.float32)}, ["out0"],
-                           {"to": onnx.TensorProto.INT16}, opset=26)
-    model.ir_version = 11
     path = tmp_path / "model.onnx"
-    onnx.save(model, path)
+    onnx.save(bitcast_model(np.zeros((2,), np.float32), "int16"), path)
     with pytest.raises(HidetcError, match=r"BitCast.*float32 \(32 bits\) and "
                        r"to=int16 is 16 bits: BitCast needs the same width"):
         hidetc.compile_model(path, tmp_path / "out", target="cpu")

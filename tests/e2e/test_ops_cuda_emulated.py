@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from helpers.onnx_util import one_node_model
+from helpers.onnx_util import bitcast_model, one_node_model
 from helpers.op_cases import CASES, N_OUTPUTS
 
 import hidetc
@@ -46,12 +46,8 @@ def test_bitcast_cuda_emulated(src, dst, values, tmp_path):
     """BitCast-26 in CUDA C (__float_as_uint, __double_as_longlong, __half_as_ushort and
     back): nvcc builds it, the emulator runs it, bit for bit the numpy view."""
     x = np.array(values).astype(src).reshape(1, -1)
-    model = one_node_model("BitCast", {"x": x}, ["out0"],
-                           {"to": onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dst))},
-                           opset=26)
-    model.ir_version = 11
     path = tmp_path / "model.onnx"
-    onnx.save(model, path)
+    onnx.save(bitcast_model(x, dst), path)
     hidetc.compile_model(path, tmp_path / "out", target="cuda", arch="sm_90")
     got = hidetc.load(tmp_path / "out", emulate=True).run({"x": x})["out0"]
     assert got.dtype == np.dtype(dst) and got.tobytes() == x.view(dst).tobytes()

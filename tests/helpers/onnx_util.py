@@ -27,3 +27,16 @@ def one_node_model(op: str, inputs: dict, outputs: list[str], attrs: dict | None
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     return onnx.shape_inference.infer_shapes(model)
+
+
+def bitcast_model(x: np.ndarray, dst: str, src: str | None = None) -> onnx.ModelProto:
+    """A one-node BitCast-26 model of input "x" (shape and dtype of `x`, or `src`: a
+    dtype numpy cannot name in NP_TO_ONNX, e.g. bfloat16 or float8) to `dst`."""
+    feed = np.zeros(x.shape, np.float32) if src else x
+    model = one_node_model("BitCast", {"x": feed}, ["out0"],
+                           {"to": helper.np_dtype_to_tensor_dtype(np.dtype(dst))}, opset=26)
+    if src:
+        model.graph.input[0].type.tensor_type.elem_type = \
+            helper.np_dtype_to_tensor_dtype(np.dtype(src))
+    model.ir_version = 11
+    return model

@@ -75,12 +75,19 @@ def _known(node: OnnxNode, ctx: Context, index: int, what: str) -> np.ndarray:
     return np.asarray(value)
 
 
-def _known_int(node: OnnxNode, ctx: Context, index: int, what: str) -> int:
+def _known_scalar(node: OnnxNode, ctx: Context, index: int, what: str,
+                  integer: bool) -> np.ndarray:
+    """The known one-element input `index`: an integer, or (integer=False) any number."""
     value = _known(node, ctx, index, what)
-    if value.dtype.kind not in "iu" or value.size != 1:
-        raise ModelError(f"{label(node)}: input {index} ({what}) must be one integer, got "
-                         f"dtype {value.dtype} shape {list(value.shape)}")
-    return int(value.reshape(()))
+    if value.dtype.kind not in ("iu" if integer else "fiu") or value.size != 1:
+        raise ModelError(f"{label(node)}: input {index} ({what}) must be one "
+                         f"{'integer' if integer else 'number'}, got dtype {value.dtype} "
+                         f"shape {list(value.shape)}")
+    return value.reshape(())
+
+
+def _known_int(node: OnnxNode, ctx: Context, index: int, what: str) -> int:
+    return int(_known_scalar(node, ctx, index, what, integer=True))
 
 
 def _axis(node: OnnxNode, axis: int, rank: int, what: str = "axis") -> int:
@@ -134,11 +141,7 @@ def _window(formula) -> Handler:
 
 
 def _known_float(node: OnnxNode, ctx: Context, index: int, what: str) -> float:
-    value = _known(node, ctx, index, what)
-    if value.dtype.kind not in "fiu" or value.size != 1:
-        raise ModelError(f"{label(node)}: input {index} ({what}) must be one number, got "
-                         f"dtype {value.dtype} shape {list(value.shape)}")
-    return float(value.reshape(()))
+    return float(_known_scalar(node, ctx, index, what, integer=False))
 
 
 def mel_weight_matrix(node: OnnxNode, ctx: Context) -> Converted:
