@@ -379,3 +379,37 @@ def test_roi_align_adaptive_sampling_is_refused():
     proto, _ = _roi_model({"output_height": 2, "output_width": 2})
     with pytest.raises(HidetcError, match=r"sampling_ratio=0: the adaptive sample count"):
         import_model(proto)
+
+
+@pytest.mark.parametrize("shape, dtype, attrs", [
+    ((3, 17), np.int32, {"mode": "TF", "min_gram_length": 1, "max_gram_length": 3,
+                         "max_skip_count": 2}),
+    ((25,), np.int64, {"mode": "TFIDF", "min_gram_length": 2, "max_gram_length": 3,
+                       "max_skip_count": 1, "weights": [0.5, 2.0, 3.0, 1.0, 1.5, 4.0, 0.25, 7.0]}),
+    ((2, 9), np.int64, {"mode": "IDF", "min_gram_length": 1, "max_gram_length": 2,
+                        "max_skip_count": 4, "weights": [1.0, 2, 3, 4, 5, 6, 7, 8]}),
+    ((4, 3), np.int32, {"mode": "IDF", "min_gram_length": 3, "max_gram_length": 3,
+                        "max_skip_count": 3})])
+def test_tfidf_vectorizer(shape, dtype, attrs):
+    """TfIdfVectorizer over integers as constant-window Gathers, Equal against the pool
+    and reductions: against ONNX Runtime, imported and compiled; unigrams, bigrams and
+    trigrams with skips, permuted output columns, all three modes, 1-D and 2-D input."""
+    import onnxruntime as ort
+    x = RNG.integers(0, 4, shape).astype(dtype)
+    x.reshape(-1)[:3] = [2, 2, 1]                           # the first trigram, at least
+    pool = [1, 3, 0, 2, 1, 1, 3, 0, 2, 2, 1, 0, 1, 3]       # 4 unigrams, 2 bigrams, 2 trigrams
+    attrs = {"pool_int64s": pool, "ngram_counts": [0, 4, 8],
+             "ngram_indexes": [3, 0, 8, 1, 2, 7, 4, 6], **attrs}
+    proto = model("TfIdfVectorizer", {"x": x}, opset=9, **attrs)
+    want = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    assert want.any()
+    for got in (run_graph(import_model(proto), {"x": x})["y0"], compiled(proto, {"x": x})[0]):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_tfidf_vectorizer_string_pool_is_refused():
+    proto = model("TfIdfVectorizer", {"x": np.zeros((2, 3), np.int64)}, opset=9,
+                  pool_strings=["a", "b"], ngram_counts=[0], ngram_indexes=[0, 1])
+    with pytest.raises(ModelError, match="pool_strings: string tensors are not supported"):
+        import_model(proto)

@@ -42,6 +42,7 @@ from hidetc.frontend.onnx import (
     recent,
     recurrent,
     spatial,
+    tfidf,
     training,
     transposed_conv,
 )
@@ -171,7 +172,7 @@ HANDLERS: dict[str, Handler] = {
 # control_flow's ops (If/Loop/Scan) are expanded by the importer itself.
 DECOMPOSERS = (legacy, recent, control_flow, attention, losses, normalization, einsum, quantization,
                recurrent, spatial, transposed_conv, extra_ops, training, optional, linalg,
-               deform_conv)
+               deform_conv, tfidf)
 for _module in DECOMPOSERS:
     overlap = set(_module.HANDLERS) & set(HANDLERS)
     assert not overlap, f"{_module.__name__} handles {sorted(overlap)} a second time"
