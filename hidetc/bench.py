@@ -15,7 +15,9 @@ per runtime loads the model, runs one inference and reports its own peak RSS
 (VmHWM: ru_maxrss would include the forking parent's), both children importing the
 same libraries. Peers: ONNX
 Runtime's CPU provider on the cpu target, its CUDA provider where onnxruntime-gpu is
-installed on the cuda target; PyTorch with `--vs torch` (`hidetc.bench_torch`).
+installed on the cuda target; PyTorch with `--vs torch` (`hidetc.bench_torch`). Where
+ONNX Runtime cannot load or run the model (an op or type it lacks), hidetc is timed
+alone and the table says why under the row (`onnxruntime_note`).
 
 `bench_subject(...) -> dict` is one row; `format_table(rows)` the printed table;
 `profile_rows(...)` the per-kernel times (`--profile`, cpu target).
@@ -155,7 +157,7 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
                   log: Callable[[str], None] = lambda s: None, **compile_options) -> dict:
     """One row of the table (see the module docstring)."""
     import hidetc
-    from hidetc.verify import compare
+    from hidetc.verify import compare, ort_errors, ort_reason
     name, onnx_path, artifact = _subject(arg, work, tiny)
     row: dict = {"model": name, "precision": precision}
     if artifact is None:
@@ -176,12 +178,15 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
     runners = {"hidetc": lambda: model.run(inputs)}
     session = None
     if onnx_path is not None:
-        session, why = _ort_session(onnx_path, model.target)
+        try:
+            session, why = _ort_session(onnx_path, model.target)
+            reference = session and dict(zip([o.name for o in session.get_outputs()],
+                                             session.run(None, inputs)))
+        except ort_errors() as exc:
+            session, why = None, f"onnxruntime cannot run this model: {ort_reason(exc)}"
         if session is None:
             row["onnxruntime_note"] = why
         else:
-            reference = dict(zip([o.name for o in session.get_outputs()],
-                                 session.run(None, inputs)))
             tol = 1e-2 if precision == "f16" else 1e-4
             row["check"] = compare(model.run(inputs), reference, tol)["status"]
             runners["onnxruntime"] = lambda: session.run(None, inputs)
@@ -230,6 +235,8 @@ def format_table(rows: list[dict]) -> str:
             peer = key[len("ratio_"):]
             lines.append(f"{'':<16}{'':<12}vs {peer}: {r[peer + '_ms']:.2f} ms, "
                          f"ratio {r[key]:.2f}x")
+        if r.get("onnxruntime_note"):
+            lines.append(f"{'':<16}{'':<12}no ORT timing: {r['onnxruntime_note']}")
     return "\n".join(lines)
 
 

@@ -83,7 +83,7 @@ def ort_session(model_path: str | Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
 
 
-def _ort_errors() -> tuple[type[BaseException], ...]:
+def ort_errors() -> tuple[type[BaseException], ...]:
     """ONNX Runtime's own exception classes (pybind ones, not RuntimeError subclasses)."""
     from onnxruntime.capi import onnxruntime_pybind11_state as state
     names = ("Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError",
@@ -92,7 +92,7 @@ def _ort_errors() -> tuple[type[BaseException], ...]:
     return tuple(getattr(state, n) for n in names if isinstance(getattr(state, n, None), type))
 
 
-def _ort_reason(exc: BaseException) -> str:
+def ort_reason(exc: BaseException) -> str:
     """ORT's message on one line, without its '[ONNXRuntimeError] : 9 :' prefix."""
     text = " ".join(str(exc).split())
     if text.startswith("[ONNXRuntimeError]"):
@@ -106,10 +106,10 @@ def run_onnxruntime(model_path: str | Path, inputs: Mapping[str, np.ndarray]
         session = ort_session(model_path)
         names = [o.name for o in session.get_outputs()]
         return dict(zip(names, session.run(names, dict(inputs))))
-    except _ort_errors() as exc:
+    except ort_errors() as exc:
         error = ReferenceUnavailable(f"{model_path}: ONNX Runtime cannot run this model "
-                                     f"({_ort_reason(exc)})")
-        error.reason = _ort_reason(exc)
+                                     f"({ort_reason(exc)})")
+        error.reason = ort_reason(exc)
         raise error from None
 
 

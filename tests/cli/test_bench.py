@@ -37,6 +37,21 @@ def test_bench_model_file_and_artifact(tmp_path):
     assert "block-f32.out" in again.output
 
 
+def test_bench_a_model_onnx_runtime_cannot_run(tmp_path):
+    """hidetc is timed alone and the table says why ORT is not (BitCast of bool)."""
+    import numpy as np
+    from helpers.onnx_util import bitcast_model
+    path = tmp_path / "bits.onnx"
+    onnx.save(bitcast_model(np.array([True, False]), "uint8"), path)
+    result = invoke("bench", path, "--repeat", "2", "--no-memory", "--json",
+                    tmp_path / "b.json", "--work", tmp_path / "work")
+    assert result.exit_code == 0, result.output
+    assert "no ORT timing: onnxruntime cannot run this model: NOT_IMPLEMENTED" in \
+        result.output, result.output
+    row = json.loads((tmp_path / "b.json").read_text())["rows"][0]
+    assert row["hidetc_ms"] > 0 and "onnxruntime_ms" not in row
+
+
 def test_bench_bad_subject(tmp_path):
     result = invoke("bench", "no_such_model", "--work", tmp_path)
     assert result.exit_code == 2
