@@ -180,8 +180,9 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
     if onnx_path is not None:
         try:
             session, why = _ort_session(onnx_path, model.target)
-            reference = session and dict(zip([o.name for o in session.get_outputs()],
-                                             session.run(None, inputs)))
+            if session is not None:
+                reference = dict(zip([o.name for o in session.get_outputs()],
+                                     session.run(None, inputs)))
         except ort_errors() as exc:
             session, why = None, f"onnxruntime cannot run this model: {ort_reason(exc)}"
         if session is None:

@@ -36,7 +36,12 @@ class VerificationError(HidetcError):
 
 
 class ReferenceUnavailable(HidetcError):
-    """ONNX Runtime cannot load or run the model (an op or type it does not implement)."""
+    """ONNX Runtime cannot load or run the model (an op or type it does not implement);
+    `reason` is ORT's own message, on one line."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 class ConfigError(HidetcError):

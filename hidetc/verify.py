@@ -107,10 +107,9 @@ def run_onnxruntime(model_path: str | Path, inputs: Mapping[str, np.ndarray]
         names = [o.name for o in session.get_outputs()]
         return dict(zip(names, session.run(names, dict(inputs))))
     except ort_errors() as exc:
-        error = ReferenceUnavailable(f"{model_path}: ONNX Runtime cannot run this model "
-                                     f"({ort_reason(exc)})")
-        error.reason = ort_reason(exc)
-        raise error from None
+        reason = ort_reason(exc)
+        raise ReferenceUnavailable(f"{model_path}: ONNX Runtime cannot run this model "
+                                   f"({reason})", reason) from None
 
 
 def reference_outputs(model_path: str | Path, graph: Graph,

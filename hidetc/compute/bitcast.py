@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from hidetc.tir.ir import Call, Cast, Expr, cast
+from hidetc.tir.ir import INTS, Call, Cast, Expr, cast
 
 WIDTHS: dict[str, int] = {
     **dict.fromkeys(("float64", "int64", "uint64"), 64),
@@ -33,8 +33,7 @@ WIDTHS: dict[str, int] = {
     **dict.fromkeys(("int4", "uint4", "float4_e2m1fn"), 4),
     **dict.fromkeys(("int2", "uint2"), 2),
 }
-_INTEGERS = frozenset(("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                       "uint32", "uint64"))
+_INTEGERS = frozenset(INTS + ("bool",))
 # float type -> (its bits as the unsigned integer of its width, those bits as it)
 FLOAT_BITS = {"float32": ("hidetc_f2u", "hidetc_u2f"), "float64": ("hidetc_d2u", "hidetc_u2d"),
               "float16": ("hidetc_h2u", "hidetc_u2h")}

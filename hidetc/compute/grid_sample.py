@@ -87,7 +87,7 @@ def _padded(x: Expr, d: int, attrs: dict) -> Expr:
     return minimum(maximum(x, _f(-3.0)), _f(d + 2))
 
 
-def _index(p: Expr, d: int) -> Expr:
+def clamped_index(p: Expr, d: int) -> Expr:
     """int32 index of the integer-valued position p, clamped into [0, d) (before the cast
     against overflow, after it against NaN)."""
     i = cast(minimum(maximum(p, _f(0.0)), _f(d - 1)), I32)
@@ -113,7 +113,7 @@ def _axis_taps(attrs: dict, g: Expr, d: int) -> list[Tap]:
             x = minimum(maximum(x, _f(0.0)), _f(d - 1))
         elif padding == "reflection":
             x = _reflect(x, lo, hi)
-        return [(_index(x, d), None, _inside(x, d) if padding == "zeros" else None)]
+        return [(clamped_index(x, d), None, _inside(x, d) if padding == "zeros" else None)]
     # y > 0, so fmod(y, 1) is y - floor(y) exactly, and both come from the same y
     y = _padded(x, d, attrs) + SHIFT
     t = call("fmod", y, _f(1.0))
@@ -124,7 +124,7 @@ def _axis_taps(attrs: dict, g: Expr, d: int) -> list[Tap]:
         p = call("floor", y) + (first + j - SHIFT)
         if padding == "reflection":
             p = _reflect(p, lo, hi)
-        taps.append((_index(p, d), w, _inside(p, d) if padding == "zeros" else None))
+        taps.append((clamped_index(p, d), w, _inside(p, d) if padding == "zeros" else None))
     return taps
 
 

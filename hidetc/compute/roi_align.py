@@ -7,20 +7,19 @@ into [0, N)); per axis each of the s samples gives (valid, low, high, weights) a
 reference; avg sums over the s*s points select(valid_y && valid_x, hy*hx*X[y_low,
 x_low] + hy*lx*X[y_low, x_high] + ly*hx*X[y_high, x_low] + ly*lx*X[y_high, x_high], 0)
 and divides by s*s; max takes the maximum over the points of the largest weighted
-corner term (0 for a point outside). Indices are int32, clamped into [0, size) in float64
-before the cast (huge coordinates) and as integers after it (NaN). Expressions are trees:
+corner term (0 for a point outside). Indices are int32, clamped into [0, size) as
+GridSample's are (`grid_sample.clamped_index`: in float64 before the cast, as integers
+after it). Expressions are trees:
 s*s*4 loads of X, each with its index expressions (s = 2: 16), so a large sampling_ratio
 makes a large kernel.
 """
 from __future__ import annotations
 
+from hidetc.compute.grid_sample import F64, I32, clamped_index
 from hidetc.compute.indexing import Load
 from hidetc.graph.ops.roi_align import check
 from hidetc.schedules.task import Task
 from hidetc.tir.ir import Const, Expr, call, cast, logical_and, maximum, minimum, select
-
-F64 = "float64"
-I32 = "int32"
 
 
 def _f(v: float) -> Expr:
@@ -29,11 +28,6 @@ def _f(v: float) -> Expr:
 
 def _i(v: int) -> Expr:
     return Const(int(v), I32)
-
-
-def _index(p: Expr, size: int) -> Expr:
-    i = cast(minimum(maximum(p, _f(0.0)), _f(size - 1)), I32)
-    return minimum(maximum(i, _i(0)), _i(size - 1))
 
 
 def _samples(start: Expr, bin_size: Expr, p: Expr, s: int, size: int
@@ -49,7 +43,8 @@ def _samples(start: Expr, bin_size: Expr, p: Expr, s: int, size: int
         low = select(at_end, _f(size - 1), floor)
         frac = select(at_end, _f(0.0), v - low)
         high = select(at_end, _f(size - 1), low + _f(1.0))
-        out.append((valid, [(_index(low, size), _f(1.0) - frac), (_index(high, size), frac)]))
+        out.append((valid, [(clamped_index(low, size), _f(1.0) - frac),
+                            (clamped_index(high, size), frac)]))
     return out
 
 

@@ -103,6 +103,15 @@ def emit(node: OnnxNode, ctx: Context, op: str | None = None, inputs=None,
     return Converted((made,), dict(constants or {}))
 
 
+def ints_attr(node: OnnxNode, key: str, default: list[int], length: int) -> list[int]:
+    """An int-list attribute (or `default`) of exactly `length` values, else ModelError."""
+    values = [int(v) for v in node.attrs.get(key, default)]
+    if len(values) != length:
+        raise ModelError(f"{label(node)}: attribute '{key}' has {len(values)} values, "
+                         f"expected {length}")
+    return values
+
+
 def scalar(value: Any, dtype: str) -> np.ndarray:
     """A 0-d array of `dtype` (any name in `ir.DTYPES`, bfloat16 included)."""
     return np.asarray(np.array(value).astype(np.dtype(dtype)))

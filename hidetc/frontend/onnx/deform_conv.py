@@ -23,14 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from hidetc.errors import ModelError
-from hidetc.frontend.onnx.base import Builder, Context, Converted, OnnxNode, label
+from hidetc.frontend.onnx.base import Builder, Context, Converted, OnnxNode, ints_attr, label
 
 WORK_DTYPE = {"float16": "float32", "bfloat16": "float32"}
-
-
-def _ints(node: OnnxNode, key: str, default: list[int]) -> list[int]:
-    value = node.attrs.get(key)
-    return [int(v) for v in value] if value is not None else list(default)
 
 
 def deform_conv(node: OnnxNode, ctx: Context) -> Converted:
@@ -42,16 +37,19 @@ def deform_conv(node: OnnxNode, ctx: Context) -> Converted:
     n, c, h, wd = x.shape
     oc, cg, kh, kw = w.shape
     group, og = int(node.attrs.get("group", 1)), int(node.attrs.get("offset_group", 1))
-    if _ints(node, "kernel_shape", [kh, kw]) != [kh, kw]:
-        raise ModelError(f"{where}: kernel_shape {_ints(node, 'kernel_shape', [])} is not "
-                         f"W's {[kh, kw]}")
+    kernel = ints_attr(node, "kernel_shape", [kh, kw], 2)
+    if kernel != [kh, kw]:
+        raise ModelError(f"{where}: kernel_shape {kernel} is not W's {[kh, kw]}")
     if group < 1 or og < 1 or c != cg * group or oc % group or c % og:
         raise ModelError(f"{where}: X has {c} channels, W {list(w.shape)}: expected C = "
                          f"W.shape[1] * group ({cg} * {group}), OC divisible by group and "
                          f"C by offset_group {og}")
-    sh, sw = _ints(node, "strides", [1, 1])
-    dh, dw = _ints(node, "dilations", [1, 1])
-    pt, pl, pb, pr = _ints(node, "pads", [0, 0, 0, 0])
+    sh, sw = ints_attr(node, "strides", [1, 1], 2)
+    dh, dw = ints_attr(node, "dilations", [1, 1], 2)
+    pt, pl, pb, pr = ints_attr(node, "pads", [0, 0, 0, 0], 4)
+    if min(sh, sw, dh, dw) < 1 or min(pt, pl, pb, pr) < 0:
+        raise ModelError(f"{where}: strides {[sh, sw]}, dilations {[dh, dw]} and pads "
+                         f"{[pt, pl, pb, pr]}: expected strides and dilations >= 1, pads >= 0")
     oh = (h + pt + pb - ((kh - 1) * dh + 1)) // sh + 1
     ow = (wd + pl + pr - ((kw - 1) * dw + 1)) // sw + 1
     taps = kh * kw
@@ -78,6 +76,7 @@ def deform_conv(node: OnnxNode, ctx: Context) -> Converted:
     i, j, y, xx = np.meshgrid(np.arange(kh), np.arange(kw), np.arange(oh), np.arange(ow),
                               indexing="ij")
     corners = int(h > 1 and wd > 1)
+    two, one = const("two", np.array(2.0)), const("one", np.array(1.0))
     coords = []
     for axis, base, size in ((1, -pl + xx * sw + j * dw, wd), (0, -pt + y * sh + i * dh, h)):
         start = build.const("start", np.array([axis], np.int64))
@@ -85,7 +84,6 @@ def deform_conv(node: OnnxNode, ctx: Context) -> Converted:
                                                                                 np.int64)),
                                    build.const("axis", np.array([4], np.int64))])
         position = build.add("Add", [const("base", base.reshape(kh, kw, 1, oh, ow)), step])
-        two, one = const("two", np.array(2.0)), const("one", np.array(1.0))
         if corners:
             scaled = build.add("Mul", [build.add("Div", [
                 position, const("size", np.array(size - 1.0))]), two])
@@ -105,12 +103,12 @@ def deform_conv(node: OnnxNode, ctx: Context) -> Converted:
                                                      [n, og, 1, taps, oh * ow])])
     columns = reshape(sampled, [n, group, cg * taps, oh * ow])
     weights = reshape(as_work(node.inputs[1]), [group, oc // group, cg * taps])
-    y_ = reshape(build.add("MatMul", [weights, columns]), [n, oc, oh, ow])
+    out = reshape(build.add("MatMul", [weights, columns]), [n, oc, oh, ow])
     if len(node.inputs) > 3 and node.inputs[3]:
-        y_ = build.add("Add", [y_, reshape(as_work(node.inputs[3]), [1, oc, 1, 1])])
+        out = build.add("Add", [out, reshape(as_work(node.inputs[3]), [1, oc, 1, 1])])
     if work != x.dtype:
-        y_ = build.add("Cast", [y_], to=x.dtype)
-    build.add("Identity", [y_], out=node.outputs[0])
+        out = build.add("Cast", [out], to=x.dtype)
+    build.add("Identity", [out], out=node.outputs[0])
     return build.done()
 
 

@@ -58,7 +58,16 @@ from __future__ import annotations
 import numpy as np
 
 from hidetc.errors import ModelError
-from hidetc.frontend.onnx.base import Builder, Context, Converted, Handler, OnnxNode, emit, label
+from hidetc.frontend.onnx.base import (
+    Builder,
+    Context,
+    Converted,
+    Handler,
+    OnnxNode,
+    emit,
+    ints_attr,
+    label,
+)
 from hidetc.frontend.onnx.tensors import dtype_name
 
 
@@ -173,7 +182,8 @@ def mel_weight_matrix(node: OnnxNode, ctx: Context) -> Converted:
         falling = (right - j) / max(right - center, 1)
         weights[:, i] = np.where((j >= left) & (j <= center), rising, 0)
         weights[:, i] = np.where((j >= center) & (j < right), falling, weights[:, i])
-        weights[center, i] = max(weights[center, i], 1.0 if center == left else 0.0)
+        if center == left:                  # no rising edge: the peak alone
+            weights[center, i] = 1.0
     return Converted((), {node.outputs[0]: weights.astype(np.dtype(dtype))})
 
 
@@ -359,14 +369,6 @@ def top_k(node: OnnxNode, ctx: Context) -> Converted:
 
 
 # MaxUnpool ------------------------------------------------------------------------------
-def _ints_attr(node: OnnxNode, key: str, default: list[int], length: int) -> list[int]:
-    values = [int(v) for v in node.attrs.get(key, default)]
-    if len(values) != length:
-        raise ModelError(f"{label(node)}: attribute '{key}' has {len(values)} values, "
-                         f"expected {length}")
-    return values
-
-
 def max_unpool(node: OnnxNode, ctx: Context) -> Converted:
     x, idx = ctx.types[node.inputs[0]], ctx.types[node.inputs[1]]
     if x.rank < 3 or idx.shape != x.shape or idx.dtype != "int64":
@@ -376,9 +378,9 @@ def max_unpool(node: OnnxNode, ctx: Context) -> Converted:
     k = x.rank - 2
     if "kernel_shape" not in node.attrs:
         raise ModelError(f"{label(node)}: attribute 'kernel_shape' is required")
-    kernel = _ints_attr(node, "kernel_shape", [], k)
-    strides = _ints_attr(node, "strides", [1] * k, k)
-    pads = _ints_attr(node, "pads", [0] * (2 * k), 2 * k)
+    kernel = ints_attr(node, "kernel_shape", [], k)
+    strides = ints_attr(node, "strides", [1] * k, k)
+    pads = ints_attr(node, "pads", [0] * (2 * k), 2 * k)
     inferred = list(x.shape[:2]) + [(x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[k + i]
                                     + kernel[i] for i in range(k)]
     shape = inferred

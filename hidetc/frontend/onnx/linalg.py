@@ -40,10 +40,8 @@ def det(node: OnnxNode, ctx: Context) -> Converted:
     batch, n = tuple(x.shape[:-2]), x.shape[-1]
     build = Builder(node, ctx)
     work = WORK_DTYPE.get(x.dtype, x.dtype)
-    out_shape = build.const("out_shape", np.array(batch, np.int64))
     if n == 0:
-        ones = np.ones(batch, np.dtype(x.dtype))
-        return Converted((), {node.outputs[0]: ones})
+        return Converted((), {node.outputs[0]: np.ones(batch, np.dtype(x.dtype))})
     s = node.inputs[0]
     if work != x.dtype:
         s = build.add("Cast", [s], to=work)
@@ -73,7 +71,8 @@ def det(node: OnnxNode, ctx: Context) -> Converted:
         total = build.add("Mul", [total, f])
     if work != x.dtype:
         total = build.add("Cast", [total], to=x.dtype)
-    build.add("Reshape", [total, out_shape], out=node.outputs[0])
+    build.add("Reshape", [total, build.const("out_shape", np.array(batch, np.int64))],
+              out=node.outputs[0])
     return build.done()
 
 

@@ -144,7 +144,6 @@ def swiglu(node: OnnxNode, ctx: Context) -> Converted:
 def tensor_scatter(node: OnnxNode, ctx: Context) -> Converted:
     past, update = (ctx.types[i] for i in node.inputs[:2])
     mode = node.attrs.get("mode", "linear")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
     if mode not in ("linear", "circular"):
         raise ModelError(f"{label(node)}: mode '{mode}' is not linear or circular")
     rank = past.rank

@@ -29,11 +29,6 @@ from hidetc.frontend.onnx.base import Builder, Context, Converted, OnnxNode, lab
 MODES = ("TF", "IDF", "TFIDF")
 
 
-def _attr(node: OnnxNode, key: str, default):
-    value = node.attrs.get(key, default)
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _pool_by_length(node: OnnxNode, pool: np.ndarray, starts: list[int]
                     ) -> dict[int, tuple[int, np.ndarray]]:
     """n -> (index of its first entry among all pool entries, its n-grams [m, n])."""
@@ -58,7 +53,7 @@ def tfidf_vectorizer(node: OnnxNode, ctx: Context) -> Converted:
     if x.dtype not in ("int32", "int64") or x.rank not in (1, 2):
         raise ModelError(f"{where}: input X is {x.dtype} {list(x.shape)}, expected int32 or "
                          f"int64 [C] or [B, C]")
-    mode = _attr(node, "mode", "TF")
+    mode = node.attrs.get("mode", "TF")
     if mode not in MODES:
         raise ModelError(f"{where}: mode '{mode}' is not TF, IDF or TFIDF")
     low = int(node.attrs.get("min_gram_length", 1))

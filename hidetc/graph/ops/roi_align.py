@@ -60,7 +60,7 @@ def check(types, attrs: dict) -> tuple[int, ...]:
     return (rois[0], x[1], oh, ow)
 
 
-def axis_taps(start, bin_size, out: int, s: int, size: int):
+def _axis_taps(start, bin_size, out: int, s: int, size: int):
     """Per output position and sample (numpy, shape [R, out, s]): (valid, low, high,
     weight of low, weight of high) along one axis, the reference's rules."""
     p = np.arange(out, dtype=np.float64)[None, :, None]
@@ -77,7 +77,7 @@ def axis_taps(start, bin_size, out: int, s: int, size: int):
     return valid, low, high, 1.0 - frac, frac
 
 
-def roi_geometry(rois: np.ndarray, attrs: dict):
+def _roi_geometry(rois: np.ndarray, attrs: dict):
     """(start_y, start_x, bin_h, bin_w) per roi, float64."""
     scale = float(attrs.get("spatial_scale", 1.0))
     half = attrs.get("coordinate_transformation_mode", "half_pixel") == "half_pixel"
@@ -95,9 +95,9 @@ def _roi_align_ref(inputs, attrs):
     _, c, oh, ow = check(types, attrs)
     s = int(attrs["sampling_ratio"])
     h, w = x.shape[2:]
-    sy, sx, bh, bw = roi_geometry(rois, attrs)
-    vy, y0, y1, hy, ly = axis_taps(sy, bh, oh, s, h)          # [R, OH, s]
-    vx, x0, x1, hx, lx = axis_taps(sx, bw, ow, s, w)          # [R, OW, s]
+    sy, sx, bh, bw = _roi_geometry(rois, attrs)
+    vy, y0, y1, hy, ly = _axis_taps(sy, bh, oh, s, h)          # [R, OH, s]
+    vx, x0, x1, hx, lx = _axis_taps(sx, bw, ow, s, w)          # [R, OW, s]
     b = np.clip(batch.astype(np.int64), 0, x.shape[0] - 1)
     data = np.moveaxis(x, 1, -1).astype(np.float64)           # [N, H, W, C]
     bb = b[:, None, None, None, None]
