@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_MODEL ?= resnet50
 DEMO_DIR := demo
 
-.PHONY: demo test test-slow lint venv clean gpu-check bench
+.PHONY: demo test test-slow lint venv clean gpu-check gpu-check-dry bench
 
 venv: $(STAMP)
 
@@ -46,11 +46,15 @@ CONFORMANCE_JOBS ?= 2
 conformance: $(STAMP)
 	$(PY) -m hidetc.conformance --jobs $(CONFORMANCE_JOBS) --out $(CONFORMANCE_OUT)
 
-# On the GPU test machine (see ../shared/device/README.md): system python3 with pycuda
-# wheels carried in .whl/; writes a table and JSON into GPU_RESULTS.
-GPU_RESULTS ?= bench/results/gpu-$(shell date -u +%Y%m%d-%H%M)
+# The one-shot GPU check (bench/gpu_check.py): on the GPU machine, through the device
+# tool, with the pycuda wheels carried in .whl/ (README, "On a GPU"); results under
+# $OUT/gpu when OUT is set, else GPU_RESULTS, else bench/results/gpu-DATE.
+# `make gpu-check-dry` runs it here first, without a GPU (tiny models, the emulator).
 gpu-check:
-	bash bench/gpu_check.sh $(GPU_RESULTS)
+	bash bench/gpu_check.sh $(if $(GPU_RESULTS),--results $(GPU_RESULTS)) $(GPU_CHECK_ARGS)
+
+gpu-check-dry: $(STAMP)
+	PYTHON=$(PY) bash bench/gpu_check.sh --dry-run $(if $(GPU_RESULTS),--results $(GPU_RESULTS),--results build/gpu-dry-run) $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) bench-work

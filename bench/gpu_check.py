@@ -1,487 +1,435 @@
-"""The per-model half of the one-shot GPU check (bench/gpu_check.sh drives it).
+"""The one-shot GPU check: what one lent GPU session can teach, in one command that
+fails soft (see ../shared/device/README.md for the machine and how pycuda gets there).
 
-    python bench/gpu_check.py env RESULTS_DIR               # GPU, driver, package versions
-    python bench/gpu_check.py model NAME RESULTS_DIR --seconds S [--repeat N] [--tiny]
-                                    [--precisions f16,f32]
-    python bench/gpu_check.py peers NAME --seconds S [--repeat N]   # child: JSON lines
-    python bench/gpu_check.py report RESULTS_DIR            # results.md from results.json
+    bash bench/gpu_check.sh [--dry-run] [--results DIR] [--budget S] [--only PATTERN,...]
 
-`model` builds the ONNX model (batch 1, random weights; GPT-2 without the LM head, as
-transformers' GPT2Model) and compiles it twice, `hidetc compile --target cuda
---precision f16` and `--precision f32` (two artifacts, compiled in parallel, with
---no-verify: the check below records the error even when it is over the tolerance, so
-a failing artifact is still timed; and --no-tune where the CLI has a tuner, unless
-$GPU_CHECK_COMPILE_ARGS says otherwise: see `compile_flags`). Each artifact runs with
-CudaExecutor, is compared with ONNX Runtime (norm-wise relative error per output, bound
-1e-2 for f16, 1e-4 for f32) and timed (CUDA events around the graph replay, median of N
-after warm-up). Then
-the PyTorch peers run in a child process (its own session, killed as a group when its
-time is up), same model definitions (torchvision, transformers), in this order so the
-likely fastest peers of both precisions come first:
-    eager+graph f16, eager+graph f32, eager+graph-cl f16 (CNNs only), compile f16,
-    eager f16, eager f32, compile f32
-eager+graph = eager replayed from a CUDA graph; -cl: with channels_last tensors (cuDNN's
-fast f16 convolutions); compile = torch.compile(mode="reduce-overhead") (Inductor with
-CUDA graphs; its first call compiles: tens of seconds); eager is host-bound at batch 1.
-f32 peers run with TF32 off (hidetc's f32 must meet 1e-4); cudnn.benchmark is on. A peer
-the time box cannot fit is recorded as skipped.
+Results go to $OUT/gpu when OUT is set (the device tool brings back only what is under
+$OUT), else to --results, else bench/results/gpu-<date>: results.json (one entry per
+step and per model), results.md, logs/STEP.log and steps/STEP.json, all rewritten after
+every step, so a run killed at any point keeps what it measured. A compact summary
+(bench/gpu_report.py) is printed last; it fits the 12,000 characters the device tool
+returns.
 
-Each precision's hidetc time is reported as a ratio to the fastest peer of the same
-precision (target: f16 <= 0.8, f32 <= 0.9) and to every peer. Every step is bounded by
-`--seconds`; results.json and results.md are rewritten after each step, so a timeout
-keeps what was measured. results.md also embeds cuda_ops.md (bench/cuda_ops.py) when
-present. torch, torchvision and transformers are optional and imported only in the
-`peers` child, so the hidetc half never pays for them.
+Steps, in the order of what they teach; each is a child process in its own session with
+its own cap (a fault, a hang or a kill costs that row only), clipped by the budget:
+  install_pycuda  the carried wheels (.whl/) into /tmp/site, when there are any
+  device          pycuda import and device query: name, SMs, memory, driver, clocks
+  primitives      the intrinsics tests (cp.async zero-fill, ldmatrix x1/x2/x4 and trans,
+                  mma.m16n8k16, shuffles, votes, vector copies, halves, atomics) run ON the
+                  GPU against their independent numpy references (HIDETC_KERNEL_DEVICE)
+  kernels         the hand-written DSL kernel tests the same way
+  templates       the tensor-core and SIMT templates on 8 model shapes vs numpy
+  runtime         the runtime's GPU tests: module load per arch (cubin, PTX JIT), CUDA
+                  graph capture and replay, dynamic shared memory above 48 KB, fault
+                  location, per-launch profile
+  model_f16_NAME  the five models in f16, one process each (bench/gpu_model.py)
+  peers           PyTorch eager and eager+CUDA graph (channels_last for the CNNs) for all
+                  five in one process (bench/gpu_peers.py), then eager+graph f32
+  model_f32_NAME  the five models in f32 (peers with TF32 off)
+  peers_compile   torch.compile (reduce-overhead) for BERT-base and ResNet-50, f16
+  template_tests  the template tests (awkward shapes, sampled configs) on the GPU
+  tune            BERT-base f16 tuned with --space 2 (how long the full space takes)
+  cuda_ops        the template cases beside cuBLAS/cuDNN (bench/cuda_ops.py)
+  cpu_NAME        the five models on this machine's CPU beside ONNX Runtime (hidetc bench)
+Without a usable GPU (no pycuda, a broken driver) the steps that need one are recorded
+as skipped with the device step's reason; the rest run. `--dry-run` (for a machine
+without a GPU; at most ~5 minutes here) runs every step it can the same way: tiny
+models, the emulator in place of the device, the fake driver's runtime tests, the peers
+skipped when torch is absent; it is how this script is tested before the minutes count.
+Exit status: 0 when every step that ran passed, 1 otherwise (the files are written
+either way).
 """
 from __future__ import annotations
 
 import argparse
-import copy
-import importlib
+import fnmatch
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
-import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-import models  # noqa: E402
+import gpu_report  # noqa: E402
 
-try:  # a broken hidetc is recorded per model; the env and the peers are measured anyway
-    from hidetc.runtime.artifact import read_manifest
-    from hidetc.runtime.cuda import CudaExecutor
-    from hidetc.verify import compare, run_onnxruntime
-    HIDETC_IMPORT_ERROR = None
-except Exception as exc:
-    HIDETC_IMPORT_ERROR = f"hidetc cannot be imported: {type(exc).__name__}: {exc}"
-
-BUILD_OPTIONS = {"gpt2": {"lm_head": False}}
-PRECISIONS = ("f16", "f32")
-TOLERANCE = {"f16": 1e-2, "f32": 1e-4}
-TARGET = {"f16": 0.8, "f32": 0.9}            # hidetc / fastest peer of the precision
+MODELS = ("resnet50", "inception_v3", "mobilenet_v2", "bert_base", "gpt2")
 VISION = ("resnet50", "inception_v3", "mobilenet_v2")
-PEERS = [("eager+graph", "f16"), ("eager+graph", "f32"), ("eager+graph-cl", "f16"),
-         ("compile", "f16"), ("eager", "f16"), ("eager", "f32"), ("compile", "f32")]
-MODES = ["eager", "eager+graph", "eager+graph-cl", "compile"]
-MIN_SECONDS = {"compile": 20.0}               # a peer is started only with this much left
-WARMUP = 10
+BUDGET_S = {"gpu": 460.0, "dry-run": 300.0}
+MIN_STEP_S = 10.0            # a step is started only with this much of the budget left
+REPORT_S = 5.0               # kept back for the last report
+SITE = "/tmp/site"
+PRIMITIVE_TESTS = ["tests/emulator/test_emu_intrinsics.py"]
+KERNEL_TESTS = ["tests/emulator/test_emu_kernels.py"]
+TEMPLATE_TESTS = ["tests/schedules/test_cuda_matmul_tc.py", "tests/schedules/test_cuda_conv_tc.py",
+                  "tests/schedules/test_cuda_matmul_simt.py",
+                  "tests/schedules/test_cuda_conv_gemm.py", "tests/schedules/test_cuda_reduce.py",
+                  "tests/schedules/test_cuda_nhwc_kernels.py",
+                  "tests/schedules/test_more_elementwise_kernels.py",
+                  "tests/codegen/test_cuda_codegen.py", "tests/graph/test_grid_sample.py"]
+RUNTIME_TESTS = ["tests/runtime/test_cuda_runtime.py"]
 
 
-def _tail(text: str, lines: int = 6) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
+@dataclass
+class Run:
+    """One run of the check: where it writes, what it runs on, its deadline."""
+    results: Path
+    mode: str                      # "gpu" | "dry-run"
+    deadline: float
+    python: str
+    device: str = "gpu"            # what the steps run on: gpu | emulator | none
+    device_note: str = ""          # why there is no GPU
+    work: Path = field(default_factory=lambda: Path(
+        os.environ.get("HIDETC_GPU_WORK") or Path(tempfile.gettempdir()) / "hidetc-gpu-check"))
+    doc: dict = field(default_factory=dict)
+    children: set = field(default_factory=set)
+
+    @property
+    def tiny(self) -> list[str]:
+        return ["--tiny"] if self.mode == "dry-run" else []
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def env(self, **extra: str) -> dict:
+        paths = [SITE, str(ROOT), os.environ.get("PYTHONPATH", "")]
+        return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p),
+                    HIDETC_GPU_WORK=str(self.work), **extra)
+
+    def save(self) -> None:
+        """results.json and results.md, rewritten (atomically) after every step."""
+        for name, text in (("results.json", json.dumps(self.doc, indent=1, default=str)),
+                           ("results.md", gpu_report.markdown(self.doc))):
+            tmp = self.results / f".{name}.tmp"
+            tmp.write_text(text)
+            tmp.replace(self.results / name)
 
 
-CHILDREN: set[int] = set()      # process groups of the running children
+@dataclass(frozen=True)
+class Step:
+    name: str
+    cap: float                     # seconds, before the budget clips it
+    argv: list                     # the child's command line ({figures} = its JSON path)
+    kind: str = "json"             # json: the child may write {figures}; pytest: junit XML
+    needs: str = ""                # "gpu" | "torch" | "" : what it cannot run without
+    env: tuple = ()                # extra environment (key, value) pairs
+    skip: str = ""                 # a reason to skip it in this mode
 
 
-def _terminated(signum, frame):
-    """SIGTERM (gpu_check.sh's `timeout`): take the children's sessions down too."""
-    for pid in list(CHILDREN):
+def pytest_step(name: str, cap: float, files: list[str], run: Run, marker: str = "",
+                needs_gpu: bool = True) -> Step:
+    argv = [run.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
+            "--junitxml={figures}", *files]
+    argv += ["-m", marker] if marker else ["-k", "not nvcc and not spill"]
+    device = "gpu" if run.device == "gpu" else "emulator"
+    return Step(name, cap, argv, kind="pytest", needs="gpu" if needs_gpu else "",
+                env=(("HIDETC_KERNEL_DEVICE", device),))
+
+
+def model_step(name: str, precision: str, cap: float, run: Run, compile_args: str = "",
+               tag: str = "") -> Step:
+    argv = [run.python, str(ROOT / "bench" / "gpu_model.py"), "{figures}", "--model", name,
+            "--precision", precision, "--device", run.device, "--seconds", str(cap - 5),
+            "--repeat", "100" if run.device == "gpu" else "3", *run.tiny]
+    if compile_args:
+        argv += ["--compile-args", compile_args]
+    if tag:
+        argv += ["--tag", tag]
+    return Step(f"{tag or 'model'}_{precision}_{name}", cap, argv)
+
+
+def peers_step(name: str, cap: float, plan: list[tuple[str, str, str]], run: Run) -> Step:
+    argv = [run.python, str(ROOT / "bench" / "gpu_peers.py"), "{figures}", "--seconds",
+            str(cap - 5), "--plan", ",".join(":".join(item) for item in plan)]
+    return Step(name, cap, argv, needs="torch")
+
+
+def plan(run: Run) -> list[Step]:
+    """Every step after `device`, in order (see the module docstring)."""
+    py, bench, dry = run.python, str(ROOT / "bench"), run.mode == "dry-run"
+    steps = [pytest_step("primitives", 60, PRIMITIVE_TESTS, run),
+             pytest_step("kernels", 45, KERNEL_TESTS, run),
+             Step("templates", 60, [py, f"{bench}/gpu_templates.py", "{figures}",
+                                    *(["--emulate"] if run.device != "gpu" else [])],
+                  needs="gpu"),
+             pytest_step("runtime", 60, RUNTIME_TESTS, run,
+                         marker="gpu" if run.device == "gpu" else "not gpu", needs_gpu=False)]
+    steps += [model_step(m, "f16", 60, run) for m in MODELS]
+    graph_f16 = [(m, "eager+graph-cl" if m in VISION else "eager+graph", "f16") for m in MODELS]
+    steps.append(peers_step("peers", 120, graph_f16 + [(m, "eager", "f16") for m in MODELS] +
+                            [(m, "eager+graph", "f32") for m in MODELS], run))
+    steps += [model_step(m, "f32", 45, run) for m in MODELS]
+    steps.append(peers_step("peers_compile", 150, [("bert_base", "compile", "f16"),
+                                                   ("resnet50", "compile", "f16")], run))
+    steps.append(pytest_step("template_tests", 150, TEMPLATE_TESTS, run))
+    tuned = model_step("bert_base", "f16", 150, run, "--tune --space 2", tag="tuned")
+    steps.append(Step(tuned.name, tuned.cap, tuned.argv, needs="gpu",
+                      skip="tuning measures on the GPU" if dry else ""))
+    ops = [py, f"{bench}/cuda_ops.py", str(run.results), "--work",
+           str(run.work / "cubins")]
+    ops += ["--dry-run", "--only", "matmul", "--filter", "bert"] if dry else \
+        ["--budget-s", "100", "--configs", "4"]
+    steps.append(Step("cuda_ops", 120, ops, needs="gpu"))
+    for m in MODELS:
+        steps.append(Step(f"cpu_{m}", 60, [py, "-m", "hidetc.cli", "bench", m, "--target", "cpu",
+                                           "--no-tune", "--no-memory", "--repeat", "20",
+                                           "--work", str(run.work / "cpu"),
+                                           "--json", "{figures}", *run.tiny]))
+    return steps
+
+
+# ---------------------------------------------------------------- running a step
+
+
+def run_child(run: Run, argv: list[str], env: dict, log: Path, limit: float) -> int | None:
+    """The command in its own session, output to `log`; None when killed at `limit`."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
+                                start_new_session=True, stdin=subprocess.DEVNULL)
+        run.children.add(proc.pid)
         try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    sys.exit(128 + signum)
+            return proc.wait(timeout=max(limit, 1))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None
+        finally:
+            run.children.discard(proc.pid)
 
 
-def run_bounded(cmd: list[str], limit: float) -> tuple[int | None, str]:
-    """Run `cmd` in its own session for at most `limit` seconds; on timeout kill its
-    whole process group (nvcc jobs, Inductor's compile workers). (rc or None, output)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=ROOT, start_new_session=True)
-    CHILDREN.add(proc.pid)
+def junit_figures(path: Path) -> dict:
+    """Counts and the first failures (test and first message line) of a junit XML."""
+    if not path.is_file():
+        return {}
     try:
-        out, _ = proc.communicate(timeout=max(limit, 1))
-        return proc.returncode, out
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return None, out or ""
-    finally:
-        CHILDREN.discard(proc.pid)
+        root = ET.parse(path).getroot()
+    except ET.ParseError as exc:
+        return {"note": f"unreadable junit XML ({exc})"}
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    failures = []
+    for case in root.iter("testcase"):
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if bad is not None:
+            counts["failed"] += 1
+            message = (bad.get("message") or bad.text or "").strip().splitlines()
+            failures.append(f"{case.get('name')}: {message[0][:200] if message else '?'}")
+        elif case.find("skipped") is not None:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    return {**counts, "failures": failures[:10]}
 
 
-# ---------------------------------------------------------------- hidetc
+def skip_reason(step: Step, run: Run) -> str:
+    if step.skip:
+        return step.skip
+    if step.needs == "gpu" and run.device == "none":
+        return f"no GPU ({run.device_note})"
+    if step.needs == "torch":
+        if importlib.util.find_spec("torch") is None:
+            return "torch is not installed"
+        if run.device != "gpu":
+            return f"no GPU ({run.device_note})"
+    return ""
 
 
-def compile_flags() -> list[str]:
-    """Extra `hidetc compile` options: $GPU_CHECK_COMPILE_ARGS when set (e.g. "--tune
-    --space 1", or "--records FILE" to apply carried tuning records), else --no-tune
-    where the CLI has a tuner (it would tune on the GPU machine by default: minutes per
-    model, past the time box), so the templates' default configs are what is measured."""
-    extra = os.environ.get("GPU_CHECK_COMPILE_ARGS")
-    if extra is not None:
-        return shlex.split(extra)
-    try:
-        from hidetc.cli import compile_cmd as command
-        names = {param.name for param in command.params}
-    except Exception:
-        return []
-    return ["--no-tune"] if "tune" in names else []
-
-
-def compile_cmd(onnx_path: Path, out: Path, precision: str) -> list[str]:
-    return [sys.executable, "-m", "hidetc.cli", "compile", str(onnx_path), "-o", str(out),
-            "--target", "cuda", "--precision", precision, "--no-verify", *compile_flags()]
-
-
-def compile_all(onnx_path: Path, outs: dict[str, Path], limit: float) -> dict[str, dict]:
-    """Both precisions' compiles in parallel (each one's Python half is single-threaded)."""
-    def one(item):
-        precision, out = item
-        start = time.perf_counter()
-        rc, text = run_bounded(compile_cmd(onnx_path, out, precision), limit)
-        result = {"ok": rc == 0, "rc": rc, "output": _tail(text),
-                  "seconds": round(time.perf_counter() - start, 1)}
-        if rc is None:
-            result["error"] = f"timed out after {limit:.0f}s"
-        return precision, result
-    with ThreadPoolExecutor(len(outs) or 1) as pool:
-        return dict(pool.map(one, outs.items()))
-
-
-def measure_hidetc(out: Path, inputs: dict, reference: dict, precision: str,
-                   repeat: int) -> dict:
-    manifest = read_manifest(out)
-    if manifest["target"] != "cuda":
-        return {"error": f"the artifact targets {manifest['target']}, not cuda"}
-    executor = CudaExecutor(out, manifest)
-    try:
-        check = compare(executor.run(inputs), reference, rtol=TOLERANCE[precision])
-        device = executor.measure(repeat=repeat, warmup=WARMUP)
-        wall = []
-        for _ in range(min(repeat, 50)):
-            start = time.perf_counter()
-            executor.run(inputs)
-            wall.append((time.perf_counter() - start) * 1e3)
-    finally:
-        executor.close()
-    errors = [o.get("rel_error") for o in check["outputs"].values()]
-    return {"status": check["status"], "rtol": TOLERANCE[precision],
-            "rel_error": max((e for e in errors if e is not None), default=None),
-            "device_ms": float(np.median(device)), "min_ms": float(np.min(device)),
-            "run_ms": float(np.median(wall)), "graph": executor.uses_graph,
-            "graph_unavailable": executor.graph_unavailable,
-            "precision": manifest.get("precision", "f32"),
-            "launches": len(manifest.get("cuda", {}).get("launches", []))}
-
-
-# ---------------------------------------------------------------- PyTorch peers (child)
-
-
-def torch_model(name: str, torch):
-    """(module, positional inputs, keyword inputs): f32, random weights, batch 1, on CPU."""
-    if name in VISION:
-        torchvision = importlib.import_module("torchvision")
-        kwargs = {"aux_logits": False, "init_weights": False} if name == "inception_v3" else {}
-        module = getattr(torchvision.models, name)(weights=None, **kwargs)
-        size = 299 if name == "inception_v3" else 224
-        return module, (torch.randn(1, 3, size, size),), {}
-    transformers = importlib.import_module("transformers")
-    if name == "bert_base":
-        module = transformers.BertModel(transformers.BertConfig())
-        ids = torch.randint(0, 30522, (1, 128))
-        return module, (), {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    module = transformers.GPT2Model(transformers.GPT2Config())
-    return module, (), {"input_ids": torch.randint(0, 50257, (1, 128))}
-
-
-def time_fn(fn, torch, repeat: int) -> float:
-    """Median device ms of `fn()` between two CUDA events, after WARMUP calls."""
-    for _ in range(WARMUP):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return float(np.median(times))
-
-
-def _graphed(fn, torch):
-    """`fn` captured once into a CUDA graph (after warm-up on a side stream): its replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
-
-
-class Peers:
-    """The model built once (f32, CPU); per precision a GPU copy, made on first use."""
-
-    def __init__(self, name: str, torch):
-        self.name, self.torch = name, torch
-        self.base, self.args, self.kwargs = torch_model(name, torch)
-        self.base.eval()
-        self.copies: dict[str, tuple] = {}
-
-    def inputs(self, dtype: str, channels_last: bool = False):
-        torch, key = self.torch, (dtype, channels_last)
-        if key not in self.copies:
-            half = dtype == "f16"
-            module = copy.deepcopy(self.base).cuda()
-            module = module.half() if half else module
-
-            def prepare(t):
-                t = (t.half() if half and t.is_floating_point() else t).cuda()
-                return t.contiguous(memory_format=torch.channels_last) \
-                    if channels_last and t.dim() == 4 else t
-            if channels_last:
-                module = module.to(memory_format=torch.channels_last)
-            self.copies[key] = (module, tuple(prepare(t) for t in self.args),
-                                {k: prepare(t) for k, t in self.kwargs.items()})
-        return self.copies[key]
-
-    def time(self, mode: str, dtype: str, repeat: int) -> float:
-        module, args, kwargs = self.inputs(dtype, mode == "eager+graph-cl")
-        torch = self.torch
-        with torch.inference_mode():
-            if mode == "eager":
-                return time_fn(lambda: module(*args, **kwargs), torch, repeat)
-            if mode in ("eager+graph", "eager+graph-cl"):
-                return time_fn(_graphed(lambda: module(*args, **kwargs), torch), torch, repeat)
-            compiled = torch.compile(module, mode="reduce-overhead")
-            return time_fn(lambda: compiled(*args, **kwargs), torch, repeat)
-
-
-def run_peers(name: str, seconds: float, repeat: int) -> int:
-    deadline = time.time() + seconds
-    try:
-        torch = importlib.import_module("torch")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cudnn.benchmark = True
-        peers = Peers(name, torch)
-    except Exception as exc:
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:300]}), flush=True)
-        return 0
-    for mode, dtype in PEERS:
-        if mode == "eager+graph-cl" and name not in VISION:
-            continue
-        row = {"mode": mode, "dtype": dtype}
-        if deadline - time.time() < MIN_SECONDS.get(mode, 3.0):
-            print(json.dumps(dict(row, error="skipped: out of time")), flush=True)
-            continue
-        start = time.perf_counter()
+def execute(step: Step, run: Run) -> dict:
+    """Run one step; its entry of results.json."""
+    entry: dict = {"cap_s": step.cap}
+    reason = skip_reason(step, run)
+    limit = min(step.cap, run.left() - REPORT_S)
+    if not reason and run.left() - REPORT_S < MIN_STEP_S:
+        reason = "out of time"
+    if reason:
+        return dict(entry, status="skipped", reason=reason, seconds=0)
+    figures = run.results / "steps" / f"{step.name}.{'xml' if step.kind == 'pytest' else 'json'}"
+    figures.unlink(missing_ok=True)
+    log = run.results / "logs" / f"{step.name}.log"
+    argv = [str(a).replace("{figures}", str(figures)) for a in step.argv]
+    start = time.time()
+    rc = run_child(run, argv, run.env(**dict(step.env)), log, limit)
+    entry.update(seconds=round(time.time() - start, 1), limit_s=round(limit), rc=rc,
+                 log=str(log.relative_to(run.results)))
+    if step.kind == "pytest":
+        entry["figures"] = junit_figures(figures)
+    elif figures.is_file():
         try:
-            row["median_ms"] = peers.time(mode, dtype, repeat)
-        except Exception as exc:  # a peer that fails is a recorded fact, not a crash
-            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-        row["seconds"] = round(time.perf_counter() - start, 1)
-        print(json.dumps(row), flush=True)
-    return 0
+            entry["figures"] = json.loads(figures.read_text())
+        except ValueError as exc:
+            entry["figures"] = {"note": f"unreadable ({exc})"}
+    tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.is_file() else []
+    if rc is None:
+        entry.update(status="timeout", reason=f"killed at its {limit:.0f} s limit")
+    elif isinstance(entry.get("figures"), dict) and entry["figures"].get("status"):
+        entry["status"] = entry["figures"]["status"]
+    else:
+        entry["status"] = "passed" if rc == 0 else "failed"
+    if entry["status"] not in ("passed", "compiled") and tail:
+        entry["tail"] = tail
+    return entry
 
 
-def measure_peers(name: str, limit: float, repeat: int) -> dict:
-    rc, stdout = run_bounded([sys.executable, __file__, "peers", name, "--repeat", str(repeat),
-                              "--seconds", str(max(limit - 5, 1))], limit)
-    note = f"timed out after {limit:.0f}s" if rc is None else \
-        None if rc == 0 else _tail(stdout, 3)
-    rows = {}
-    for line in stdout.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and "mode" in row:
-            rows[f"{row['mode']} {row['dtype']}"] = row
-        elif isinstance(row, dict) and "error" in row:
-            note = row["error"]
-    return {"rows": rows, "note": note}
+# ---------------------------------------------------------------- the device step
 
 
-# ---------------------------------------------------------------- model / report
+def _attribute(name: str):
+    return lambda drv, dev: dev.get_attribute(getattr(drv.device_attribute, name))
 
 
-def run_model(name: str, results: Path, seconds: float, repeat: int, tiny: bool,
-              precisions: list[str]) -> int:
-    deadline = time.time() + seconds
-    work = Path(os.environ.get("HIDETC_GPU_WORK", "/tmp/hidetc-gpu-check"))
-    work.mkdir(parents=True, exist_ok=True)
-    record: dict = {"model": name, "tiny": tiny, "compile_flags": compile_flags(),
-                    "precisions": {p: {} for p in precisions}}
-    proto = models.build(name, tiny=tiny, **BUILD_OPTIONS.get(name, {}))
-    onnx_path = work / f"{name}.onnx"
-    models.save(proto, onnx_path)
-    inputs = models.sample_inputs(proto, seed=1)
-    outs = {p: work / f"{name}.{p}.out" for p in precisions}
-    compiled = compile_all(onnx_path, outs, min(0.5 * seconds, deadline - time.time() - 20))
-    for p in precisions:
-        record["precisions"][p]["compile"] = compiled[p]
-    save(results, record)
-    reference = None
-    for p in precisions:
-        if HIDETC_IMPORT_ERROR:
-            record["precisions"][p]["hidetc"] = {"error": HIDETC_IMPORT_ERROR}
-            continue
-        if not compiled[p]["ok"]:
-            continue
-        try:
-            reference = reference or run_onnxruntime(onnx_path, inputs)
-            record["precisions"][p]["hidetc"] = measure_hidetc(outs[p], inputs, reference, p,
-                                                               repeat)
-        except Exception as exc:    # a HidetcError or any crash: recorded
-            record["precisions"][p]["hidetc"] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
-        save(results, record)
-    record["peers"] = measure_peers(name, deadline - time.time() - 5, repeat)
-    save(results, record)
-    return 0
+DEVICE_FACTS = {
+    "driver": lambda drv, dev: drv.get_driver_version(),
+    "cuda_pycuda_built_for": lambda drv, dev: drv.get_version(),
+    "sms": _attribute("MULTIPROCESSOR_COUNT"),
+    "sm_clock_mhz": lambda drv, dev: _attribute("CLOCK_RATE")(drv, dev) // 1000,
+    "memory_clock_mhz": lambda drv, dev: _attribute("MEMORY_CLOCK_RATE")(drv, dev) // 1000,
+    "memory_bus_bits": _attribute("GLOBAL_MEMORY_BUS_WIDTH"),
+    "l2_bytes": _attribute("L2_CACHE_SIZE"),
+    "shared_per_block": _attribute("MAX_SHARED_MEMORY_PER_BLOCK"),
+    "shared_per_block_optin": _attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+    "shared_per_sm": _attribute("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+    "registers_per_sm": _attribute("MAX_REGISTERS_PER_MULTIPROCESSOR"),
+    "registers_per_block": _attribute("MAX_REGISTERS_PER_BLOCK"),
+    "max_threads_per_sm": _attribute("MAX_THREADS_PER_MULTIPROCESSOR"),
+}
 
 
-def ratios(record: dict) -> dict:
-    """Per precision: hidetc ms / each peer's ms of that precision, and the fastest."""
-    out = {}
-    rows = record.get("peers", {}).get("rows", {})
-    for p, rec in record.get("precisions", {}).items():
-        ours = rec.get("hidetc", {}).get("device_ms")
-        peers = {k: r["median_ms"] for k, r in rows.items()
-                 if r.get("dtype") == p and "median_ms" in r}
-        fastest = min(peers, key=peers.get) if peers else None
-        ratio = ours / peers[fastest] if ours and fastest else None
-        out[p] = {"fastest": fastest, "fastest_ms": peers.get(fastest), "ratio": ratio,
-                  "target": TARGET[p], "met": None if ratio is None else ratio <= TARGET[p],
-                  "per_peer": {k: ours / v for k, v in peers.items()} if ours else {}}
-    return out
-
-
-def save(results: Path, record: dict) -> None:
-    record["ratios"] = ratios(record)
-    path = results / "results.json"
-    doc = json.loads(path.read_text()) if path.is_file() else {"models": {}}
-    doc.setdefault("models", {})[record["model"]] = record
-    path.write_text(json.dumps(doc, indent=1))
-    (results / "results.md").write_text(report(doc, results))
-
-
-def _peer_cell(row: dict | None, ours: float | None) -> str:
-    if not row:
-        return "-"
-    if "median_ms" not in row:
-        return "skipped" if "skipped" in row.get("error", "") else "fail"
-    ratio = f" ({ours / row['median_ms']:.2f})" if ours else ""
-    return f"{row['median_ms']:.3f}{ratio}"
-
-
-def report(doc: dict, results: Path | None = None) -> str:
-    env = doc.get("env", {})
-    flags = next((r["compile_flags"] for r in doc.get("models", {}).values()
-                  if r.get("compile_flags")), [])
-    head = ["model", "prec", "compile", "check (rel err)", "hidetc ms", "run() ms",
-            "fastest peer", "hidetc / fastest", "target", "met"] + MODES
-    lines = [f"# GPU check {env.get('date', '')}", "",
-             f"GPU: {env.get('gpu', '?')}; torch {env.get('torch', '-')}; median device ms "
-             "of the forward pass (CUDA events), batch 1. Peer cells: ms (hidetc / peer), "
-             "same precision; f32 peers with TF32 off. hidetc compile flags: "
-             f"{' '.join(flags) if flags else '-'}.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    notes = []
-    for name, rec in doc.get("models", {}).items():
-        peers, rows = rec.get("peers", {}), rec.get("peers", {}).get("rows", {})
-        rat = rec.get("ratios") or ratios(rec)
-        for p, prec in rec.get("precisions", {}).items():
-            comp, ours = prec.get("compile", {}), prec.get("hidetc", {})
-            check = ours.get("status", "-")
-            if ours.get("rel_error") is not None:
-                check += f" ({ours['rel_error']:.1e})"
-            r = rat.get(p, {})
-            fastest = f"{r['fastest']} {r['fastest_ms']:.3f}" if r.get("fastest") else "-"
-            ms = ours.get("device_ms")
-            cells = [name + (" (tiny)" if rec.get("tiny") else ""), p,
-                     f"{'ok' if comp.get('ok') else 'FAIL'} {comp.get('seconds', '-')}s", check,
-                     f"{ms:.3f}" if ms else "-",
-                     f"{ours['run_ms']:.3f}" if "run_ms" in ours else "-", fastest,
-                     f"{r['ratio']:.2f}" if r.get("ratio") else "-", f"<= {TARGET[p]}",
-                     {True: "yes", False: "NO", None: "-"}[r.get("met")]]
-            cells += [_peer_cell(rows.get(f"{m} {p}"), ms) for m in MODES]
-            lines.append("| " + " | ".join(cells) + " |")
-            for what, text in (("compile", None if comp.get("ok") else comp.get("error") or
-                                comp.get("output")), ("hidetc", ours.get("error"))):
-                if text:
-                    notes.append(f"- {name} {p} {what}: " +
-                                 " / ".join(str(text).splitlines()[-2:]))
-        if peers.get("note"):
-            notes.append(f"- {name} peers: {peers['note']}")
-        for key, row in rows.items():
-            if "error" in row and "skipped" not in row["error"]:
-                notes.append(f"- {name} {key}: {row['error']}")
-    text = "\n".join(lines + ([""] + notes if notes else [])) + "\n"
-    ops = results / "cuda_ops.md" if results else None
-    if ops and ops.is_file():
-        text += "\n" + ops.read_text().replace("# CUDA templates", "## CUDA templates", 1)
-    return text
-
-
-def record_env(results: Path) -> int:
-    env = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "python": platform.python_version(), "cores": os.cpu_count()}
+def device_query(out: Path) -> int:
+    """Child: the device's facts into `out`: status `passed` once pycuda imports, device 0
+    opens and its primary context takes a query, else `unavailable` with the reason."""
+    facts: dict = {"host_cores": os.cpu_count(), "python": platform.python_version()}
     try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap,driver_version",
-                              "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=30)
-        env["gpu"] = smi.stdout.strip() or smi.stderr.strip()
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,"
+                              "clocks.max.mem,power.limit,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        facts["nvidia_smi"] = (smi.stdout or smi.stderr).strip()[:300]
     except (OSError, subprocess.TimeoutExpired) as exc:
-        env["gpu"] = f"unknown ({exc})"
-    for package in ("torch", "torchvision", "transformers", "onnxruntime", "pycuda"):
+        facts["nvidia_smi"] = f"unavailable ({type(exc).__name__})"
+    try:
+        import pycuda.driver as drv
+        drv.init()
+        dev = drv.Device(0)
+        context = dev.retain_primary_context()   # what every later step does first
+        context.push()
         try:
-            env[package] = importlib.metadata.version(package)
+            free, total = drv.mem_get_info()
+        finally:
+            drv.Context.pop()
+        facts.update(status="passed", name=dev.name(),
+                     capability=list(dev.compute_capability()),
+                     memory_gib=round(total / 2**30, 1), free_gib=round(free / 2**30, 1))
+    except Exception as exc:         # ImportError, the driver's errors: the reason is the row
+        facts.update(status="unavailable", reason=f"{type(exc).__name__}: {exc}"[:300])
+    if facts["status"] == "passed":  # each further fact on its own: none can fail the step
+        for key, get in DEVICE_FACTS.items():
+            try:
+                facts[key] = get(drv, dev)
+            except Exception as exc:
+                facts[key] = f"unknown ({type(exc).__name__}: {exc})"[:120]
+    for package in ("torch", "torchvision", "transformers", "onnx", "onnxruntime", "numpy",
+                    "pycuda"):
+        try:
+            facts[f"version_{package}"] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
-            env[package] = "not installed"
-    path = results / "results.json"
-    doc = json.loads(path.read_text()) if path.is_file() else {"models": {}}
-    doc["env"] = env
-    path.write_text(json.dumps(doc, indent=1))
-    print(json.dumps(env))
+            facts[f"version_{package}"] = None
+    out.write_text(json.dumps(facts, indent=1, default=str))
+    print(json.dumps(facts))
     return 0
+
+
+# ---------------------------------------------------------------- the run
+
+
+def results_dir(given: Path | None) -> Path:
+    """$OUT/gpu whenever OUT is set (on the GPU machine nothing else comes back), else
+    `given`, else bench/results/gpu-DATE."""
+    if os.environ.get("OUT"):
+        return Path(os.environ["OUT"]) / "gpu"
+    stamp = time.strftime("%Y%m%d-%H%M", time.gmtime())
+    return given or ROOT / "bench" / "results" / f"gpu-{stamp}"
+
+
+def main_run(a: argparse.Namespace) -> int:
+    mode = "dry-run" if a.dry_run else "gpu"
+    results = results_dir(a.results)
+    for sub in ("logs", "steps"):
+        (results / sub).mkdir(parents=True, exist_ok=True)
+    budget = a.budget or float(os.environ.get("GPU_CHECK_BUDGET_S", BUDGET_S[mode]))
+    run = Run(results, mode, time.time() + budget, a.python)
+    run.work.mkdir(parents=True, exist_ok=True)
+    run.doc = {"mode": mode, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "budget_s": budget, "steps": {}}
+
+    def stop(signum, frame):           # the device tool's timeout: keep what is known
+        for pid in list(run.children):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        run.doc["stopped"] = f"signal {signum} after {budget - run.left():.0f} s"
+        run.save()
+        print(gpu_report.summary(run.doc))
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
+    only = set(filter(None, a.only.split(","))) if a.only else None
+
+    def do(step: Step) -> None:
+        if only is not None and step.name not in ("install_pycuda", "device") and \
+                not any(fnmatch.fnmatchcase(step.name, pattern) for pattern in only):
+            return
+        entry = execute(step, run)
+        run.doc["steps"][step.name] = entry
+        gpu_report.collect(run.doc, step.name, entry)
+        run.save()
+        print(gpu_report.progress_line(step.name, entry), flush=True)
+
+    wheels = sorted((ROOT / ".whl").glob("*.whl"))
+    if wheels:
+        do(Step("install_pycuda", 60, [run.python, "-m", "pip", "install", "-q", "--no-index",
+                                       "--no-deps", "--upgrade", "--target", SITE,
+                                       *map(str, wheels)]))
+    do(Step("device", 30, [run.python, str(Path(__file__).resolve()), "device", "{figures}"]))
+    device = run.doc["steps"].get("device", {})
+    if device.get("status") != "passed":
+        run.device_note = (device.get("figures") or {}).get("reason") or \
+            device.get("reason") or "the device step failed"
+        run.device = "emulator" if mode == "dry-run" else "none"
+    run.doc.update(device=run.device, device_note=run.device_note)
+    for step in plan(run):
+        do(step)
+    run.doc["finished_s"] = round(budget - run.left(), 1)
+    run.save()
+    print(gpu_report.summary(run.doc))
+    bad = [n for n, e in run.doc["steps"].items() if e["status"] not in gpu_report.FINE]
+    return 1 if bad else 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["device"]:
+        return device_query(Path(argv[1]))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("command", choices=["env", "model", "peers", "report"])
-    p.add_argument("args", nargs="*")
-    p.add_argument("--seconds", type=float, default=120.0)
-    p.add_argument("--repeat", type=int, default=100)
-    p.add_argument("--tiny", action="store_true", help="tiny models: a dry run of the script")
-    p.add_argument("--precisions", default=",".join(PRECISIONS))
-    a = p.parse_args(argv)
-    if a.command == "peers":
-        return run_peers(a.args[0], a.seconds, a.repeat)
-    if a.command == "model":
-        signal.signal(signal.SIGTERM, _terminated)
-        results = Path(a.args[1])
-        results.mkdir(parents=True, exist_ok=True)
-        precisions = [x for x in a.precisions.split(",") if x]
-        bad = [x for x in precisions if x not in PRECISIONS]
-        if bad:
-            p.error(f"unknown precision(s) {bad}; choose from {list(PRECISIONS)}")
-        return run_model(a.args[0], results, a.seconds, a.repeat, a.tiny, precisions)
-    results = Path(a.args[0])
-    results.mkdir(parents=True, exist_ok=True)
-    if a.command == "env":
-        return record_env(results)
-    path = results / "results.json"
-    doc = json.loads(path.read_text()) if path.is_file() else {"models": {}}
-    (results / "results.md").write_text(report(doc, results))
-    return 0
+    p.add_argument("--dry-run", action="store_true",
+                   help="no GPU here: tiny models, the emulator, the fake driver")
+    p.add_argument("--results", type=Path, default=None,
+                   help="where to write (default: $OUT/gpu, else bench/results/gpu-DATE)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds for the whole run (default $GPU_CHECK_BUDGET_S, else "
+                        f"{BUDGET_S['gpu']:.0f}; {BUDGET_S['dry-run']:.0f} for a dry run)")
+    p.add_argument("--only", default="",
+                   help="comma-separated step names or patterns (model_f16_*,runtime); the "
+                        "device step always runs")
+    p.add_argument("--python", default=sys.executable, help="the children's interpreter")
+    return main_run(p.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
@@ -241,6 +241,17 @@ def _describe(entry: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in entry.items())
 
 
+def profile_rows(manifest: dict, times: list[float]) -> list[dict]:
+    """Per launch (manifest order) with its time `times[i]` in ms: kernel, op, node,
+    template and config (None for a rule kernel) and, on cuda, grid and block."""
+    kernels = manifest["kernels"]
+    launches = (manifest.get("cuda") or {}).get("launches") or [{}] * len(kernels)
+    return [{"kernel": k["name"], "op": k["op"], "node": k.get("node"), "ms": t,
+             "template": k.get("template"), "config": k.get("config"),
+             **{key: launch[key] for key in ("grid", "block") if key in launch}}
+            for k, launch, t in zip(kernels, launches, times)]
+
+
 class Model:
     """A loaded artifact. `run({name: array}) -> {name: array}`."""
 
@@ -266,6 +277,16 @@ class Model:
     def last_latency_ms(self) -> float:
         return self._executor.last_latency_ms
 
+    @property
+    def uses_graph(self) -> bool:
+        """True where each run replays a captured CUDA graph (cuda, capture worked)."""
+        return bool(getattr(self._executor, "uses_graph", False))
+
+    @property
+    def graph_unavailable(self) -> Optional[str]:
+        """Why a cuda artifact runs as plain stream launches (None otherwise)."""
+        return getattr(self._executor, "graph_unavailable", None)
+
     def set_threads(self, n: int) -> None:
         if hasattr(self._executor, "set_threads"):
             self._executor.set_threads(n)
@@ -274,15 +295,13 @@ class Model:
         return self._executor.run(inputs)
 
     def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 10) -> list[dict]:
-        """Per launch: kernel, op, node and median milliseconds (see the executor's
+        """`profile_rows` of the executor's per-launch median milliseconds (see its
         `profile`); ArtifactError where the executor cannot time single launches."""
         profile = getattr(self._executor, "profile", None)
         if profile is None:
             raise ArtifactError(f"{self.path}: per-kernel profiling is not supported for "
                                 f"the {self.target} target yet")
-        times = profile(inputs, repeat)
-        return [{"kernel": k["name"], "op": k["op"], "node": k.get("node"), "ms": t}
-                for k, t in zip(self.manifest["kernels"], times)]
+        return profile_rows(self.manifest, profile(inputs, repeat))
 
 
 def load(out_dir: str | os.PathLike, *, verify_checksums: bool = True,

@@ -20,7 +20,9 @@ ONNX Runtime cannot load or run the model (an op or type it lacks), hidetc is ti
 alone and the table says why under the row (`onnxruntime_note`).
 
 `bench_subject(...) -> dict` is one row; `format_table(rows)` the printed table;
-`profile_rows(...)` the per-kernel times (`--profile`, cpu target).
+`profile_lines(row)` the slowest launches of a `--profile` row (per-launch times: on the
+cpu from the launcher's clock, on cuda from CUDA events around each launch of an
+un-captured pass; with template, config and, on cuda, grid and block).
 """
 from __future__ import annotations
 
@@ -170,6 +172,10 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
         row["tune_s"] = result.timings.get("tune_s", 0.0)
     model = hidetc.load(artifact)
     manifest = model.manifest
+    if model.target == "cuda":
+        row["cuda_graph"] = model.uses_graph
+        if not model.uses_graph:
+            row["cuda_graph_unavailable"] = model.graph_unavailable
     row.update(target=model.target, kernels=len(manifest["kernels"]),
                arena_mb=manifest["memory"]["arena_bytes"] / 2**20,
                intermediates_mb=manifest["memory"]["total_bytes"] / 2**20,
@@ -236,6 +242,9 @@ def format_table(rows: list[dict]) -> str:
             peer = key[len("ratio_"):]
             lines.append(f"{'':<16}{'':<12}vs {peer}: {r[peer + '_ms']:.2f} ms, "
                          f"ratio {r[key]:.2f}x")
+        if r.get("cuda_graph") is False:
+            lines.append(f"{'':<16}{'':<12}no CUDA graph: stream launches "
+                         f"({r.get('cuda_graph_unavailable')})")
         if r.get("onnxruntime_note"):
             lines.append(f"{'':<16}{'':<12}no ORT timing: {r['onnxruntime_note']}")
     return "\n".join(lines)
@@ -247,8 +256,10 @@ def profile_lines(row: dict, top: int = 15) -> list[str]:
     total = sum(e["ms"] for e in entries) or 1.0
     lines = [f"{row['model']}: {len(entries)} launches, {total:.2f} ms in kernels"]
     for e in entries[:top]:
+        where = f"grid {e['grid']} block {e['block']}  " if "grid" in e else ""
+        how = f"{e['template']} {e.get('config') or ''}" if e.get("template") else "rule"
         lines.append(f"  {e['ms']:8.3f} ms {100 * e['ms'] / total:5.1f}%  {e['op']:<20} "
-                     f"{e['kernel']:<24} {e.get('node') or ''}")
+                     f"{e['kernel']:<24} {where}{how}  {e.get('node') or ''}")
     return lines
 
 

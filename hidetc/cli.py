@@ -276,7 +276,8 @@ def _save_npz(path: Path, outputs) -> None:
 @click.option("--tiny", is_flag=True, help="The tiny variants of the benchmark models.")
 @click.option("--vs", "peers", type=click.Choice(["onnxruntime", "torch"]), multiple=True,
               help="Peers beside ONNX Runtime (always timed when a model file is known).")
-@click.option("--profile", is_flag=True, help="Per-kernel times (cpu target).")
+@click.option("--profile", is_flag=True,
+              help="Per-kernel times (cpu: the launcher's clock; cuda: CUDA events per launch).")
 @click.option("--no-memory", is_flag=True, help="Skip the peak-memory child processes.")
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path),
               default=Path("bench-work"), show_default=True,

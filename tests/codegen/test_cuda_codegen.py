@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import (
     CUDA_INCLUDE_DIR,
@@ -13,7 +14,6 @@ from hidetc.codegen.cuda import (
     print_cuda_function,
     print_cuda_module,
 )
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     Call,
@@ -202,7 +202,7 @@ def test_nvcc_compiles_the_math_kernel(math_source, tmp_path):
 
 
 def test_math_kernel_matches_numpy(math_source):
-    module = EmulatedModule(build_emulated({"math_all": math_source}))
+    module = kernel_module({"math_all": math_source})
     rng = np.random.default_rng(2)
     x = rng.uniform(0.05, 0.95, 64).astype(np.float32)
     y = rng.uniform(0.5, 2.0, 64).astype(np.float32)

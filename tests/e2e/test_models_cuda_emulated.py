@@ -1,6 +1,7 @@
 """The five tiny benchmark models compiled for the cuda target (cross-compiled: nvcc
 builds the cubins, no GPU needed), then every emitted CUDA kernel runs in the emulator
-from the artifact's own .cu sources, and the outputs match ONNX Runtime (f32, 1e-4)."""
+from the artifact's own .cu sources, and the outputs match ONNX Runtime (f32, 1e-4);
+ResNet-50's per-launch profile lines up with its launches."""
 from __future__ import annotations
 
 import shutil
@@ -32,3 +33,12 @@ def test_tiny_model_cuda_emulated(name, tmp_path):
     inputs = models.sample_inputs(proto, seed=2)
     report = compare(model.run(inputs), run_onnxruntime(path, inputs), rtol=1e-4)
     assert report["status"] == "passed", report
+    assert not model.uses_graph and "emulated" in model.graph_unavailable
+    if name == "resnet50":      # per-launch profile rows line up with the launches
+        rows = model.profile(inputs, repeat=1)
+        launches = manifest["cuda"]["launches"]
+        assert [r["kernel"] for r in rows] == [launch["kernel"] for launch in launches]
+        assert [(r["grid"], r["block"]) for r in rows] == \
+            [(launch["grid"], launch["block"]) for launch in launches]
+        assert all(r["ms"] > 0 for r in rows)
+        assert {r["template"] for r in rows} >= {"cuda.conv_gemm"}

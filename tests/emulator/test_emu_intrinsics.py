@@ -8,9 +8,9 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
 from hidetc.toolchain.nvcc import compile_cubins
 
 NVCC = shutil.which("nvcc")
@@ -156,7 +156,7 @@ extern "C" void mma_fragments_emu_entry(void **a) {
 
 @pytest.fixture(scope="module")
 def module():
-    return EmulatedModule(build_emulated({"emu_intrinsics": SOURCE}))
+    return kernel_module({"emu_intrinsics": SOURCE})
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")

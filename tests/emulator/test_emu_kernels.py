@@ -7,9 +7,9 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     Call,
@@ -217,7 +217,7 @@ def source():
 
 @pytest.fixture(scope="module")
 def module(source):
-    return EmulatedModule(build_emulated({"emu_kernels": source}))
+    return kernel_module({"emu_kernels": source})
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")

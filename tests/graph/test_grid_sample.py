@@ -19,6 +19,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
+from helpers.kernel_device import kernel_module
 from helpers.onnx_util import one_node_model
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
@@ -31,7 +32,6 @@ from hidetc.frontend.onnx.importer import import_model
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
 from hidetc.graph.reference import run_graph
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
 from hidetc.schedules import cpu, cuda
 from hidetc.schedules.task import Task
 from hidetc.tir.pipeline import lower
@@ -147,7 +147,7 @@ def cuda_functions():
 @pytest.fixture(scope="module")
 def emulated(cuda_functions):
     source = print_cuda_module(list(cuda_functions.values()))
-    return EmulatedModule(build_emulated({"grid_sample": source}))
+    return kernel_module({"grid_sample": source})
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hidetc.errors import ArtifactError
+from hidetc.errors import ArtifactError, InputError
 from hidetc.runtime.cuda import driver
 from hidetc.runtime.cuda import executor as cuda_executor
 from hidetc.runtime.cuda.executor import CudaExecutor
@@ -326,6 +326,18 @@ def test_fake_other_thread_and_measure(fake, tmp_path):
     assert ex.measure(repeat=3, warmup=1) == [0.25] * 3
 
 
+def test_fake_profile_times_each_launch_outside_the_graph(fake, tmp_path):
+    ex = CudaExecutor(tmp_path, _artifact(tmp_path, {"sm_90": "a.cubin"}))
+    fake.launched.clear()
+    x = np.random.default_rng(3).standard_normal(N, dtype=np.float32)
+    assert ex.profile({"x": x}, repeat=3) == [0.25, 0.25]    # the fake's event interval
+    assert fake.launched == ["scale_bias", "relu_reverse"] * 4  # warm-up + 3, not replays
+    np.testing.assert_array_equal(fake.read(ex._outputs[0].device, 4 * N, np.float32),
+                                  _expected(x))
+    with pytest.raises(InputError, match=r"input 'x': expected shape \[16384\], got \[7\]"):
+        ex.profile({"x": x[:7]})
+
+
 def test_fake_flow_without_graph_api(fake, tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(driver._SESSION, "graphs", None)
     monkeypatch.setattr(driver._SESSION, "graph_unavailable", "no cuGraphLaunch")
@@ -342,11 +354,12 @@ def test_fake_replay_fault_is_located_and_final(fake, tmp_path, monkeypatch):
         _launch("trap_if_positive", [1], [1], [["input", 0]])])
     seen = []
     monkeypatch.setattr(cuda_executor, "locate_failure",
-                        lambda path, m, inputs: seen.append(inputs) or "kernel launch 1 failed")
-    ex = CudaExecutor(tmp_path, manifest)           # zero inputs: the warm-up passes
+                        lambda path, m, inputs, timeout: seen.append((inputs, timeout)) or
+                        "kernel launch 1 failed")
+    ex = CudaExecutor(tmp_path, manifest, locate_timeout_s=42)  # zero inputs: warm-up passes
     with pytest.raises(ArtifactError, match="^kernel launch 1 failed$"):
         ex.run({"x": np.ones(N, np.float32)})
-    assert seen and seen[0]["x"][0] == 1
+    assert seen and seen[0][0]["x"][0] == 1 and seen[0][1] == 42
     for retry in (lambda: ex.run({"x": np.ones(N, np.float32)}),
                   lambda: CudaExecutor(tmp_path, manifest)):
         with pytest.raises(ArtifactError, match="unusable in this process after a GPU fault"):
@@ -461,6 +474,36 @@ def test_gpu_graph_matches_numpy_and_replays_cheaply(gpu_kernels):
     print(f"replay host {np.median(host) / 1e3:.1f} us, run() host overhead "
           f"{np.median(runs):.1f} us on {gpu.describe()}")
     assert np.median(host) / 1e3 < 20
+
+
+@pytest.mark.gpu
+def test_gpu_profile_times_every_launch(gpu_kernels):
+    root, gpu, cubins = gpu_kernels
+    ex = CudaExecutor(root, _artifact(root, cubins))
+    x = np.random.default_rng(4).standard_normal(N, dtype=np.float32)
+    times = ex.profile({"x": x}, repeat=20)
+    assert len(times) == 2 and all(t > 0 for t in times), times
+    np.testing.assert_allclose(ex.run({"x": x})["y"], _expected(x), rtol=1e-6, atol=1e-6)
+    print(f"profile ms {times} on {gpu.describe()}")
+
+
+@pytest.mark.gpu
+def test_gpu_module_load_per_arch(gpu_kernels, tmp_path):
+    """The cubin for this GPU, and the PTX of an older compute capability JIT-compiled by
+    the driver (the image a GPU newer than the artifact's archs gets), both run the
+    pipeline (test_gpu_errors: a cubin of the other family is refused)."""
+    root, gpu, cubins = gpu_kernels
+    ptx_arch = "sm_80"
+    built = compile_cubins({"model": CUDA_SOURCE}, [ptx_arch], root / "kernels_ptx",
+                           cache=BuildCache(root / "cache"), ptx=True)
+    ptx = next(files["model"] for key, files in built.items() if key.startswith("compute_"))
+    ptx_key = next(key for key in built if key.startswith("compute_"))
+    x = np.random.default_rng(5).standard_normal(N, dtype=np.float32)
+    for cubin_map, extra in ((cubins, None),
+                             ({}, {"arch": ptx_key, "file": str(ptx.relative_to(root))})):
+        ex = CudaExecutor(root, _artifact(root, cubin_map, ptx=extra))
+        np.testing.assert_allclose(ex.run({"x": x})["y"], _expected(x), rtol=1e-6, atol=1e-6)
+        ex.close()
 
 
 @pytest.mark.gpu

@@ -20,11 +20,11 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
 from hidetc.schedules.cuda import RULES, TEMPLATES, build_kernel, conv, conv_gemm, matmul_simt
 from hidetc.schedules.cuda.conv_gemm import TEMPLATE
 from hidetc.schedules.cuda.gemm_simt import SimtConfig, config_space, default_config
@@ -99,7 +99,7 @@ def gemm_k(task: Task) -> int:
     return int(np.prod(w[1:])) if task.op == "Conv" else task.inputs[0].shape[-1]
 
 
-def run_case(module: EmulatedModule, task: Task, fn, rng) -> None:
+def run_case(module, task: Task, fn, rng) -> None:
     dtype = np.dtype(task.outputs[0].dtype)
     ins = [guarded(t.shape, dtype, rng, np.nan)[1] for t in task.inputs]
     out_buf, out = guarded(task.outputs[0].shape, dtype, rng, 7.0)
@@ -135,7 +135,7 @@ def check_built(tmp_path, built: list, unit: str) -> None:
             assert res["registers"] <= 255, (name, res)
             assert res["spills"] == 0 or (res["registers"] <= CHOSEN_REGISTER_CAP and
                                           res["spills"] <= CHOSEN_SPILL_BYTES), (name, res)
-    module = EmulatedModule(build_emulated(units))
+    module = kernel_module(units)
     rng = np.random.default_rng(0)
     for task, fn in built:
         run_case(module, task, fn, rng)

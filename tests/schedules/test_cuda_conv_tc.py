@@ -23,12 +23,12 @@ import random
 
 import numpy as np
 import pytest
+from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.errors import ToolchainError, UnsupportedOpError
 from hidetc.graph.ir import TensorType
 from hidetc.graph.ops import get_op
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
 from hidetc.schedules.cuda import RULES, TEMPLATES
 from hidetc.schedules.cuda.conv_tc import TEMPLATE, conv_geometry
 from hidetc.schedules.cuda.matmul_tc import DEFAULTS
@@ -139,7 +139,7 @@ def sources(cases, units: int = 2) -> dict[str, str]:
             for u in range(units)}
 
 
-def run_case(module: EmulatedModule, task: Task, fn, rng) -> None:
+def run_case(module, task: Task, fn, rng) -> None:
     arrays = [rng.uniform(-1, 1, t.shape).astype(np.float16) if t is not None else None
               for t in task.inputs]
     wide = [a.astype(np.float64) if a is not None else None for a in arrays]
@@ -160,7 +160,7 @@ def run_case(module: EmulatedModule, task: Task, fn, rng) -> None:
 
 
 def run_all(cases) -> None:
-    module = EmulatedModule(build_emulated(sources(cases)))
+    module = kernel_module(sources(cases))
     rng = np.random.default_rng(0)
     for _, task, _, fn in cases:
         run_case(module, task, fn, rng)

@@ -15,10 +15,10 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.graph.ir import TensorType
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
 from hidetc.schedules.cuda import TEMPLATES, build_kernel
 from hidetc.schedules.cuda.matmul_simt import (
     TEMPLATE,
@@ -77,7 +77,7 @@ def guarded(shape, rng, fill) -> tuple[np.ndarray, np.ndarray]:
     return buf, view
 
 
-def run_case(module: EmulatedModule, task: Task, fn, rng) -> None:
+def run_case(module, task: Task, fn, rng) -> None:
     ins = [guarded(t.shape, rng, np.nan)[1] for t in task.inputs]
     out_buf, out = guarded(task.outputs[0].shape, rng, 7.0)
     module.launch(fn.name, fn.attr("grid"), fn.attr("block"), ins + [out])
@@ -103,7 +103,7 @@ def check_all(tmp_path, configs: list[SimtConfig]) -> None:
             assert res["registers"] <= 255, (name, res)
             assert res["spills"] == 0 or (res["registers"] <= CHOSEN_REGISTER_CAP and
                                           res["spills"] <= CHOSEN_SPILL_BYTES), (name, res)
-    module = EmulatedModule(build_emulated(units))
+    module = kernel_module(units)
     rng = np.random.default_rng(0)
     for task, fn in built:
         run_case(module, task, fn, rng)

@@ -17,12 +17,12 @@ import random
 
 import numpy as np
 import pytest
+from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.errors import ToolchainError
 from hidetc.graph.ir import TensorType
 from hidetc.graph.ops.nn import matmul_shape
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
 from hidetc.schedules.cuda.matmul_tc import (
     C_FRAGMENT,
     C_PAIRS,
@@ -158,7 +158,7 @@ def sources(cases, units: int = 2) -> dict[str, str]:
             for u in range(units)}
 
 
-def run_case(module: EmulatedModule, task: Task, fn, rng) -> None:
+def run_case(module, task: Task, fn, rng) -> None:
     a_type, b_type = task.inputs
     a = rng.uniform(-1, 1, a_type.shape).astype(np.float16)
     b = rng.uniform(-1, 1, b_type.shape).astype(np.float16)
@@ -179,7 +179,7 @@ def run_case(module: EmulatedModule, task: Task, fn, rng) -> None:
 
 
 def run_all(cases) -> None:
-    module = EmulatedModule(build_emulated(sources(cases)))
+    module = kernel_module(sources(cases))
     rng = np.random.default_rng(0)
     for _, task, _, fn in cases:
         run_case(module, task, fn, rng)

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.errors import ToolchainError
 from hidetc.graph.ir import TensorType
 from hidetc.graph.ops import get_op
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
 from hidetc.schedules import cuda
 from hidetc.schedules.cuda import depthwise_nhwc
 from hidetc.schedules.task import Task
@@ -104,7 +104,7 @@ def cases():
     return all_cases()
 
 
-def run_case(module: EmulatedModule, task: Task, fn, taps: int, rng) -> None:
+def run_case(module, task: Task, fn, taps: int, rng) -> None:
     dtype = task.outputs[0].dtype
     arrays = [rng.uniform(-1, 1, t.shape).astype(dtype) if t is not None else None
               for t in task.inputs]
@@ -125,7 +125,7 @@ def run_case(module: EmulatedModule, task: Task, fn, taps: int, rng) -> None:
 
 
 def test_kernels_in_emulator(cases):
-    module = EmulatedModule(build_emulated({"nhwc": print_cuda_module([c[1] for c in cases])}))
+    module = kernel_module({"nhwc": print_cuda_module([c[1] for c in cases])})
     rng = np.random.default_rng(0)
     for task, fn, taps in cases:
         run_case(module, task, fn, taps, rng)

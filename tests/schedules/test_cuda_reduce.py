@@ -21,10 +21,10 @@ from typing import Callable
 
 import numpy as np
 import pytest
+from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.graph.ir import TensorType
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
 from hidetc.schedules.catalog import representative_tasks
 from hidetc.schedules.cuda import RULES, TEMPLATES, build_kernel
 from hidetc.schedules.cuda.reduce_rows import row_view, view_of
@@ -234,7 +234,7 @@ def guard_value(dtype: np.dtype):
             "b": True}[dtype.kind]
 
 
-def run_case(module: EmulatedModule, problem: Problem, fn, rng) -> None:
+def run_case(module, problem: Problem, fn, rng) -> None:
     task = problem.task
     inputs = problem.make(rng)
     ins = [guarded(a, guard_value(a.dtype))[1] for a in inputs]
@@ -272,7 +272,7 @@ def check_all(tmp_path, cases_: list[tuple[Problem, ReduceConfig]]) -> None:
             assert res["registers"] <= 255 and res["spills"] == 0, (p.name, cfg, res)
             assert res["stack_bytes"] == 0, (p.name, cfg, res)
             assert res["shared_bytes"] <= cfg.shared_bytes(), (p.name, cfg, res)
-    module = EmulatedModule(build_emulated(units))
+    module = kernel_module(units)
     rng = np.random.default_rng(0)
     for p, cfg, fn in built:
         run_case(module, p, fn, rng)

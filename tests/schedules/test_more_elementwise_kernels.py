@@ -19,6 +19,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
+from helpers.kernel_device import kernel_module
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
@@ -26,7 +27,6 @@ from hidetc.codegen.c import print_c_module
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
 from hidetc.schedules import cpu, cuda
 from hidetc.schedules.task import Task
 from hidetc.tir.pipeline import lower
@@ -223,7 +223,7 @@ def cuda_source(cuda_functions):
 
 @pytest.fixture(scope="module")
 def emulated(cuda_source):
-    return EmulatedModule(build_emulated({"more_elementwise": cuda_source}))
+    return kernel_module({"more_elementwise": cuda_source})
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

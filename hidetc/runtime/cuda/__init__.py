@@ -7,6 +7,8 @@
 - `executor`: `CudaExecutor(path, manifest)` with `run(inputs) -> outputs` and
   `last_latency_ms`, as the CPU executor.
 - `locate`: the child process that names the kernel behind a failed replay.
+- `kernel_module`: `DeviceModule(sources).launch(kernel, grid, block, args)`, single
+  kernels on numpy buffers (the emulator's call, on the GPU: the kernel tests' device).
 
 Importing this package never imports pycuda: machines without it (or without a GPU)
 import hidetc fine and get a one-line error only when they build a `CudaExecutor`.

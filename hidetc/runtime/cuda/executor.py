@@ -88,16 +88,18 @@ class CudaExecutor:
     `use_graph=False` launches kernel by kernel on the stream instead of replaying a
     graph; `sync_each=True` (debugging, and the failure locator) also waits after every
     launch so an error names its kernel. `uses_graph` says which one is in effect.
+    `locate_timeout_s` bounds the child process that names a kernel after a fault.
     """
 
     def __init__(self, path: Path, manifest: dict, *, use_graph: bool = True,
-                 sync_each: bool = False):
+                 sync_each: bool = False, locate_timeout_s: float = LOCATE_TIMEOUT_S):
         self.path = Path(path)
         self.manifest = manifest
         self.last_latency_ms = 0.0
         self.uses_graph = False
         self.graph_unavailable: Optional[str] = None
         self._sync_each = sync_each
+        self._locate_timeout_s = locate_timeout_s
         self._broken: Optional[str] = None
         self._allocations: list[Any] = []
         self._graph_exec = 0
@@ -318,7 +320,7 @@ class CudaExecutor:
         if inputs is None:
             inputs = {s["name"]: slot.host.copy() for s, slot in
                       zip(self.manifest["inputs"], self._inputs)}
-        located = locate_failure(self.path, self.manifest, inputs)
+        located = locate_failure(self.path, self.manifest, inputs, self._locate_timeout_s)
         if located:
             return ArtifactError(located)
         return ArtifactError(f"the forward pass failed on {self._session.describe()}: {exc} "
@@ -371,6 +373,40 @@ class CudaExecutor:
             self.synchronize()
             times.append(float(self._end.time_since(self._start)))
         return times
+
+    def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 10) -> list[float]:
+        """Per launch (manifest order), the median device milliseconds over `repeat`
+        un-captured passes (after one warm-up pass) on `inputs`: the launches are issued
+        one by one on the stream with a CUDA event between every two, so launch i's time
+        is the time between events i and i + 1 (a graph replay cannot be timed per
+        kernel). Where the host falls behind the GPU, an interval also holds the host's
+        launch gap, so very short kernels read high; their sum is not the replay's time."""
+        broken = self._broken or self._session.fault
+        if broken:
+            raise ArtifactError(broken)
+        arrays = check_inputs(self.manifest["inputs"], inputs)
+        pushed = self._enter()
+        try:
+            drv, stream = self._drv, self._stream
+            for slot, array in zip(self._inputs, arrays):
+                if slot.nbytes:
+                    np.copyto(slot.host, array)
+                    drv.memcpy_htod_async(slot.device, slot.raw, stream)
+            events = [drv.Event() for _ in range(len(self._prepared) + 1)]
+            times = np.zeros((max(repeat, 1) + 1, len(self._prepared)))
+            for r in range(times.shape[0]):
+                events[0].record(stream)
+                for index, (launch, grid, block, args, shared) in enumerate(self._prepared):
+                    try:
+                        launch(grid, block, args, shared, stream)
+                    except drv.Error as exc:
+                        raise self._launch_error(index, exc) from None
+                    events[index + 1].record(stream)
+                self.synchronize(dict(inputs))
+                times[r] = [float(b.time_since(a)) for a, b in zip(events, events[1:])]
+        finally:
+            self._leave(pushed)
+        return [float(v) for v in np.median(times[1:], axis=0)]
 
     # ------------------------------------------------------------ teardown
 
