@@ -67,6 +67,7 @@ VISION = ("resnet50", "inception_v3", "mobilenet_v2")
 BUDGET_S = {"gpu": 460.0, "dry-run": 300.0}
 MIN_STEP_S = 10.0            # a step is started only with this much of the budget left
 REPORT_S = 5.0               # kept back for the last report
+CHILD_MARGIN_S = 8.0         # a child's own time box is its limit less this (it saves first)
 SITE = "/tmp/site"
 PRIMITIVE_TESTS = ["tests/emulator/test_emu_intrinsics.py"]
 KERNEL_TESTS = ["tests/emulator/test_emu_kernels.py"]
@@ -118,7 +119,8 @@ class Run:
 class Step:
     name: str
     cap: float                     # seconds, before the budget clips it
-    argv: list                     # the child's command line ({figures} = its JSON path)
+    argv: list                     # the child's command line: {figures} is its JSON path,
+                                   # {seconds} its time box (its limit less a margin)
     kind: str = "json"             # json: the child may write {figures}; pytest: junit XML
     needs: str = ""                # "gpu" | "torch" | "" : what it cannot run without
     env: tuple = ()                # extra environment (key, value) pairs
@@ -138,7 +140,7 @@ def pytest_step(name: str, cap: float, files: list[str], run: Run, marker: str =
 def model_step(name: str, precision: str, cap: float, run: Run, compile_args: str = "",
                tag: str = "") -> Step:
     argv = [run.python, str(ROOT / "bench" / "gpu_model.py"), "{figures}", "--model", name,
-            "--precision", precision, "--device", run.device, "--seconds", str(cap - 5),
+            "--precision", precision, "--device", run.device, "--seconds", "{seconds}",
             "--repeat", "100" if run.device == "gpu" else "3", *run.tiny]
     if compile_args:
         argv += ["--compile-args", compile_args]
@@ -149,7 +151,7 @@ def model_step(name: str, precision: str, cap: float, run: Run, compile_args: st
 
 def peers_step(name: str, cap: float, plan: list[tuple[str, str, str]], run: Run) -> Step:
     argv = [run.python, str(ROOT / "bench" / "gpu_peers.py"), "{figures}", "--seconds",
-            str(cap - 5), "--plan", ",".join(":".join(item) for item in plan)]
+            "{seconds}", "--plan", ",".join(":".join(item) for item in plan)]
     return Step(name, cap, argv, needs="torch")
 
 
@@ -177,7 +179,7 @@ def plan(run: Run) -> list[Step]:
     ops = [py, f"{bench}/cuda_ops.py", str(run.results), "--work",
            str(run.work / "cubins")]
     ops += ["--dry-run", "--only", "matmul", "--filter", "bert"] if dry else \
-        ["--budget-s", "100", "--configs", "4"]
+        ["--budget-s", "{seconds}", "--configs", "4"]
     steps.append(Step("cuda_ops", 120, ops, needs="gpu"))
     for m in MODELS:
         steps.append(Step(f"cpu_{m}", 60, [py, "-m", "hidetc.cli", "bench", m, "--target", "cpu",
@@ -254,7 +256,9 @@ def execute(step: Step, run: Run) -> dict:
     figures = run.results / "steps" / f"{step.name}.{'xml' if step.kind == 'pytest' else 'json'}"
     figures.unlink(missing_ok=True)
     log = run.results / "logs" / f"{step.name}.log"
-    argv = [str(a).replace("{figures}", str(figures)) for a in step.argv]
+    box = f"{max(limit - CHILD_MARGIN_S, 1):.0f}"
+    argv = [str(a).replace("{figures}", str(figures)).replace("{seconds}", box)
+            for a in step.argv]
     start = time.time()
     rc = run_child(run, argv, run.env(**dict(step.env)), log, limit)
     entry.update(seconds=round(time.time() - start, 1), limit_s=round(limit), rc=rc,

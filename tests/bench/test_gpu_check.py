@@ -141,6 +141,26 @@ def test_without_a_gpu_the_steps_that_need_none_still_run(tmp_path):
     assert (out / "gpu" / "results.md").read_text().startswith("# GPU check (gpu)")
 
 
+def test_a_dry_run_model_step_runs_on_the_emulator(tmp_path):
+    out = tmp_path / "o"
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), "--dry-run",
+                           "--only", "model_f16_bert_base,peers"],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OUT=str(out), PYTHON=sys.executable,
+                                   HIDETC_GPU_WORK=str(tmp_path / "work")))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((out / "gpu" / "results.json").read_text())
+    record = doc["models"]["bert_base"]["f16"]
+    assert doc["device"] == "emulator" and record["device"] == "emulator"
+    assert record["check"]["status"] == "passed" and record["check"]["rel_error"] < 1e-2
+    assert record["timing"]["replays"] == 3 and record["graph"] is False
+    top = record["profile"]["top"]
+    assert len(top) == min(20, record["launches"]) and top[0]["ms"] >= top[-1]["ms"]
+    assert {"grid", "block", "template", "config"} <= set(top[0])
+    assert doc["steps"]["peers"]["status"] == "skipped"
+    assert not (out / "gpu" / "work").exists()      # artifacts stay out of $OUT
+
+
 @pytest.mark.slow
 def test_the_dry_run_writes_every_step_and_model(tmp_path):
     out = tmp_path / "o"

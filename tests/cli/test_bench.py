@@ -63,3 +63,22 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
     assert paired_ratio([2.0, 4.0, 9.0], [1.0, 2.0, 3.0]) == 2.0
     timed = alternate({"a": lambda: None, "b": lambda: None}, repeat=6, rounds=3, pause=0)
     assert [len(t["round_best_ms"]) for t in timed.values()] == [3, 3]
+
+
+def test_profile_and_table_lines_of_a_cuda_row():
+    """A cuda row's profile lines name grid, block, template and config (a rule kernel
+    says so), the slowest first; a row that ran without its CUDA graph says why."""
+    from hidetc.bench import format_table, profile_lines
+    profile = [{"kernel": "k0", "op": "Relu", "node": "n0", "ms": 0.01, "template": None,
+                "config": None, "grid": [4, 1, 1], "block": [256, 1, 1]},
+               {"kernel": "k1", "op": "MatMul", "node": "n1", "ms": 0.03,
+                "template": "cuda.matmul_tc", "config": "TcConfig(bm=64)",
+                "grid": [12, 2, 1], "block": [128, 1, 1]}]
+    row = {"model": "m", "target": "cuda", "precision": "f16", "hidetc_ms": 0.05,
+           "kernels": 2, "profile": profile, "cuda_graph": False,
+           "cuda_graph_unavailable": "stream capture failed: x"}
+    lines = profile_lines(row)
+    assert lines[0] == "m: 2 launches, 0.04 ms in kernels"
+    assert "grid [12, 2, 1] block [128, 1, 1]  cuda.matmul_tc TcConfig(bm=64)" in lines[1]
+    assert "75.0%" in lines[1] and "rule" in lines[2]
+    assert "no CUDA graph: stream launches (stream capture failed: x)" in format_table([row])
