@@ -65,6 +65,7 @@ from cuda_cases import (  # noqa: E402
     select_configs,
     torch_peer,
 )
+from gpu_peers import open_torch  # noqa: E402
 
 from hidetc.toolchain.nvcc import default_arch, parse_archs  # noqa: E402
 
@@ -141,19 +142,6 @@ def torch_clock(torch, gpu: Gpu) -> Clock:
                  lambda a, b: float(a.elapsed_time(b)), sleep)
 
 
-def import_torch():
-    try:
-        torch = importlib.import_module("torch")
-    except ImportError as exc:
-        return None, f"torch is not installed ({exc})"
-    if not torch.cuda.is_available():
-        return None, "torch sees no CUDA GPU"
-    torch.backends.cuda.matmul.allow_tf32 = False    # f32 peers: true f32 (the 1e-4 bound)
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
-    return torch, None
-
-
 # ---------------------------------------------------------------- measuring
 class Bench:
     def __init__(self, args, cases: list[Case], planned: list[int], kernels: list[Kernel],
@@ -163,7 +151,7 @@ class Bench:
         for k in kernels:
             self.by_case.setdefault(k.case, []).append(k)
         self.gpu = Gpu(kernels)
-        self.torch, note = import_torch()
+        self.torch, note = open_torch()
         self.tclock = torch_clock(self.torch, self.gpu) if self.torch else None
         doc.update(gpu=self.gpu.name, torch=note or self.torch.__version__)
         self.state: dict[int, dict] = {}    # case -> device buffers, reference, output

@@ -332,11 +332,22 @@ class CudaExecutor:
     def set_threads(self, n: int) -> None:
         """Accepted for parity with the CPU executor; no effect on a GPU."""
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _usable_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The checked input arrays; a one-line error if a fault made CUDA unusable."""
         broken = self._broken or self._session.fault
         if broken:
             raise ArtifactError(broken)
-        arrays = check_inputs(self.manifest["inputs"], inputs)
+        return check_inputs(self.manifest["inputs"], inputs)
+
+    def _upload(self, arrays: list[np.ndarray]) -> None:
+        """Copy the inputs into their pinned buffers and enqueue the copies to the device."""
+        for slot, array in zip(self._inputs, arrays):
+            if slot.nbytes:
+                np.copyto(slot.host, array)
+                self._drv.memcpy_htod_async(slot.device, slot.raw, self._stream)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = self._usable_inputs(inputs)
         pushed = self._enter()
         try:
             self._enqueue(arrays)
@@ -349,10 +360,7 @@ class CudaExecutor:
 
     def _enqueue(self, arrays: list[np.ndarray]) -> None:
         drv, stream = self._drv, self._stream
-        for slot, array in zip(self._inputs, arrays):
-            if slot.nbytes:
-                np.copyto(slot.host, array)
-                drv.memcpy_htod_async(slot.device, slot.raw, stream)
+        self._upload(arrays)
         self._start.record(stream)
         self.replay()
         self._end.record(stream)
@@ -381,17 +389,11 @@ class CudaExecutor:
         is the time between events i and i + 1 (a graph replay cannot be timed per
         kernel). Where the host falls behind the GPU, an interval also holds the host's
         launch gap, so very short kernels read high; their sum is not the replay's time."""
-        broken = self._broken or self._session.fault
-        if broken:
-            raise ArtifactError(broken)
-        arrays = check_inputs(self.manifest["inputs"], inputs)
+        arrays = self._usable_inputs(inputs)
         pushed = self._enter()
         try:
             drv, stream = self._drv, self._stream
-            for slot, array in zip(self._inputs, arrays):
-                if slot.nbytes:
-                    np.copyto(slot.host, array)
-                    drv.memcpy_htod_async(slot.device, slot.raw, stream)
+            self._upload(arrays)
             events = [drv.Event() for _ in range(len(self._prepared) + 1)]
             times = np.zeros((max(repeat, 1) + 1, len(self._prepared)))
             for r in range(times.shape[0]):
