@@ -41,7 +41,7 @@ from hidetc.graph.ir import TensorType
 from hidetc.graph.passes.choose_layout import CHANNEL_CHUNK
 from hidetc.schedules.cuda import conv_gemm, conv_tc, matmul_simt, matmul_tc
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import Target
+from hidetc.target import cuda_target
 from hidetc.tir.ir import Buffer
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
@@ -49,7 +49,7 @@ from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
 DTYPES = {"f16": "float16", "f32": "float32"}
 NUMPY = {"f16": np.float16, "f32": np.float32}
 TOLERANCE = {"f16": 1e-2, "f32": 1e-4}
-CUDA = Target(kind="cuda")
+CUDA = cuda_target()      # sm_90's limits (the H200's): the GPU the cases are set for
 SPIN = "hidetc_bench_spin"
 SPIN_SOURCE = f"""extern "C" __global__ void {SPIN}(unsigned long long ns) {{
   unsigned long long t0, t;
@@ -232,7 +232,7 @@ def _lower(job: tuple) -> tuple[Kernel, str | None]:
     index, case, cfg, name = job
     config = asdict(cfg) if is_dataclass(cfg) else {"config": repr(cfg)}
     try:
-        fn = lower(case.template.build(case.task(), cfg, name))
+        fn = lower(case.template.build(case.task(), cfg, name, CUDA))
         params = [(p.dtype, int(np.prod(p.shape))) for p in fn.params if isinstance(p, Buffer)]
         if len(params) != len(fn.params):
             raise ValueError("scalar kernel parameters are not supported here")

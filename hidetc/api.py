@@ -26,10 +26,10 @@ from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.pipeline import lower_precision, optimize
 from hidetc.plan import ExecutionPlan, plan_graph
 from hidetc.runtime.artifact import FORMAT_VERSION, ArtifactWriter, check_output_dir, read_manifest
-from hidetc.runtime.select import gpu_available, make_executor
+from hidetc.runtime.select import gpu_available, gpu_limits, make_executor
 from hidetc.runtime.weights import write_weights
+from hidetc.target import CpuTarget, Target, cuda_target, detect_cpu, usable_cores
 from hidetc.toolchain import cpu_isa
-from hidetc.toolchain.cpu_isa import current as current_isa
 from hidetc.toolchain.nvcc import default_arch, parse_archs
 from hidetc.verify import compare, load_sample, reference_outputs, sample_inputs
 
@@ -75,10 +75,11 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     optimized = lower_precision(optimized, cfg.precision, dump_dir=_dump(cfg, "graph"),
                                 target=target, layout=cfg.layout)
     timings["frontend_s"] = time.perf_counter() - clock
+    machine = _machine(cfg, target)
     clock = time.perf_counter()
-    choices, tuning = _tune(optimized, target, cfg, progress)
+    choices, tuning = _tune(optimized, machine, cfg, progress)
     timings["tune_s"] = time.perf_counter() - clock
-    plan = plan_graph(optimized, target, fuse=cfg.fuse, dump_dir=_dump(cfg, "fusion"),
+    plan = plan_graph(optimized, machine, fuse=cfg.fuse, dump_dir=_dump(cfg, "fusion"),
                       choices=choices)
     with ArtifactWriter(out_dir) as writer:
         clock = time.perf_counter()
@@ -91,10 +92,10 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
         elif target == "cuda" and not gpu_available():
             manifest["verification"] = {"status": "skipped",
                                         "reason": "no CUDA GPU here (cross-compiled)"}
-        elif target == "cpu" and not _cpu_runs_kernels():
+        elif target == "cpu" and not _cpu_runs_kernels(machine):
             manifest["verification"] = {
                 "status": "skipped",
-                "reason": f"this CPU lacks {current_isa().name} (cross-compiled)"}
+                "reason": f"this CPU lacks {machine.isa} (cross-compiled)"}
         else:
             writer.stage_manifest({**manifest, "verification": {"status": "pending"}})
             manifest["verification"] = _verify(writer.path, manifest, model_path, graph, cfg)
@@ -104,28 +105,65 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
 
 
 def _archs(cfg: CompileConfig) -> tuple[str, ...]:
-    return parse_archs(cfg.arch) if cfg.arch else (default_arch(),)
+    """The cuda archs to build: --arch, else the named GPU's, else the visible GPU's
+    (sm_90 without one)."""
+    if cfg.arch:
+        return parse_archs(cfg.arch)
+    if cfg.gpu:
+        return (cuda_target(gpu=cfg.gpu).arch,)
+    return (default_arch(),)
 
 
-def _tune(graph, target: str, cfg: CompileConfig, progress) -> tuple[dict, dict]:
+def _machine(cfg: CompileConfig, target: str) -> Target:
+    """The Target the kernels are built for, once per compile: this host's cpu (or
+    --cpu-cores N of it); on cuda the visible GPU when it is one of the archs built
+    and no other GPU is named, else --gpu NAME, else the first arch's reference GPU."""
+    if target == "cpu":
+        return detect_cpu(cores=cfg.cpu_cores)
+    archs = _archs(cfg)
+    if cfg.gpu is not None:
+        named = cuda_target(gpu=cfg.gpu)
+        if named.arch not in archs:
+            raise ConfigError(f"--gpu {cfg.gpu} is {named.arch}, but --arch builds "
+                              f"{','.join(archs)}")
+        return named
+    if gpu_available() and default_arch() in archs:
+        return cuda_target(device=gpu_limits())
+    return cuda_target(arch=archs[0])
+
+
+def _on_this_machine(machine: Target) -> bool:
+    """Whether `machine` is this host's (so candidates measured here rank as they will
+    run there): the cpu's ISA runs here and the core count is this process's; the
+    GPU is the visible one."""
+    if isinstance(machine, CpuTarget):
+        return _cpu_runs_kernels(machine) and machine.cores == usable_cores()
+    return gpu_available() and machine.name == _gpu_name() and machine.arch == default_arch()
+
+
+def _tune(graph, machine: Target, cfg: CompileConfig, progress) -> tuple[dict, dict]:
     """The configs of the anchors (records, tuning or defaults) and the manifest's
-    `tuning` record (see hidetc.tune.search)."""
+    `tuning` record (see hidetc.tune.search). Tuning measures only where `machine` is
+    this host (`_on_this_machine`); a cross-compile takes records measured on a
+    matching machine, else the defaults."""
     from hidetc.tune.records import RecordStore, cpu_arch, cpu_device, toolchain_version
     from hidetc.tune.search import tune_graph
-    present = _cpu_runs_kernels() if target == "cpu" else gpu_available()
+    target = machine.kind
+    present = _on_this_machine(machine)
     tune, level = cfg.tuning(target, present)
     if tune and target == "cpu" and not present:
-        raise ConfigError(f"{cpu_isa.ENV}={current_isa().name}: this CPU lacks "
-                          f"{current_isa().host_flag}, so the candidates cannot run here: "
-                          f"compile with --no-tune (and no verification is possible)")
+        why = (f"{cpu_isa.ENV}={machine.isa}: this CPU lacks "
+               f"{cpu_isa.ISAS[machine.isa].host_flag}" if not _cpu_runs_kernels(machine) else
+               f"the kernels are shaped for {machine.cores} cores and this process has "
+               f"{usable_cores()}")
+        raise ConfigError(f"{why}, so the candidates cannot be measured as they will run: "
+                          f"compile with --no-tune")
     if target == "cuda":
-        archs, local = _archs(cfg), default_arch()   # local: the visible GPU's arch
-        arch = local if local in archs else archs[0]
-        device = _gpu_name() if present else "none"
+        arch, device = machine.arch, _gpu_name() if present else "none"
     else:
-        arch, device = cpu_arch(), cpu_device()
+        arch, device = cpu_arch(machine), cpu_device()
     with RecordStore(Path(cfg.records) if cfg.records else None) as store:
-        choices, summary = tune_graph(graph, target, tune=tune, level=level, arch=arch,
+        choices, summary = tune_graph(graph, machine, tune=tune, level=level, arch=arch,
                                       records=store, device=device,
                                       toolchain=toolchain_version(target),
                                       progress=progress)
@@ -134,10 +172,10 @@ def _tune(graph, target: str, cfg: CompileConfig, progress) -> tuple[dict, dict]
     return choices, record
 
 
-def _cpu_runs_kernels() -> bool:
-    """Whether this CPU can run the kernels of `cpu_isa.current()` (a forced ISA it
-    lacks cross-compiles: no tuning, no verification)."""
-    return cpu_isa.runs_here(current_isa())
+def _cpu_runs_kernels(machine: CpuTarget) -> bool:
+    """Whether this CPU can run kernels of `machine`'s ISA (a forced ISA it lacks
+    cross-compiles: no tuning, no verification)."""
+    return cpu_isa.runs_here(cpu_isa.ISAS[machine.isa])
 
 
 def _gpu_name() -> str:
@@ -171,7 +209,8 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
         "format_version": FORMAT_VERSION,
         "hidetc_version": __version__,
         "target": target,
-        **({"cpu_isa": current_isa().name} if target == "cpu" else {}),
+        "machine": plan.machine.facts(),
+        **({"cpu_isa": plan.machine.isa} if target == "cpu" else {}),
         "precision": cfg.precision,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model": {"file": model_path.name, "sha256": _sha256(model_path)},
@@ -180,6 +219,7 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
         "output_sources": plan.output_sources,
         "kernels": [{"name": k, "node": node, "op": op, "args": list(values),
                      "task": plan.tasks[k].signature(), **plan.choices.get(k, {}),
+                     **plan.facts.get(k, {}),
                      "group": _group_dict(group, graph)}
                     for (k, node, op), values, group
                     in zip(plan.nodes, plan.launch_values, plan.groups)],
@@ -219,7 +259,7 @@ def _spec(graph, value: str) -> dict:
 def _verify(path: Path, manifest: dict, model_path, graph, cfg: CompileConfig) -> dict:
     names = list(graph.inputs)
     inputs = load_sample(cfg.sample, names) if cfg.sample else sample_inputs(graph, cfg.seed)
-    outputs = make_executor(path, manifest).run(inputs)
+    outputs = make_executor(path, manifest, warn_cores=False).run(inputs)
     reference, reference_name = reference_outputs(model_path, graph, inputs)
     report = compare(outputs, reference, cfg.tolerance)
     report.update({"reference": reference_name, "metric": "norm-wise relative error",

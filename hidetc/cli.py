@@ -62,6 +62,12 @@ def main(debug: bool) -> None:
                    "accumulation (cuda target only; verified at 1e-2).")
 @click.option("--arch", default=None,
               help="cuda: architectures, e.g. sm_80,sm_90 (default: the visible GPU, else sm_90).")
+@click.option("--gpu", default=None,
+              help="cuda: compile for this GPU's limits (a100, a10, l4, l40s, rtx4090, "
+                   "h100-pcie, h100-sxm, h200); default: the visible GPU, else --arch's.")
+@click.option("--cpu-cores", type=click.IntRange(1), default=None,
+              help="cpu: shape the parallel loops for this many cores (a cross-compile "
+                   "for another machine; default: the cores this process may use).")
 @click.option("--config", "preset", default=None,
               help="A preset in configs/ (by name) or a YAML file.")
 @click.option("--sample", type=click.Path(), default=None,
@@ -85,10 +91,11 @@ def main(debug: bool) -> None:
               help="Bind the shape of input NAME (needed when the model leaves a dim "
                    "symbolic or unknown); repeatable.")
 @_handle_errors
-def compile_cmd(model, out_dir, target, precision, arch, preset, sample, no_verify, no_fuse,
-                tune, space, records, layout, seed, shape_args):
+def compile_cmd(model, out_dir, target, precision, arch, gpu, cpu_cores, preset, sample,
+                no_verify, no_fuse, tune, space, records, layout, seed, shape_args):
     """Compile MODEL (.onnx) into the artifact directory OUT."""
     overrides = {"target": target, "precision": precision, "arch": arch, "sample": sample,
+                 "gpu": gpu, "cpu_cores": cpu_cores,
                  "seed": seed, "verify": False if no_verify else None,
                  "fuse": False if no_fuse else None, "tune": tune, "space": space,
                  "records": records, "layout": layout, "shapes": _parse_shapes(shape_args)}
@@ -101,11 +108,22 @@ def compile_cmd(model, out_dir, target, precision, arch, preset, sample, no_veri
                f"precision {m.get('precision', 'f32')}, "
                f"{len(m['kernels'])} kernel launches, "
                f"{len({k['name'] for k in m['kernels']})} distinct kernels)")
+    if m.get("machine"):
+        click.echo(f"  for: {_machine_line(m['machine'])}")
     click.echo(f"  time: frontend+plan {t['frontend_s']:.1f}s, tune {t.get('tune_s', 0):.1f}s, "
                f"build {t['build_s']:.1f}s, verify {t['verify_s']:.1f}s")
     if m.get("tuning"):
         click.echo(_tuning_line(m["tuning"], t.get("tune_s", 0.0)))
     click.echo("  " + _verification_line(m["verification"]))
+
+
+def _machine_line(facts: dict) -> str:
+    """The manifest's `machine` record in a few words."""
+    if facts.get("kind") == "cpu":
+        return (f"cpu {facts['isa']}, {facts['cores']} cores, L2 {facts['l2_bytes'] // 1024} "
+                f"KiB per core")
+    return (f"{facts.get('name')} ({facts.get('arch')}, {facts.get('sms')} SMs, "
+            f"{facts.get('shared_optin_bytes', 0) // 1024} KiB shared memory per block)")
 
 
 def _parse_shapes(args: tuple[str, ...]) -> dict[str, list[int]] | None:

@@ -41,6 +41,9 @@ class CompileConfig:
     verify_ir: bool = False       # run the graph and TIR verifiers between passes
     threads: int = 0              # OpenMP threads at run time; 0 = all cores
     arch: str | None = None       # cuda: "sm_80,sm_90"; default: the visible GPU, else sm_90
+    gpu: str | None = None        # cuda: a known GPU to compile for (hidetc.target.KNOWN_GPUS)
+    cpu_cores: int | None = None  # cpu: the cores to shape the kernels for (default: this
+                                  # process's usable cores)
     fuse: bool = True             # post-scheduling fusion (False: one kernel per node)
     tune: bool | None = None      # None: tune when the target's device is here (and
                                   # HIDETC_TUNE is not 0); see `tuning`
@@ -64,6 +67,10 @@ class CompileConfig:
             raise ConfigError(f"rtol: expected a positive number, got {self.rtol!r}")
         if self.precision == "f16" and self.target == "cpu":
             raise ConfigError(f16_needs_cuda())
+        if self.cpu_cores is not None and not (isinstance(self.cpu_cores, Integral)
+                                               and not isinstance(self.cpu_cores, bool)
+                                               and self.cpu_cores >= 1):
+            raise ConfigError(f"cpu_cores: expected a positive integer, got {self.cpu_cores!r}")
         if self.space is not None and self.space not in (0, 1, 2):
             raise ConfigError(f"space: expected 0, 1 or 2, got {self.space!r}")
         if self.shapes is not None:

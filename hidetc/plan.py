@@ -38,7 +38,9 @@ from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
 from hidetc.schedules import cpu, cuda
 from hidetc.schedules.cpu import prepack
-from hidetc.schedules.task import Task, task_of
+from hidetc.schedules.task import Task, task_flops, task_of
+from hidetc.target import Target, default_target
+from hidetc.tir.analysis import launch_blocks, parallel_tasks
 from hidetc.tir.ir import Function
 from hidetc.tir.printer import format_function
 
@@ -47,6 +49,7 @@ from hidetc.tir.printer import format_function
 class ExecutionPlan:
     graph: Graph
     target: str                                    # "cpu" | "cuda"
+    machine: Target                                # what the kernels were built for
     functions: dict[str, Function]                 # kernel name -> function
     tasks: dict[str, Task]                         # kernel name -> task
     launches: list[Launch]
@@ -59,6 +62,7 @@ class ExecutionPlan:
     fusion_fallbacks: list[dict] = field(default_factory=list)
     choices: dict[str, dict] = field(default_factory=dict)   # kernel -> template, config
     in_place: dict[str, str] = field(default_factory=dict)   # output -> value it overwrites
+    facts: dict[str, dict] = field(default_factory=dict)     # kernel -> `kernel_facts`
 
 
 SCHEDULES = {"cpu": cpu, "cuda": cuda}
@@ -158,7 +162,7 @@ def _group_kernel(group: FusionGroup, nodes: dict[str, Node], graph: Graph, fn: 
     return graft(fn, anchor, group, graph)
 
 
-def _kernels(graph: Graph, target: str, fuse: bool, dump_dir: str | None = None,
+def _kernels(graph: Graph, machine: Target, fuse: bool, dump_dir: str | None = None,
              chosen: Mapping[Task, Any] | None = None,
              packed_weights: dict[str, Any] | None = None):
     """[(group, kernel name, FusedKernel)] in launch order, the anchors' tasks, the
@@ -167,6 +171,7 @@ def _kernels(graph: Graph, target: str, fuse: bool, dump_dir: str | None = None,
     neighbours) and that kernel is reused by every group with that anchor: tune once,
     fuse many. `packed_weights` receives the pre-packed constants the kernels read
     (`_prepacked_weights`), by name."""
+    target = machine.kind
     schedules = SCHEDULES[target]
     nodes = {n.name: n for n in graph.nodes}
     position = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -187,7 +192,7 @@ def _kernels(graph: Graph, target: str, fuse: bool, dump_dir: str | None = None,
             if chosen and task in chosen:
                 picked[task] = chosen[task].template, chosen[task].config
             else:
-                picked[task] = schedules.kernel_choice(task)
+                picked[task] = schedules.kernel_choice(task, machine)
             template, config = picked[task]
             choices[task] = {"template": prepack.base(template).name if template else "rule",
                              "config": repr(config) if template else None}
@@ -201,8 +206,9 @@ def _kernels(graph: Graph, target: str, fuse: bool, dump_dir: str | None = None,
         if (task, packed is not None) not in anchors:
             options = {"prepacked": True} if packed is not None else {}
             anchors[task, packed is not None] = (
-                prepack.base(template).build(task, config, kernel_name(task), **options)
-                if template else schedules.build_kernel(task, kernel_name(task)))
+                prepack.base(template).build(task, config, kernel_name(task), machine,
+                                             **options)
+                if template else schedules.build_kernel(task, kernel_name(task), machine))
         name = kernel_name(key)
         try:
             fused = _group_kernel(group, nodes, graph,
@@ -269,17 +275,20 @@ def _smaller(group: FusionGroup, position: dict[str, int]) -> list[FusionGroup]:
     return [FusionGroup(m, kind="single") for m in singles]
 
 
-def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
+def plan_graph(graph: Graph, target: Target | str = "cpu", fuse: bool = True,
                dump_dir: str | None = None, choices: Mapping[Task, Any] | None = None
                ) -> ExecutionPlan:
-    """The plan of `graph` for `target`; `fuse=False` gives one launch per node;
-    `dump_dir` receives each fused kernel's IR before and after grafting; `choices`
-    (from the tuner: task -> Choice with .template, .config, .source) replaces the
-    templates' default configs."""
+    """The plan of `graph` for `target` (a Target; a kind name means this host's cpu or
+    the default GPU, `hidetc.target.default_target`); `fuse=False` gives one launch per
+    node; `dump_dir` receives each fused kernel's IR before and after grafting;
+    `choices` (from the tuner: task -> Choice with .template, .config, .source) replaces
+    the templates' default configs."""
+    machine = default_target(target) if isinstance(target, str) else target
+    target = machine.kind
     _check_supported(graph, target)
     nodes = {n.name: n for n in graph.nodes}
     packed: dict[str, Any] = {}
-    kernels, tasks, fallbacks, kernel_choices = _kernels(graph, target, fuse, dump_dir,
+    kernels, tasks, fallbacks, kernel_choices = _kernels(graph, machine, fuse, dump_dir,
                                                          choices, packed)
     if packed:   # the pre-packed weights join the constants (the originals may go unused)
         graph = graph.replace(
@@ -304,9 +313,24 @@ def plan_graph(graph: Graph, target: str = "cpu", fuse: bool = True,
         plan_nodes.append((name, anchor.name, anchor.op))
         values.append(tuple(fused.args))
     weights = {name: graph.constants[name] for name in graph.constants if name in used_constants}
-    return ExecutionPlan(graph, target, functions, tasks, launches, plan_nodes, values,
-                         weights, memory, sources, [g for g, _, _ in kernels], fallbacks,
-                         kernel_choices, reuse)
+    facts = {name: kernel_facts(fn, tasks[name], machine) for name, fn in functions.items()}
+    return ExecutionPlan(graph, target, machine, functions, tasks, launches, plan_nodes,
+                         values, weights, memory, sources, [g for g, _, _ in kernels],
+                         fallbacks, kernel_choices, reuse, facts)
+
+
+def kernel_facts(fn: Function, task: Task, machine: Target) -> dict:
+    """What `hidetc inspect --json` says of a kernel besides its schedule: `flops` of
+    one launch (the anchor's, `task_flops`); on the cpu `parallel_tasks` (the parallel
+    loop's task count) and `cores` (what the task shapes were built for); on cuda
+    `grid`, `block` and `blocks` (the grid's product)."""
+    facts: dict = {"flops": task_flops(task)}
+    if machine.kind == "cpu":
+        facts.update(parallel_tasks=parallel_tasks(fn), cores=machine.cores)
+    else:
+        facts.update(grid=list(fn.attr("grid")), block=list(fn.attr("block")),
+                     blocks=launch_blocks(fn))
+    return facts
 
 
 def _in_place(kernels, nodes: dict[str, Node], graph: Graph, lifetimes: list[PlanValue]

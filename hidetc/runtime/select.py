@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 import shutil
 import subprocess
 from pathlib import Path
 
 from hidetc.errors import ArtifactError
+from hidetc.runtime.cuda.driver import session
 from hidetc.runtime.cuda.executor import CudaExecutor
 from hidetc.runtime.emulated import EmulatedCudaExecutor
 from hidetc.runtime.executor import CpuExecutor
+from hidetc.target import usable_cores
 from hidetc.toolchain import cpu_isa
+
+log = logging.getLogger("hidetc")
 
 
 @functools.lru_cache(maxsize=1)
@@ -26,6 +31,12 @@ def gpu_available() -> bool:
         return "GPU" in listed and importlib.util.find_spec("pycuda") is not None
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+def gpu_limits() -> dict:
+    """The visible GPU's facts for `hidetc.target.cuda_target(device=...)` (opens the
+    process's CUDA session); ArtifactError when there is no usable GPU."""
+    return session().limits()
 
 
 def gpu_name() -> str:
@@ -42,7 +53,22 @@ def gpu_name() -> str:
     return names[0] if names else "none"
 
 
-def make_executor(path: Path, manifest: dict, *, emulate: bool = False):
+def _warn_other_cores(path: Path, manifest: dict) -> None:
+    """A cpu artifact shaped for another core count runs correctly but not at its best:
+    say so once per load (the ISA, which decides whether it runs at all, is checked
+    above)."""
+    cores = (manifest.get("machine") or {}).get("cores")
+    here = usable_cores()
+    if cores and cores != here:
+        log.warning("%s: compiled for %d cores, this process has %d: the parallel loops "
+                    "are shaped for the other machine (recompile here for full speed)",
+                    path, cores, here)
+
+
+def make_executor(path: Path, manifest: dict, *, emulate: bool = False,
+                  warn_cores: bool = True):
+    """The executor of the artifact at `path`; `warn_cores=False` (the compile's own
+    verification of a cross-compiled artifact) skips the other-core-count warning."""
     target = manifest["target"]
     if target == "cpu":
         if emulate:
@@ -53,6 +79,8 @@ def make_executor(path: Path, manifest: dict, *, emulate: bool = False):
             raise ArtifactError(f"{path}: the artifact's kernels use {isa.name} "
                                 f"({isa.host_flag}), which this CPU lacks: compile it here, "
                                 f"or with {cpu_isa.ENV}=avx2")
+        if warn_cores:
+            _warn_other_cores(path, manifest)
         return CpuExecutor(path, manifest)
     if target == "cuda":
         return EmulatedCudaExecutor(path, manifest) if emulate else CudaExecutor(path, manifest)

@@ -18,7 +18,8 @@ from typing import Any, Iterable
 
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import MAX_SPACE, Target, target_for
+from hidetc.schedules.template import MAX_SPACE, Target
+from hidetc.target import cuda_target, detect_cpu
 
 DTYPES = {"f32": "float32", "f16": "float16"}
 
@@ -96,7 +97,9 @@ def representative_tasks(op: str, dtype: str, big: bool = False) -> dict[str, Ta
 
 
 def _target(kind: str, arch: str | None) -> Target:
-    return target_for(kind, arch)
+    """This host's cpu, or the reference GPU of `arch`: the spaces depend on the ISA and
+    the limits, not on the core count."""
+    return detect_cpu() if kind == "cpu" else cuda_target(arch)
 
 
 def _templates(kind: str) -> dict[int, tuple[Any, list[str]]]:

@@ -8,6 +8,7 @@ order; the output buffers follow the inputs.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,3 +75,25 @@ def task_of(node: Node, graph: Graph) -> Task:
             params.append(None)
     outs = tuple(graph.types[o] for o in node.outputs if o)
     return Task(node.op, tuple(types), outs, node.attrs, tuple(params))
+
+
+REDUCING = ("Softmax", "LogSoftmax", "LayerNormalization", "GlobalAveragePool",
+            "GlobalMaxPool")
+
+
+def task_flops(task: Task) -> int:
+    """Floating-point operations of one run of `task`'s anchor op, a multiply-add
+    counted as 2 (the fused neighbours are not counted): MatMul 2 M N K per batch entry,
+    Conv/ConvNHWC 2 x output elements x the weights per output channel; pools one per
+    window element of each output; reductions one per input element; other ops one per
+    output element."""
+    out = sum(t.size for t in task.outputs if t is not None)
+    if task.op == "MatMul":
+        return 2 * out * int(task.inputs[0].shape[-1])
+    if task.op in ("Conv", "ConvNHWC"):
+        return 2 * out * math.prod(task.inputs[1].shape[1:])
+    if task.op.startswith(("MaxPool", "AveragePool")):
+        return out * math.prod(task.attr("kernel_shape") or (1,))
+    if task.op in REDUCING or task.op.startswith("Reduce"):
+        return task.inputs[0].size
+    return out

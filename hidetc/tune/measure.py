@@ -45,7 +45,7 @@ Timing noise: a median more than NOISY x the fastest run is logged as a warning 
 busy machine a parallel kernel waits for a descheduled OpenMP thread). `stats`, a
 `MeasureStats`, reports what a call built, found cached and how long each phase took.
 
-Assumes: `template.build(task, config, name)` returns a kernel whose parameters are
+Assumes: `template.build(task, config, name, target)` returns a kernel whose parameters are
 exactly the task's buffer inputs (`task.buffer_inputs` order) then its outputs (a
 kernel that does not is a "build: ..." error); the op has a numpy reference.
 Guarantees: one result per config, in order, each with a time or an error, never
@@ -72,6 +72,7 @@ from hidetc.codegen.launcher import entry_wrapper
 from hidetc.errors import HidetcError, ToolchainError
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import Config
+from hidetc.target import CpuTarget, Target, default_target
 from hidetc.tir.ir import Buffer, Function
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.cache import BuildCache, cache_key
@@ -105,21 +106,24 @@ __all__ = ["CandidateResult", "MeasureStats", "best", "measure_candidates", "pre
 
 
 def measure_candidates(task: Task, template, configs: Sequence[Config], *,
-                       target: str = "cpu", repeat: int = 20, timeout_s: float = 10.0,
+                       target: Target | str = "cpu", repeat: int = 20,
+                       timeout_s: float = 10.0,
                        jobs: int | None = None,
                        progress: Callable[[int], None] | None = None,
                        stats: MeasureStats | None = None, arch: str | None = None,
                        backend: str | None = None) -> list[CandidateResult]:
     """One result per config, in order (see the module docstring). `progress(n)` is
-    called with the number of configs finished so far."""
-    measurer = MEASURERS.get(target)
-    if measurer is None:
+    called with the number of configs finished so far. `target`: the Target the
+    kernels are built for (a kind name: `default_target`)."""
+    if isinstance(target, str) and target not in MEASURERS:
         raise HidetcError(f"measuring tuning candidates for target {target!r} is not "
                           f"implemented yet (supported: {', '.join(MEASURERS)})")
+    machine = default_target(target) if isinstance(target, str) else target
     stats = stats if stats is not None else MeasureStats()
-    results = measurer(task, template, list(configs), repeat=repeat, timeout_s=timeout_s,
-                       jobs=jobs or default_jobs(), progress=progress, stats=stats,
-                       arch=arch, backend=backend)
+    results = MEASURERS[machine.kind](task, template, list(configs), repeat=repeat,
+                                      timeout_s=timeout_s, jobs=jobs or default_jobs(),
+                                      progress=progress, stats=stats, machine=machine,
+                                      arch=arch, backend=backend)
     for r in results:
         if r.error is not None:
             log.warning("dropped %s for %s: %s", r.config, task.signature(), r.error)
@@ -136,10 +140,10 @@ class _Unit:
     so: Optional[Path] = None
 
 
-def _build_one(task: Task, template, config: Config, j: int) -> Function:
+def _build_one(task: Task, template, config: Config, j: int, machine: CpuTarget) -> Function:
     """The lowered kernel of `config`, named `hidetc_tune_<j>`; raises if it cannot be
     built, lowered or printed as C."""
-    fn = template.build(task, config, f"hidetc_tune_{j}")
+    fn = template.build(task, config, f"hidetc_tune_{j}", machine)
     want = len(task.buffer_inputs) + len(task.outputs)
     if len(fn.params) != want or not all(isinstance(p, Buffer) for p in fn.params):
         raise ValueError(f"kernel {fn.name} has {len(fn.params)} params, expected "
@@ -201,14 +205,14 @@ def _build_unit(unit: _Unit, cache: BuildCache) -> tuple[dict[int, str], str]:
 
 
 def _build_cpu(task: Task, template, configs: list, jobs: int, stats: MeasureStats,
-               errors: dict[int, str]) -> list[_Unit]:
+               errors: dict[int, str], machine: CpuTarget) -> list[_Unit]:
     clock = time.perf_counter()
     units: list[_Unit] = []
     for i, config in enumerate(configs):
         if not units or len(units[-1].kernels) == UNIT_SIZE:
             units.append(_Unit([]))
         try:
-            fn = _build_one(task, template, config, len(units[-1].kernels))
+            fn = _build_one(task, template, config, len(units[-1].kernels), machine)
         except Exception as exc:  # noqa: BLE001 -- any template bug drops one candidate
             errors[i] = build_error(exc)
             continue
@@ -233,11 +237,11 @@ def _build_cpu(task: Task, template, configs: list, jobs: int, stats: MeasureSta
 
 def _measure_cpu(task: Task, template, configs: list, *, repeat: int, timeout_s: float,
                  jobs: int, progress: Optional[Callable[[int], None]],
-                 stats: MeasureStats, arch: Optional[str] = None,
+                 stats: MeasureStats, machine: CpuTarget, arch: Optional[str] = None,
                  backend: Optional[str] = None) -> list[CandidateResult]:
     stats.candidates = len(configs)
     errors: dict[int, str] = {}
-    units = _build_cpu(task, template, configs, jobs, stats, errors)
+    units = _build_cpu(task, template, configs, jobs, stats, errors, machine)
     index = [i for u in units if u.so is not None for i, _ in u.kernels]
     candidates = [(str(u.so), fn.name) for u in units if u.so is not None
                   for _, fn in u.kernels]
@@ -254,25 +258,24 @@ MEASURERS: dict[str, Callable[..., list[CandidateResult]]] = {"cpu": _measure_cp
                                                               "cuda": measure_cuda}
 
 
-def prebuild(work: Sequence[tuple[Task, Any, Sequence[Config]]], *, target: str = "cpu",
-             jobs: Optional[int] = None, arch: Optional[str] = None,
-             backend: Optional[str] = None) -> None:
+def prebuild(work: Sequence[tuple[Task, Any, Sequence[Config]]], *,
+             target: Target | str = "cpu", jobs: Optional[int] = None,
+             arch: Optional[str] = None, backend: Optional[str] = None) -> None:
     """Compile the candidates of many tasks ahead of measuring them, `jobs` translation
     units at a time across all tasks (a task's short list is one unit, so building task
     by task would leave cores idle). Only fills the build cache: `measure_candidates`
     then finds every unit built; errors are left for it to report."""
-    if not work:
+    if not work or (isinstance(target, str) and target not in MEASURERS):
         return
+    machine = default_target(target) if isinstance(target, str) else target
     jobs = jobs or default_jobs()
-    if target == "cuda":
-        prebuild_cuda(work, jobs=jobs, arch=arch, backend=backend)
-        return
-    if target != "cpu":
+    if machine.kind == "cuda":
+        prebuild_cuda(work, jobs=jobs, machine=machine, arch=arch, backend=backend)
         return
 
     def one(item) -> None:
         task, template, configs = item
-        _build_cpu(task, template, list(configs), 1, MeasureStats(), {})
+        _build_cpu(task, template, list(configs), 1, MeasureStats(), {}, machine)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(one, work))

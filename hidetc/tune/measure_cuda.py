@@ -49,6 +49,7 @@ from typing import Any, Callable, Optional, Sequence
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.errors import HidetcError, ToolchainError
 from hidetc.schedules.task import Task
+from hidetc.target import CudaTarget
 from hidetc.tir.ir import Buffer, Function
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.cache import BuildCache
@@ -146,11 +147,11 @@ def _launch_dims(fn: Function, what: str) -> tuple[int, int, int]:
     return dims + (1,) * (3 - len(dims))  # type: ignore[return-value]
 
 
-def _build_one(task: Task, template, config: Any, j: int) -> Function:
+def _build_one(task: Task, template, config: Any, j: int, machine: CudaTarget) -> Function:
     """The lowered kernel of `config`, named `tune_k<j>`; raises if it cannot be
     built, lowered or printed as CUDA C, or lacks its launch shape."""
     name = f"tune_k{j}"
-    fn = template.build(task, config, name)
+    fn = template.build(task, config, name, machine)
     want = len(task.buffer_inputs) + len(task.outputs)
     if len(fn.params) != want or not all(isinstance(p, Buffer) for p in fn.params):
         raise ValueError(f"kernel {fn.name} has {len(fn.params)} params, expected "
@@ -163,14 +164,15 @@ def _build_one(task: Task, template, config: Any, j: int) -> Function:
 
 
 def _build_units(task: Task, template, configs: Sequence, stats: MeasureStats,
-                 errors: dict[int, str], prefix: str = "unit") -> list[_Unit]:
+                 errors: dict[int, str], machine: CudaTarget, prefix: str = "unit"
+                 ) -> list[_Unit]:
     clock = time.perf_counter()
     units: list[_Unit] = []
     for i, config in enumerate(configs):
         if not units or len(units[-1].kernels) == UNIT_SIZE:
             units.append(_Unit(f"{prefix}{len(units)}", []))
         try:
-            fn = _build_one(task, template, config, len(units[-1].kernels))
+            fn = _build_one(task, template, config, len(units[-1].kernels), machine)
         except Exception as exc:  # noqa: BLE001 -- any template bug drops one candidate
             errors[i] = build_error(exc)
             continue
@@ -239,7 +241,7 @@ def _compile_units(units: list[_Unit], arch: str, backend: Optional[str], out_di
 
 def measure_cuda(task: Task, template, configs: list, *, repeat: int, timeout_s: float,
                  jobs: int, progress: Optional[Callable[[int], None]],
-                 stats: MeasureStats, arch: Optional[str] = None,
+                 stats: MeasureStats, machine: CudaTarget, arch: Optional[str] = None,
                  backend: Optional[str] = None) -> list[CandidateResult]:
     """`MEASURERS["cuda"]`: see the module docstring."""
     backend = resolve_backend(backend)
@@ -247,7 +249,7 @@ def measure_cuda(task: Task, template, configs: list, *, repeat: int, timeout_s:
     stats.candidates = len(configs)
     errors: dict[int, str] = {}
     with tempfile.TemporaryDirectory(prefix="hidetc-tune-cuda-") as tmp:
-        units = _build_units(task, template, configs, stats, errors)
+        units = _build_units(task, template, configs, stats, errors, machine)
         _compile_units(units, arch, backend, Path(tmp) / "modules", jobs, stats, errors)
         candidates, index = [], []
         for unit in units:
@@ -264,7 +266,8 @@ def measure_cuda(task: Task, template, configs: list, *, repeat: int, timeout_s:
 
 
 def prebuild_cuda(work: Sequence[tuple[Task, Any, Sequence]], *, jobs: int,
-                  arch: Optional[str] = None, backend: Optional[str] = None) -> None:
+                  machine: CudaTarget, arch: Optional[str] = None,
+                  backend: Optional[str] = None) -> None:
     """Build every task's units, then compile them all, `jobs` at a time: fills the
     caches `measure_cuda` then hits. Nothing is built where nothing could measure
     (no backend given and no GPU); errors are left for `measure_cuda` to report."""
@@ -277,6 +280,7 @@ def prebuild_cuda(work: Sequence[tuple[Task, Any, Sequence]], *, jobs: int,
         return
     stats, units = MeasureStats(), []
     for n, (task, template, configs) in enumerate(work):
-        units += _build_units(task, template, list(configs), stats, {}, prefix=f"t{n}_")
+        units += _build_units(task, template, list(configs), stats, {}, machine,
+                              prefix=f"t{n}_")
     with tempfile.TemporaryDirectory(prefix="hidetc-prebuild-cuda-") as tmp:
         _compile_units(units, arch, backend, Path(tmp), jobs, stats, {})

@@ -44,8 +44,8 @@ from hidetc.errors import RecordsError
 from hidetc.graph.ir import freeze_attr
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import Config, Target, Template
+from hidetc.target import CpuTarget
 from hidetc.toolchain.cache import atomic_write, default_cache_dir
-from hidetc.toolchain.cpu_isa import current as current_isa
 
 SCHEMA_VERSION = 1
 EXPORT_FORMAT = 1
@@ -104,12 +104,15 @@ def cpu_device() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def cpu_arch() -> str:
-    """The instruction set the cpu target compiles for (`cpu_isa.current()`: x86-64-avx2 or
-    x86-64-avx512): configs measured with one ISA's kernels are not the other's."""
+def cpu_arch(target: CpuTarget) -> str:
+    """The facts of a cpu target that change a config's rank, as a record key's `arch`:
+    the instruction set (x86-64-avx2 or x86-64-avx512: configs measured with one ISA's
+    kernels are not the other's) and the cores the task shapes are built for
+    ("x86-64-avx512/16c"): a cross-compile for 16 cores takes the winners measured on a
+    16-core machine of that ISA."""
     machine = platform.machine().lower()
-    return f"x86-64-{current_isa().name}" if machine in ("x86_64", "amd64") else \
-        machine or "unknown"
+    isa = f"x86-64-{target.isa}" if machine in ("x86_64", "amd64") else machine or "unknown"
+    return f"{isa}/{target.cores}c"
 
 
 @functools.lru_cache(maxsize=None)

@@ -37,7 +37,7 @@ from hidetc.graph.ir import Graph
 from hidetc.schedules import cpu, cuda
 from hidetc.schedules.cpu import prepack
 from hidetc.schedules.task import Task, task_of
-from hidetc.schedules.template import Target, target_for
+from hidetc.target import Target, default_target
 from hidetc.tune.measure import best, measure_candidates, prebuild
 from hidetc.tune.records import RecordStore, key_for, resolve_config
 
@@ -74,10 +74,12 @@ class TuneSummary:
                 f"{self.failures} dropped, {self.seconds:.1f}s")
 
 
-def anchor_tasks(graph: Graph, target: str) -> list[tuple[Task, Any]]:
+def anchor_tasks(graph: Graph, machine: Target | str) -> list[tuple[Task, Any]]:
     """The distinct templated anchor tasks of `graph`'s fusion groups, in graph order,
     with the template to tune: on the cpu target a Conv or MatMul whose weights are a
     graph constant gets the `prepack.Prepacked` form, timed as the plan will run it."""
+    machine = default_target(machine) if isinstance(machine, str) else machine
+    target = machine.kind
     nodes = {n.name: n for n in graph.nodes}
     seen: dict[Task, Any] = {}
     for group in partition(graph, target=target):
@@ -85,7 +87,7 @@ def anchor_tasks(graph: Graph, target: str) -> list[tuple[Task, Any]]:
         task = task_of(anchor, graph)
         if task in seen:
             continue
-        template, _ = SCHEDULES[target].kernel_choice(task)
+        template, _ = SCHEDULES[target].kernel_choice(task, machine)
         if template is None:
             continue
         packed = prepack.for_constant_weights(template) if target == "cpu" else None
@@ -134,17 +136,19 @@ def _kernel_key(template, task: Task, target: Target) -> Callable[[Any], Any]:
     return lambda config: key(task, config, target)
 
 
-def tune_graph(graph: Graph, target: str, *, tune: bool, level: int, arch: str,
+def tune_graph(graph: Graph, target: Target | str, *, tune: bool, level: int, arch: str,
                records: RecordStore, device: str, toolchain: str,
                progress: Callable[[str, int, int], None] | None = None,
                measure: Callable = measure_candidates) -> tuple[dict[Task, Choice], TuneSummary]:
     """{task: Choice} for every templated anchor task of `graph` (see the module
-    docstring). `progress(label, done, total)` is called as candidates finish."""
+    docstring). `progress(label, done, total)` is called as candidates finish. `target`:
+    the Target the kernels are built for (a kind name: `default_target`); `arch` keys
+    the records (the facts of the target that change the choice)."""
     clock = time.perf_counter()
     summary = TuneSummary()
     choices: dict[Task, Choice] = {}
-    limits = target_for(target, arch)
-    work = anchor_tasks(graph, target)
+    limits = default_target(target, arch) if isinstance(target, str) else target
+    work = anchor_tasks(graph, limits)
     summary.tasks = len(work)
     pending = []
     for task, template in work:
@@ -163,7 +167,7 @@ def tune_graph(graph: Graph, target: str, *, tune: bool, level: int, arch: str,
         if progress and pending:
             progress("building candidates", 0, total)
         prebuild([(task, template, configs) for task, template, _, configs in pending],
-                 target=target, arch=arch)
+                 target=limits, arch=arch)
     done = 0
     for n, (task, template, key, configs) in enumerate(pending):
         label = f"{template.name} {n + 1}/{len(pending)}"
@@ -173,7 +177,7 @@ def tune_graph(graph: Graph, target: str, *, tune: bool, level: int, arch: str,
                 progress(label, base + k, total)
 
         extra = {"arch": arch} if measure is measure_candidates else {}
-        results = measure(task, template, configs, target=target, progress=step, **extra)
+        results = measure(task, template, configs, target=limits, progress=step, **extra)
         done += len(configs)
         summary.tuned += 1
         summary.candidates += len(results)

@@ -40,7 +40,7 @@ every inference) -- while its activations and outputs stay one warm copy, as the
 neighbouring kernels leave them. Timed with everything warm, the tuner had picked
 configs that ran up to 1.5x slower inside Inception-V3 than others it ranked below
 them. Other tasks: when the inputs and outputs together are smaller than the L2 cache
-(`Target().l2_bytes`) the calls rotate among ROTATE_COPIES copies of them, so a call
+(this host's, `target.host_caches`) the calls rotate among ROTATE_COPIES copies of them, so a call
 does not find its data left hot in L1 by the previous one.
 Early stopping: timing stops once the timed calls took `budget_s` (after at least
 MIN_TIMED of them; a kernel whose checked call suggests that MIN_TIMED + warm-up calls
@@ -170,7 +170,7 @@ class Measurer:
     def __init__(self, job: dict, best_ms: float | None):
         from hidetc.graph.ops.registry import get_op
         from hidetc.schedules.cpu.prepack import WEIGHT_INPUT
-        from hidetc.schedules.template import Target
+        from hidetc.target import host_caches
         task = job["task"]
         self.job, self.best_ms = job, best_ms
         inputs = make_inputs(task, job["seed"])
@@ -187,7 +187,7 @@ class Measurer:
             self.inputs = [buffers]
         else:
             footprint = sum(a.nbytes for a in buffers) + sum(r.nbytes for r in self.reference)
-            self.copies = ROTATE_COPIES if footprint < Target().l2_bytes else 1
+            self.copies = ROTATE_COPIES if footprint < host_caches()["l2_bytes"] else 1
             self.inputs = [buffers] + [self._rotated(buffers) for _ in range(self.copies - 1)]
         self.libs: dict[str, ctypes.CDLL] = {}
         self.packed: dict[int, list[np.ndarray]] = {}   # candidate -> its packed inputs

@@ -49,6 +49,7 @@ from hidetc.tune.worker import Fault, make_inputs, mismatch, serve, timed_runs
 ROTATE_L2_FACTOR = cpu_worker.ROTATE_CACHE_FACTOR
 ROTATE_MAX = 8
 H200_L2_BYTES = 60 * 1024 * 1024   # when the driver does not report the L2 size
+EMULATED_L2_BYTES = 1 << 20        # the emulator has no cache: a size that keeps rotation cheap
 
 
 class LoadError(Exception):
@@ -91,9 +92,8 @@ class EmulatorBackend:
 
     def __init__(self):
         from hidetc.runtime.emulator import EmulatedModule, EmulatorError
-        from hidetc.schedules.template import Target
         self._module_type, self._error = EmulatedModule, EmulatorError
-        self.l2_bytes = Target().l2_bytes
+        self.l2_bytes = EMULATED_L2_BYTES
         self.modules: dict[str, Any] = {}
 
     def upload(self, array: np.ndarray) -> np.ndarray:

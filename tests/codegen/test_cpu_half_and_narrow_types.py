@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from helpers import targets
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -187,9 +188,9 @@ def test_templates_refuse_half_tasks_cleanly():
     t = TensorType("float16", (4, 4))
     task = Task("MatMul", (t, t), (t,), (), (None, None))
     with pytest.raises(UnsupportedOpError, match="MatMul: dtype float16 .*float32 only"):
-        cpu.kernel_choice(task)
+        cpu.kernel_choice(task, targets.CPU)
     with pytest.raises(UnsupportedOpError, match="float32 only"):
-        cpu.build_kernel(task, "mm")
+        cpu.build_kernel(task, "mm", targets.CPU)
     n = TensorType("float8_e4m3fn", (4,))
     with pytest.raises(UnsupportedOpError, match="only supported by Cast"):
         cpu.check_dtypes(Task("Relu", (n,), (n,), (), (None,)))

@@ -13,6 +13,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
+from helpers import targets
 from onnx import TensorProto, helper, numpy_helper
 
 import hidetc
@@ -35,7 +36,7 @@ def _task(op: str, inputs, output, attrs=()) -> Task:
 
 
 def _source(task: Task, name: str = "k") -> str:
-    return print_cuda_function(lower(cuda.build_kernel(task, name)))
+    return print_cuda_function(lower(cuda.build_kernel(task, name, targets.CUDA)))
 
 
 # kernels (no nvcc) ----------------------------------------------------------------------

@@ -19,6 +19,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
+from helpers import targets
 from helpers.kernel_device import kernel_module
 from helpers.onnx_util import one_node_model
 from onnx import helper
@@ -134,14 +135,15 @@ def _run_args(name: str) -> list[np.ndarray]:
 
 @pytest.fixture(scope="module")
 def cpu_lib(tmp_path_factory):
-    fns = [lower(cpu.build_kernel(task, f"gs_{name}")) for name, task in TASKS.items()]
+    fns = [lower(cpu.build_kernel(task, f"gs_{name}", targets.CPU)) for name, task in TASKS.items()]
     path = tmp_path_factory.mktemp("cpu") / "grid_sample.so"
     return ctypes.CDLL(str(build_shared_library({"grid_sample": print_c_module(fns)}, path)))
 
 
 @pytest.fixture(scope="module")
 def cuda_functions():
-    return {name: lower(cuda.build_kernel(task, f"gs_{name}")) for name, task in TASKS.items()}
+    return {name: lower(cuda.build_kernel(task, f"gs_{name}", targets.CUDA))
+            for name, task in TASKS.items()}
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import ctypes
 
 import numpy as np
 import pytest
+from helpers import targets
 from helpers.tasks import matmul_task, nhwc_task, task_reference
 
 from hidetc.codegen.c import print_c_module
@@ -56,7 +57,7 @@ CASES = [   # task, config, whether it prefetches
                          ids=[f"{t.op}-{i}" for i, (t, _, _) in enumerate(CASES)])
 def test_prefetched_addresses_stay_inside_the_weights(tmp_path, task, cfg, prefetches):
     assert conv_direct_last.PREFETCH_PANEL_BYTES == 128 * 1024   # the cases are sized on it
-    fn = lower(TEMPLATES[task.op].build(task, cfg, "k", prepacked=True))
+    fn = lower(TEMPLATES[task.op].build(task, cfg, "k", targets.CPU, prepacked=True))
     source = print_c_module([fn])
     assert ("__builtin_prefetch" in source) == prefetches
     lib = ctypes.CDLL(str(build_shared_library({"k": COUNTING + source}, tmp_path / "k.so")))

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from helpers import targets
 from helpers.tasks import conv_task, matmul_task, nhwc_task, task_reference
 
 from hidetc.codegen.c import print_c_module
@@ -29,7 +30,7 @@ from hidetc.schedules.cpu.microkernel import GemmConfig
 from hidetc.schedules.cpu.task_shape import blocking
 from hidetc.schedules.cpu.winograd import WinogradConfig
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import MAX_SPACE, Target
+from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.gcc import DEFAULT_FLAGS, build_shared_library, find_compiler
 
@@ -43,7 +44,7 @@ def run_all(tmp_path, cases: list[tuple[Task, object]], prepacked: bool = False)
     `prepacked`: Conv kernels built to read weights packed at compile time, fed
     `conv.prepack_weights` of the random weights."""
     extra = {"prepacked": True} if prepacked else {}
-    fns = [(task, TEMPLATES[task.op].build(task, cfg, f"k{i}", **extra), cfg)
+    fns = [(task, TEMPLATES[task.op].build(task, cfg, f"k{i}", targets.CPU, **extra), cfg)
            for i, (task, cfg) in enumerate(cases)]
     chunks = [fns[i:i + 16] for i in range(0, len(fns), 16)]
 
@@ -88,7 +89,7 @@ def sample(space, count: int, seed: int) -> list:
     return space if len(space) <= count else random.Random(seed).sample(space, count)
 
 
-TARGET = Target()
+TARGET = targets.CPU
 MM_SHAPES = [((7,), (7, 13)), ((13, 7), (7,)), ((7,), (7,)), ((1, 100), (100, 1)),
              ((13, 64), (64, 100)), ((100, 7), (7, 13)), ((2, 3, 7, 13), (3, 13, 64)),
              ((5, 1, 13, 7), (1, 4, 7, 13)), ((64, 300), (300, 100)), ((1, 1), (1, 1))]
@@ -312,9 +313,9 @@ def test_depthwise_conv_every_config(tmp_path):
 
 def test_rules_build_the_default_configs():
     for task in (matmul_task((3, 5), (5, 7)), _conv(*CONV_SHAPES[0])):
-        fn = build_kernel(task, "k")
+        fn = build_kernel(task, "k", targets.CPU)
         assert fn == TEMPLATES[task.op].build(task, TEMPLATES[task.op].default(task, TARGET),
-                                              "k")
+                                              "k", targets.CPU)
 
 
 def fma_loops(asm: str) -> list[list[str]]:
@@ -350,7 +351,7 @@ def test_default_micro_kernel_keeps_its_accumulators_in_registers(tmp_path, task
     docstring)."""
     cfg = TEMPLATES[task.op].default(task, TARGET)
     src = tmp_path / "k.c"
-    src.write_text(print_c_module([lower(TEMPLATES[task.op].build(task, cfg, "k"))]))
+    src.write_text(print_c_module([lower(TEMPLATES[task.op].build(task, cfg, "k", targets.CPU))]))
     subprocess.run([find_compiler(), *DEFAULT_FLAGS, "-S", str(src), "-o", str(tmp_path / "k.s")],
                    check=True)
     loops = fma_loops((tmp_path / "k.s").read_text())
@@ -375,7 +376,7 @@ def test_channels_last_kernel_key_names_identical_kernels():
         assert 1 < len(groups) < len(template.space(task, TARGET))
 
         def source(cfg, task=task):
-            return print_c_module([lower(template.build(task, cfg, "k"))])
+            return print_c_module([lower(template.build(task, cfg, "k", targets.CPU))])
         shared = [cfgs for cfgs in groups.values() if len(cfgs) > 1]
         for cfgs in sample(shared, 4, 3):
             assert len({source(c) for c in cfgs[:3]}) == 1, cfgs[:3]

@@ -20,6 +20,7 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers import targets
 from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
@@ -29,12 +30,12 @@ from hidetc.schedules.cuda import RULES, TEMPLATES, build_kernel, conv, conv_gem
 from hidetc.schedules.cuda.conv_gemm import TEMPLATE
 from hidetc.schedules.cuda.gemm_simt import SimtConfig, config_space, default_config
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import MAX_SPACE, Target
+from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
 
 NVCC = shutil.which("nvcc")
-CUDA = Target(kind="cuda")
+CUDA = targets.CUDA
 SAMPLE = 30
 GUARD = 64  # elements of NaN around each input, of sentinels around the output
 # Tolerated ptxas spills, as in test_cuda_matmul_simt (a launch-bounds occupancy choice).
@@ -146,7 +147,7 @@ def check_configs(tmp_path, configs: list[SimtConfig], per_config: int) -> None:
     tasks = [conv_task(*s) for s in SHAPES]
     cases = [(tasks[(i * per_config + j) % len(tasks)], cfg)
              for i, cfg in enumerate(configs) for j in range(per_config)]
-    built = [(task, lower(TEMPLATE.build(task, cfg, f"cg{n}")))
+    built = [(task, lower(TEMPLATE.build(task, cfg, f"cg{n}", targets.CUDA)))
              for n, (task, cfg) in enumerate(cases)]
     check_built(tmp_path, built, "convgemm")
 
@@ -177,11 +178,11 @@ def test_space_default_and_registry():
 def test_rule_dispatches_depthwise_to_the_direct_kernel():
     for x, w, bias, attrs in SHAPES:
         task = conv_task(x, w, bias, attrs)
-        got = build_kernel(task, "k")
+        got = build_kernel(task, "k", targets.CUDA)
         if attrs.get("group", 1) > 1 and w[1] == 1:
             assert got == conv.build_direct_conv(task, "k")
         else:
-            assert got == TEMPLATE.build(task, TEMPLATE.default(task, CUDA), "k")
+            assert got == TEMPLATE.build(task, TEMPLATE.default(task, CUDA), "k", targets.CUDA)
     assert RULES["Conv"] is conv_gemm.build_conv
 
 
@@ -195,7 +196,7 @@ def test_rule_dispatches_depthwise_to_the_direct_kernel():
 def test_vector_rules(shape, vector, dtype, loads_a, loads_b, stores):
     task = conv_task(*shape, dtype=dtype)
     cfg = SimtConfig((2, 2), (8, 4), (4, 4), 8, vector, 1)
-    text = print_cuda_module([lower(TEMPLATE.build(task, cfg, "v"))])
+    text = print_cuda_module([lower(TEMPLATE.build(task, cfg, "v", targets.CUDA))])
     assert ("hidetc_ld_f4(&ra" in text) == loads_a
     assert ("hidetc_ld_f4(&rb" in text) == loads_b
     assert ("hidetc_copy16(&out" in text) == stores
@@ -211,7 +212,7 @@ def test_default_kernels_of_resnet_layers_do_not_spill(tmp_path):
               ((1, 512, 7, 7), (512, 512, 3, 3), {"pads": [1, 1, 1, 1]}),
               ((1, 1024, 14, 14), (2048, 1024, 1, 1), {"strides": [2, 2]})]
     tasks = [conv_task(x, w, True, attrs) for x, w, attrs in layers]
-    fns = [lower(TEMPLATE.build(t, TEMPLATE.default(t, CUDA), f"layer{i}"))
+    fns = [lower(TEMPLATE.build(t, TEMPLATE.default(t, CUDA), f"layer{i}", targets.CUDA))
            for i, t in enumerate(tasks)]
     cubins = compile_cubins({"conv_layers": print_cuda_module(fns)}, "sm_80", tmp_path,
                             ptx=False, include_dirs=[CUDA_INCLUDE_DIR], keep_logs=True)
@@ -227,12 +228,14 @@ def test_float16_storage_accumulates_in_float32(tmp_path):
     cfgs = [SimtConfig((2, 2), (8, 4), (4, 4), 8, True, 1),
             SimtConfig((2, 4), (4, 8), (8, 4), 16, True, 8)]
     convs = [conv_task(*SHAPES[i], dtype=f16) for i in (2, 6, 8, 13)]
-    built = [(t, lower(TEMPLATE.build(t, cfgs[i % 2], f"h{i}"))) for i, t in enumerate(convs)]
+    built = [(t, lower(TEMPLATE.build(t, cfgs[i % 2], f"h{i}", targets.CUDA)))
+             for i, t in enumerate(convs)]
     depthwise = conv_task(*SHAPES[9], dtype=f16)
-    built.append((depthwise, lower(build_kernel(depthwise, "hdw"))))
+    built.append((depthwise, lower(build_kernel(depthwise, "hdw", targets.CUDA))))
     for i, (a, b) in enumerate((((13, 1000), (1000, 7)), ((2, 7, 129), (129, 13)))):
         task = matmul_task(a, b, f16)
-        built.append((task, lower(matmul_simt.TEMPLATE.build(task, cfgs[i], f"hmm{i}"))))
+        built.append((task, lower(matmul_simt.TEMPLATE.build(task, cfgs[i], f"hmm{i}",
+                                                             targets.CUDA))))
     check_built(tmp_path, built, "convgemm_f16")
 
 

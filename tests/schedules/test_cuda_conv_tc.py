@@ -23,23 +23,24 @@ import random
 
 import numpy as np
 import pytest
+from helpers import targets
 from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.errors import ToolchainError, UnsupportedOpError
 from hidetc.graph.ir import TensorType
 from hidetc.graph.ops import get_op
-from hidetc.schedules.cuda import RULES, TEMPLATES
+from hidetc.schedules.cuda import TEMPLATES, build_kernel, supports
 from hidetc.schedules.cuda.conv_tc import TEMPLATE, conv_geometry
 from hidetc.schedules.cuda.matmul_tc import DEFAULTS
-from hidetc.schedules.cuda.tc_common import B_NK_X4, CudaTarget, TcConfig, copy_width
+from hidetc.schedules.cuda.tc_common import B_NK_X4, TcConfig, copy_width
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import MAX_SPACE, Target
+from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.nvcc import compile_cubins, find_nvcc, ptxas_resources
 
 ARCHS = ("sm_80",)
-TARGET = CudaTarget()
+TARGET = targets.CUDA
 SPACE = TEMPLATE.space(None, TARGET)
 SAMPLE = random.Random(0).sample(SPACE, 32)
 # (NHWC input shape, OC, KH x KW, strides, pads (t, l, b, r), dilations, group, bias)
@@ -83,13 +84,13 @@ def conv_task(shape, oc, kernel, strides, pads, dilations, group, bias) -> Task:
 
 def test_space_and_registration():
     assert 30 < len(SPACE) <= MAX_SPACE and len(set(SPACE)) == len(SPACE)
-    assert TEMPLATE.space(conv_task(*SHAPES[0]), Target()) == SPACE  # shape-free
+    assert TEMPLATE.space(conv_task(*SHAPES[0]), TARGET) == SPACE  # shape-free
     assert TEMPLATE.name == "cuda.conv_tc" and TEMPLATE.precisions == ("f16",)
-    assert TEMPLATES["ConvNHWC"] is TEMPLATE and "ConvNHWC" in RULES
+    assert TEMPLATES["ConvNHWC"] is TEMPLATE and supports("ConvNHWC")
     big = conv_task((8, 56, 56, 64), 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, False)
     assert TEMPLATE.default(big, TARGET) == DEFAULTS[0]
     assert TEMPLATE.default(conv_task(*SHAPES[0]), TARGET) == DEFAULTS[-1]
-    fn = RULES["ConvNHWC"](conv_task(*SHAPES[0]), "rule")
+    fn = build_kernel(conv_task(*SHAPES[0]), "rule", TARGET)
     assert fn.attr("block") == (DEFAULTS[-1].threads, 1, 1)
 
 
@@ -115,9 +116,9 @@ def test_rejects_other_tasks():
     bad = Task("ConvNHWC", tuple(TensorType("float32", t.shape) if t else None
                                  for t in task.inputs), task.outputs, task.attrs, task.params)
     with pytest.raises(ValueError, match="float16"):
-        TEMPLATE.build(bad, DEFAULTS[0], "bad")
+        TEMPLATE.build(bad, DEFAULTS[0], "bad", targets.CUDA)
     with pytest.raises(UnsupportedOpError, match="ConvNHWC"):
-        RULES["ConvNHWC"](bad, "bad")
+        build_kernel(bad, "bad", TARGET)
 
 
 # ---------------------------------------------------------------- kernels
@@ -130,7 +131,8 @@ def build_cases(configs) -> list[tuple[str, Task, TcConfig, object]]:
     out = []
     for i, (shape, cfg) in enumerate(cases):
         task = conv_task(*shape)
-        out.append((f"conv{i}", task, cfg, lower(TEMPLATE.build(task, cfg, f"conv{i}"))))
+        fn = lower(TEMPLATE.build(task, cfg, f"conv{i}", targets.CUDA))
+        out.append((f"conv{i}", task, cfg, fn))
     return out
 
 

@@ -15,6 +15,7 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers import targets
 from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
@@ -31,7 +32,7 @@ from hidetc.schedules.cuda.matmul_simt import (
     load_factors,
 )
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import MAX_SPACE, Target
+from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.evaluate import run_function
 from hidetc.tir.ir import cast
@@ -39,7 +40,7 @@ from hidetc.tir.pipeline import lower
 from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
 
 NVCC = shutil.which("nvcc")
-CUDA = Target(kind="cuda")
+CUDA = targets.CUDA
 SHAPES = [((7, 13), (13, 100)), ((129, 64), (64, 7)), ((1, 129), (129, 13)),
           ((100, 1), (1, 129)), ((2, 1, 13, 7), (3, 7, 64)), ((129,), (129, 100)),
           ((64, 100), (100, 64)), ((13, 64), (64,)), ((3, 100, 13), (13, 1)),
@@ -89,7 +90,7 @@ def run_case(module, task: Task, fn, rng) -> None:
 
 def check_all(tmp_path, configs: list[SimtConfig]) -> None:
     """Build every (config, shape) into two units; nvcc + ptxas limits; emulate + compare."""
-    built = [(task, lower(TEMPLATE.build(task, cfg, f"mm{i}")))
+    built = [(task, lower(TEMPLATE.build(task, cfg, f"mm{i}", targets.CUDA)))
              for i, (task, cfg) in enumerate(cases(configs))]
     units = {f"simt{u}": print_cuda_module([fn for _, fn in built[u::2]]) for u in range(2)}
     if NVCC:
@@ -165,7 +166,7 @@ def test_for_tiles_matches_the_composed_mapping():
 
 def test_rule_builds_the_default():
     task = matmul_task((2, 1, 13, 7), (3, 7, 64))
-    fn = build_kernel(task, "mm")
+    fn = build_kernel(task, "mm", targets.CUDA)
     assert fn.attr("block")[0] == TEMPLATE.default(task, CUDA).threads
 
 
@@ -174,7 +175,7 @@ def test_default_kernels_of_benchmark_shapes_do_not_spill(tmp_path):
     """The default configs of the bench shapes (bench/cuda_ops.py): strict ptxas check."""
     tasks = [matmul_task((m, k), (k, n)) for m, n, k in
              ((1024, 1024, 1024), (128, 768, 768), (128, 3072, 768), (4096, 4096, 4096))]
-    fns = [lower(TEMPLATE.build(t, TEMPLATE.default(t, CUDA), f"big{i}"))
+    fns = [lower(TEMPLATE.build(t, TEMPLATE.default(t, CUDA), f"big{i}", targets.CUDA))
            for i, t in enumerate(tasks)]
     cubins = compile_cubins({"simt_big": print_cuda_module(fns)}, "sm_80", tmp_path,
                             ptx=False, include_dirs=[CUDA_INCLUDE_DIR], keep_logs=True)

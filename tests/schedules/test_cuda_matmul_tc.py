@@ -17,6 +17,7 @@ import random
 
 import numpy as np
 import pytest
+from helpers import targets
 from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
@@ -28,7 +29,6 @@ from hidetc.schedules.cuda.matmul_tc import (
     C_PAIRS,
     DEFAULTS,
     TEMPLATE,
-    CudaTarget,
     SwizzledTile,
     TcConfig,
     chunk_mapping,
@@ -38,12 +38,12 @@ from hidetc.schedules.cuda.matmul_tc import (
     xor_bits,
 )
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import MAX_SPACE, Target
+from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.nvcc import compile_cubins, find_nvcc, ptxas_resources
 
 ARCHS = ("sm_80", "sm_90")
-TARGET = CudaTarget()
+TARGET = targets.CUDA
 SPACE = TEMPLATE.space(None, TARGET)
 SAMPLE = random.Random(0).sample(SPACE, 32)
 # (A shape, B shape): awkward M, N, K; K or N % 8 in {4: cp.async8, 2: cp.async4, odd: scalar}
@@ -76,7 +76,7 @@ def test_space_is_hardware_centric():
         assert fits(cfg, TARGET)
         assert cfg.threads <= 1024 and cfg.shared_bytes <= 48 * 1024
         assert cfg.registers <= 255 and cfg.bm % (16 * cfg.wm) == 0 and cfg.nt % 2 == 0
-    assert TEMPLATE.space(matmul_task((1, 8), (8, 1)), Target()) == SPACE  # shape-free
+    assert TEMPLATE.space(matmul_task((1, 8), (8, 1)), TARGET) == SPACE  # shape-free
     assert {c.stages for c in SPACE} == {2, 3, 4} and {c.bk for c in SPACE} == {16, 32, 64}
 
 
@@ -149,7 +149,7 @@ def build_cases(configs) -> list[tuple[str, Task, TcConfig, object]]:
     out = []
     for i, (shape, cfg) in enumerate(cases):
         task = matmul_task(*shape)
-        out.append((f"tc{i}", task, cfg, lower(TEMPLATE.build(task, cfg, f"tc{i}"))))
+        out.append((f"tc{i}", task, cfg, lower(TEMPLATE.build(task, cfg, f"tc{i}", targets.CUDA))))
     return out
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import targets
 from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
@@ -91,11 +92,12 @@ def all_cases() -> list[tuple[Task, object, int]]:
     cases = []
     for i, case in enumerate(DEPTHWISE):
         task = depthwise_task(*case)
-        cases.append((task, lower(cuda.build_kernel(task, f"dw{i}")), case[1][0] * case[1][1]))
+        fn = lower(cuda.build_kernel(task, f"dw{i}", targets.CUDA))
+        cases.append((task, fn, case[1][0] * case[1][1]))
     for i, (op, shape, attrs, dtype) in enumerate(POOLS):
         task = pool_task(op, shape, attrs, dtype)
         taps = attrs["kernel_shape"][0] * attrs["kernel_shape"][1]
-        cases.append((task, lower(cuda.build_kernel(task, f"pool{i}")), taps))
+        cases.append((task, lower(cuda.build_kernel(task, f"pool{i}", targets.CUDA)), taps))
     return cases
 
 
@@ -147,16 +149,16 @@ def test_nvcc_compiles_without_spills(cases, tmp_path):
 def test_depthwise_dispatch_and_vectors():
     task = depthwise_task(*DEPTHWISE[0])
     assert depthwise_nhwc.is_depthwise(task)
-    assert cuda.kernel_choice(task) == (None, None)
+    assert cuda.kernel_choice(task, targets.CUDA) == (None, None)
     dense = Task("ConvNHWC", (TensorType(F16, (1, 7, 7, 16)), TensorType(F16, (8, 3, 3, 16))),
                  (TensorType(F16, (1, 5, 5, 8)),), (), (None, None))
     assert not depthwise_nhwc.is_depthwise(dense)
-    assert cuda.kernel_choice(dense)[0] is cuda.TEMPLATES["ConvNHWC"]
+    assert cuda.kernel_choice(dense, targets.CUDA)[0] is cuda.TEMPLATES["ConvNHWC"]
     assert [depthwise_nhwc.vector_width(c, F16) for c in (96, 12, 6, 3)] == [8, 4, 2, 1]
     assert [depthwise_nhwc.vector_width(c, F32) for c in (96, 6)] == [4, 2]
     # 16-byte vector copies of 8 channels: weights preloaded for 3x3, per use for 5x5
-    src = print_cuda_module([lower(cuda.build_kernel(task, "dw"))])
+    src = print_cuda_module([lower(cuda.build_kernel(task, "dw", targets.CUDA))])
     assert src.count("hidetc_copy16") == 9 + 9 + 1      # weights, input taps, output
     five = depthwise_task(*DEPTHWISE[5])
-    assert print_cuda_module([lower(cuda.build_kernel(five, "dw5"))]).count(
+    assert print_cuda_module([lower(cuda.build_kernel(five, "dw5", targets.CUDA))]).count(
         "hidetc_copy16") == 25 + 1

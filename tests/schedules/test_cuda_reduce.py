@@ -21,12 +21,13 @@ from typing import Callable
 
 import numpy as np
 import pytest
+from helpers import targets
 from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.catalog import representative_tasks
-from hidetc.schedules.cuda import RULES, TEMPLATES, build_kernel
+from hidetc.schedules.cuda import TEMPLATES, build_kernel, supports
 from hidetc.schedules.cuda.reduce_rows import row_view, view_of
 from hidetc.schedules.cuda.reduce_template import (
     MULTI_PASS,
@@ -38,12 +39,12 @@ from hidetc.schedules.cuda.reduce_template import (
     default_config,
 )
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import MAX_SPACE, Target
+from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
 
 NVCC = shutil.which("nvcc")
-CUDA = Target(kind="cuda")
+CUDA = targets.CUDA
 GUARD = 64            # elements of NaN around each input, of sentinels around the output
 SENTINEL = 7
 SAMPLE = 40
@@ -256,7 +257,7 @@ def run_case(module, problem: Problem, fn, rng) -> None:
 
 
 def check_all(tmp_path, cases_: list[tuple[Problem, ReduceConfig]]) -> None:
-    built = [(p, cfg, lower(TEMPLATE.build(p.task, cfg, f"red{i}")))
+    built = [(p, cfg, lower(TEMPLATE.build(p.task, cfg, f"red{i}", targets.CUDA)))
              for i, (p, cfg) in enumerate(cases_)]
     units = {f"reduce{u}": print_cuda_module([fn for _, _, fn in built[u::2]])
              for u in range(2)}
@@ -292,7 +293,7 @@ def test_space_is_hardware_centric_and_fits_the_limits():
     assert check_config(ReduceConfig(1024, 2, 4, False)) is not None
     assert check_config(ReduceConfig(48, 1, 4, False)) is not None
     for op in OPS:
-        assert TEMPLATES[op] is TEMPLATE and op in RULES
+        assert TEMPLATES[op] is TEMPLATE and supports(op)
     assert TEMPLATE.precisions == ("f32", "f16")
     for dtype in (F32, F16):     # what `hidetc inspect --space` reports (OPS[0]: Softmax)
         tasks = representative_tasks(OPS[0], dtype)
@@ -326,7 +327,7 @@ def test_default_config(op, rows, n, dtype, expected):
 
 def test_rules_build_the_default():
     p = layernorm_problem((130, 768))
-    fn = build_kernel(p.task, "ln")
+    fn = build_kernel(p.task, "ln", targets.CUDA)
     cfg = TEMPLATE.default(p.task, CUDA)
     assert fn.attr("block")[0] == cfg.block_threads
     assert fn.attr("grid")[0] == -(-130 // cfg.rows)

@@ -19,6 +19,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
+from helpers import targets
 from helpers.kernel_device import kernel_module
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
@@ -205,7 +206,7 @@ def check(name: str, got: np.ndarray) -> None:
 
 @pytest.fixture(scope="module")
 def cpu_lib(tmp_path_factory):
-    fns = [lower(cpu.build_kernel(task, f"k_{name}")) for name, task in TASKS.items()]
+    fns = [lower(cpu.build_kernel(task, f"k_{name}", targets.CPU)) for name, task in TASKS.items()]
     path = tmp_path_factory.mktemp("cpu") / "kernels.so"
     return ctypes.CDLL(str(build_shared_library({"more_elementwise": print_c_module(fns)},
                                                 path)))
@@ -213,7 +214,8 @@ def cpu_lib(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cuda_functions():
-    return {name: lower(cuda.build_kernel(task, f"k_{name}")) for name, task in TASKS.items()}
+    return {name: lower(cuda.build_kernel(task, f"k_{name}", targets.CUDA))
+            for name, task in TASKS.items()}
 
 
 @pytest.fixture(scope="module")

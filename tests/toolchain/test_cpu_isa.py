@@ -99,7 +99,7 @@ def test_a_forced_isa_the_host_lacks_cross_compiles(tmp_path, monkeypatch):
 
     import hidetc
     from hidetc import api
-    monkeypatch.setattr(api, "_cpu_runs_kernels", lambda: False)
+    monkeypatch.setattr(api, "_cpu_runs_kernels", lambda machine: False)
     path = tmp_path / "m.onnx"
     onnx.save(resnet_block(), path)
     result = hidetc.compile_model(path, tmp_path / "out", target="cpu")

@@ -11,11 +11,12 @@ import sys
 import onnx
 import pytest
 from click.testing import CliRunner
+from helpers import targets
 from helpers.fusion_graphs import graph_of, resnet_block
 
 import hidetc
 from hidetc.cli import main
-from hidetc.schedules.template import target_for
+from hidetc.target import cuda_target
 from hidetc.tune.records import CandidateResult, RecordStore
 from hidetc.tune.search import anchor_tasks, candidates, tune_graph
 
@@ -80,7 +81,7 @@ def test_cross_compile_uses_imported_records(block, tmp_path):
                                records=str(local), verify=False)
     templated = [k for k in out.manifest["kernels"] if k["template"] != "rule"]
     assert templated and all(k["tuning"] == "imported" for k in templated)
-    target = target_for("cuda", "sm_90")
+    target = cuda_target("sm_90")
     expected = {repr(candidates(template, task, target, 1)[-1])
                 for task, template in anchor_tasks(graph, "cuda")}
     assert {k["config"] for k in templated} == expected
@@ -102,7 +103,7 @@ def test_direct_conv_from_records_compiles_fused_and_verified(block, tmp_path):
 
     records = tmp_path / "records.sqlite"
     with RecordStore(records) as store:
-        tune_graph(graph, "cpu", tune=True, level=2, arch=cpu_arch(), records=store,
+        tune_graph(graph, "cpu", tune=True, level=2, arch=cpu_arch(targets.CPU), records=store,
                    device=cpu_device(), toolchain=toolchain_version("cpu"),
                    measure=fake_measure)
     out = hidetc.compile_model(block, tmp_path / "out", target="cpu", records=str(records),

@@ -84,7 +84,7 @@ class FakeReluTemplate:
     def default(self, task, target):
         return FakeConfig("good")
 
-    def build(self, task, config, name):
+    def build(self, task, config, name, target):
         kind = config.kind
         if kind == "raise":
             raise RuntimeError("this config cannot be built")

@@ -27,7 +27,7 @@ from hidetc.errors import HidetcError
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cuda import TEMPLATES
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import target_for
+from hidetc.target import cuda_target
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import block_idx, maximum, syncthreads, thread_idx
 from hidetc.tune import worker_cuda
@@ -53,7 +53,7 @@ def measure(task, template, configs, **kw):
 
 def test_simt_matmul_measured_and_ranked():
     task, template = matmul_task(33, 24, 40), TEMPLATES["MatMul"]
-    target = target_for("cuda", ARCH)
+    target = cuda_target(ARCH)
     default = template.default(task, target)
     others = [c for c in template.space(task, target) if c != default]
     configs = [default] + random.Random(0).sample(others, 3)
@@ -88,7 +88,7 @@ class FakeReluTemplate:
     def default(self, task, target):
         return FakeConfig("good")
 
-    def build(self, task, config, name):
+    def build(self, task, config, name, target):
         kind = config.kind
         if kind == "raise":
             raise RuntimeError("this config cannot be built")
@@ -171,7 +171,7 @@ def test_f16_tensor_core_matmul_checked_at_1e_2(tmp_path, monkeypatch):
     """Also: `prebuild` fills the caches, so the measuring call compiles nothing."""
     monkeypatch.setenv("HIDETC_CACHE_DIR", str(tmp_path / "cache"))
     task, template = matmul_task(32, 32, 32, F16), TEMPLATES["MatMul/f16"]
-    target = target_for("cuda", ARCH)
+    target = cuda_target(ARCH)
     default = template.default(task, target)
     configs = [default, next(c for c in template.space(task, target) if c != default)]
     prebuild([(task, template, configs)], target="cuda", arch=ARCH, backend="emulator")

@@ -14,13 +14,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers import targets
 
 from hidetc.cli import main
 from hidetc.errors import RecordsError
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.schedules.cpu import TEMPLATES
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import Target
 from hidetc.tune.records import (
     CandidateResult,
     RecordKey,
@@ -223,11 +223,11 @@ def test_default_path_honours_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("HIDETC_CACHE_DIR", str(tmp_path / "cache"))
     with RecordStore() as store:
         assert store.path == tmp_path / "cache" / "records.sqlite"
-    assert cpu_device().startswith("cpu:") and cpu_arch()
+    assert cpu_device().startswith("cpu:") and cpu_arch(targets.CPU)
 
 
 def test_resolve_config_against_the_space():
-    template, task, target = TEMPLATES["MatMul"], _matmul(), Target()
+    template, task, target = TEMPLATES["MatMul"], _matmul(), targets.CPU
     space = list(template.space(task, target))
     chosen = space[len(space) // 2]
     assert resolve_config(template, task, target, repr(chosen)) == chosen

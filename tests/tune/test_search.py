@@ -3,11 +3,11 @@ cross-compiles from imported records, all-failed tasks keeping the default. The
 measurement is a stand-in here (tests/tune/test_measure.py covers the real one)."""
 from __future__ import annotations
 
+from helpers import targets
 from helpers.fusion_graphs import graph_of, resnet_block
 from helpers.tasks import nhwc_task
 
 from hidetc.schedules.cpu import TEMPLATES
-from hidetc.schedules.template import target_for
 from hidetc.tune.records import CandidateResult, RecordStore
 from hidetc.tune.search import SHORT_LIST, anchor_tasks, candidates, tune_graph
 
@@ -43,7 +43,7 @@ def test_distinct_anchor_tasks_and_levels():
     task, template = work[0]
     # constant weights: tuned as the plan runs them, packed at compile time
     assert [t.name for _, t in work] == ["cpu.conv+prepacked", "cpu.matmul+prepacked"]
-    target = target_for("cpu")
+    target = targets.CPU
     default = template.default(task, target)
     assert candidates(template, task, target, 0) == [default]
     short = candidates(template, task, target, 1)
@@ -61,7 +61,7 @@ def test_tuned_once_then_reused(tmp_path):
         assert all(c.source == "tuned" for c in choices.values())
         for (task, n), choice in zip(measure.calls, choices.values()):
             results = [CandidateResult(repr(c), float(len(repr(c)) % 7 + 1), None)
-                       for c in candidates(choice.template, task, target_for("cpu"), 1)]
+                       for c in candidates(choice.template, task, targets.CPU, 1)]
             assert choice.time_ms == min(r.time_ms for r in results)
         again = FakeMeasure()
         choices2, summary2 = tune(graph, store, again)
@@ -104,7 +104,7 @@ def test_no_tuning_and_no_records_gives_defaults(tmp_path):
     graph = graph_of(resnet_block())
     with RecordStore(tmp_path / "r.sqlite") as store:
         choices, summary = tune(graph, store, FakeMeasure(), tune=False)
-    target = target_for("cpu")
+    target = targets.CPU
     assert all(c.source == "default" and c.config == c.template.default(t, target)
                for t, c in choices.items())
     assert summary.tuned == 0
@@ -125,7 +125,7 @@ def _key(task, choice):
     from hidetc.tune.records import key_for
     from hidetc.tune.search import space_digest
     return key_for(task, choice.template.name, DEVICE, ARCH, TOOLS,
-                   space_digest(choice.template, task, target_for("cpu", ARCH)))
+                   space_digest(choice.template, task, targets.CPU))
 
 
 def test_candidates_measure_each_distinct_kernel_once():
@@ -133,7 +133,7 @@ def test_candidates_measure_each_distinct_kernel_once():
     kernel (`kernel_key`); every level measures distinct kernels, the whole space
     covers every kernel of it, the short list is SHORT_LIST distinct kernels."""
     task = nhwc_task((1, 40, 7, 7), (24, 40, 1, 1), True)
-    template, target = TEMPLATES["ConvNHWC"], target_for("cpu")
+    template, target = TEMPLATES["ConvNHWC"], targets.CPU
 
     def key(cfg):
         return template.kernel_key(task, cfg, target)

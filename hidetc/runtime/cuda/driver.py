@@ -150,6 +150,30 @@ class CudaSession:
         free, total = self.drv.mem_get_info()
         return int(free), int(total)
 
+    def limits(self) -> dict[str, Any]:
+        """The device's facts under `hidetc.target.CudaTarget`'s field names (those the
+        driver reports; `cuda_target(device=...)` fills the rest from the arch)."""
+        facts: dict[str, Any] = {"name": self.name, "arch": self.arch}
+        for field_name, attribute in DEVICE_LIMITS.items():
+            attr = getattr(self.drv.device_attribute, attribute, None)
+            if attr is not None:
+                try:
+                    facts[field_name] = int(self.device.get_attribute(attr))
+                except self.drv.Error:
+                    pass
+        return facts
+
+
+# CudaTarget field -> the CUDA device attribute that reports it
+DEVICE_LIMITS = {"sms": "MULTIPROCESSOR_COUNT", "max_threads": "MAX_THREADS_PER_BLOCK",
+                 "shared_bytes": "MAX_SHARED_MEMORY_PER_BLOCK",
+                 "shared_optin_bytes": "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+                 "shared_per_sm_bytes": "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
+                 "registers_per_block": "MAX_REGISTERS_PER_BLOCK",
+                 "registers_per_sm": "MAX_REGISTERS_PER_MULTIPROCESSOR",
+                 "threads_per_sm": "MAX_THREADS_PER_MULTIPROCESSOR",
+                 "l2_bytes": "L2_CACHE_SIZE"}
+
 
 _SESSION: Optional[CudaSession] = None
 _EXIT_HOOKED = False

@@ -1,13 +1,14 @@
 """CPU kernels: one rule or template per op family.
 
-`build_kernel(task, name)` returns the Function for a task; `supports(op)` says whether
-an op has a CPU kernel. Ops that never reach code generation (Shape, Constant*, Range,
-Identity, Dropout, ...) are folded or removed by the graph passes before this.
+`build_kernel(task, name, target)` returns the Function for a task on that CpuTarget;
+`supports(op)` says whether an op has a CPU kernel. Ops that never reach code
+generation (Shape, Constant*, Range, Identity, Dropout, ...) are folded or removed by
+the graph passes before this.
 
 `TEMPLATES` maps the ops that have a schedule template (space / default / build, see
-`hidetc.schedules.template`) to it, for the tuner; their `RULES` entry builds the
-template's default config. A task with an empty output gets an empty kernel
-(`empty.build_empty`).
+`hidetc.schedules.template`) to it, for the tuner; `build_kernel` builds their default
+config for the target; the other ops have a `RULES` entry. A task with an empty output
+gets an empty kernel (`empty.build_empty`).
 
 float16/bfloat16: the C printer computes each operation in float and rounds it to the
 half type (numpy's semantics), so the rules work on them as on float32. The templated
@@ -37,7 +38,7 @@ from hidetc.schedules.cpu import (
     topk,
 )
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import Target, Template
+from hidetc.schedules.template import CpuTarget, Template
 from hidetc.tir.ir import Function
 
 Builder = Callable[[Task, str], Function]
@@ -60,9 +61,6 @@ RULES: dict[str, Builder] = {
     "AveragePoolNHWC": pool.build_pool_nhwc,
     "GlobalAveragePool": pool.build_global_pool,
     "GlobalMaxPool": pool.build_global_pool,
-    "MatMul": matmul.build_matmul,
-    "Conv": conv.build_conv,
-    "ConvNHWC": conv.build_conv,
     **{op: scan.build_arg for op in scan.ARG_OPS},
     "CumSum": scan.build_cumsum,
     "CumProd": scan.build_cumsum,
@@ -83,7 +81,7 @@ NARROW_OK = frozenset(("Cast", "BitCast", "Reshape", "Transpose", "Identity", "C
 
 
 def supports(op: str) -> bool:
-    return op in RULES
+    return op in RULES or op in TEMPLATES
 
 
 def check_op_dtypes(op: str, dtypes: Iterable[str], where: str = "") -> None:
@@ -105,21 +103,25 @@ def check_dtypes(task: Task) -> None:
     check_op_dtypes(task.op, (t.dtype for t in (*task.inputs, *task.outputs) if t is not None))
 
 
-def build_kernel(task: Task, name: str) -> Function:
-    rule = RULES.get(task.op)
-    if rule is None:
+def build_kernel(task: Task, name: str, target: CpuTarget) -> Function:
+    """The kernel of `task` for `target`: a templated op's default config
+    (`kernel_choice`), else its rule."""
+    if not supports(task.op):
         raise UnsupportedOpError(f"{task.op}: no CPU kernel for this op")
     check_dtypes(task)
     if empty.is_empty(task):
         return empty.build_empty(task, name, "cpu")
-    return rule(task, name)
+    template, config = kernel_choice(task, target)
+    if template is not None:
+        return template.build(task, config, name, target)
+    return RULES[task.op](task, name)
 
 
-def kernel_choice(task: Task) -> tuple[Template | None, Any]:
-    """(template, its default config) for a templated op, else (None, None): the rule
-    builds the kernel. `build_kernel` builds exactly this choice."""
+def kernel_choice(task: Task, target: CpuTarget) -> tuple[Template | None, Any]:
+    """(template, its default config for `target`) for a templated op, else (None,
+    None): the rule builds the kernel. `build_kernel` builds exactly this choice."""
     template = TEMPLATES.get(task.op)
     if template is None:
         return None, None
     check_dtypes(task)
-    return template, template.default(task, Target())
+    return template, template.default(task, target)

@@ -68,7 +68,7 @@ from hidetc.schedules.cpu.microkernel import (
 from hidetc.schedules.cpu.task_shape import Blocking, blocking
 from hidetc.schedules.cpu.winograd import WinogradConfig, build_winograd
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import Target
+from hidetc.schedules.template import CpuTarget, Target
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, Function, logical_and
 from hidetc.tir.mapping import spatial
@@ -132,12 +132,14 @@ class ConvTemplate:
             return conv_direct.LAST_SHORT_LIST[0]
         return default_gemm(geo.ocg, geo.oh * geo.ow)
 
-    def build(self, task: Task, config: ConvConfig, name: str,
-              cores: int = Target().cores, prepacked: bool = False) -> Function:
+    def build(self, task: Task, config: ConvConfig, name: str, target: CpuTarget,
+              prepacked: bool = False) -> Function:
         """`prepacked`: the weights input arrives already in the packed-A layout of
         `prepack_weights` (constant weights packed at compile time), so the kernel
-        neither packs them nor reads them in place, whatever config.pack_a says."""
+        neither packs them nor reads them in place, whatever config.pack_a says. The
+        parallel loop's tasks are shaped for `target.cores`."""
         geo = conv_geometry(task)
+        cores = target.cores
         if depthwise_nhwc.supports(geo):
             if not isinstance(config, DepthwiseNHWCConfig):
                 raise ValueError(f"channels-last depthwise conv needs a DepthwiseNHWCConfig, "
@@ -214,11 +216,6 @@ TEMPLATE = ConvTemplate()
 # the implicit GEMM's configs with A and B packed (prepacked weights ignore pack_a, and
 # the direct configs read the input in place where pack_b=False would)
 GEMM_SPACE = tuple(c for c in gemm_space() if c.pack_a and c.pack_b)
-
-
-def build_conv(task: Task, name: str) -> Function:
-    """The rule entry: the template's default config."""
-    return TEMPLATE.build(task, TEMPLATE.default(task, Target()), name)
 
 
 def _winograd(task: Task, geo: ConvGeometry, configs: tuple) -> tuple:

@@ -41,7 +41,7 @@ from hidetc.schedules.cpu.microkernel import (
 )
 from hidetc.schedules.cpu.task_shape import blocking
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import Target
+from hidetc.schedules.template import CpuTarget, Target
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function
 from hidetc.tir.mapping import spatial
@@ -61,11 +61,12 @@ class MatMulTemplate:
         _, _, _, m, n, _ = matmul_shapes(task)
         return default_gemm(m, n)
 
-    def build(self, task: Task, config: GemmConfig, name: str,
-              cores: int = Target().cores, prepacked: bool = False) -> Function:
+    def build(self, task: Task, config: GemmConfig, name: str, target: CpuTarget,
+              prepacked: bool = False) -> Function:
         """`prepacked`: B arrives in the panel layout of `prepack_weights` (a constant
-        B packed at compile time; see `can_prepack`)."""
-        return build_matmul_config(task, config, name, cores, prepacked)
+        B packed at compile time; see `can_prepack`). The parallel loop's tasks are
+        shaped for `target.cores`."""
+        return build_matmul_config(task, config, name, target.cores, prepacked)
 
 
 def can_prepack(task: Task, config: GemmConfig) -> bool:
@@ -95,11 +96,6 @@ def prepack_weights(task: Task, config: GemmConfig, b: np.ndarray) -> np.ndarray
 
 
 TEMPLATE = MatMulTemplate()
-
-
-def build_matmul(task: Task, name: str) -> Function:
-    """The rule entry: the template's default config."""
-    return TEMPLATE.build(task, TEMPLATE.default(task, Target()), name)
 
 
 def matmul_shapes(task: Task):

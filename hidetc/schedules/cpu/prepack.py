@@ -52,9 +52,9 @@ class Prepacked:
     def applies(self, task: Task, config: Any) -> bool:
         return self.module.can_prepack(task, config)
 
-    def build(self, task: Task, config: Any, name: str, **options):
+    def build(self, task: Task, config: Any, name: str, target: Target, **options):
         options.setdefault("prepacked", self.applies(task, config))
-        return self.base.build(task, config, name, **options)
+        return self.base.build(task, config, name, target, **options)
 
     def prepare_inputs(self, task: Task, config: Any, inputs: list) -> list:
         """The task's inputs (all of them, in order) with the weights packed for

@@ -121,6 +121,9 @@ class _Shape:
         tn0 = tn0 or -(-max(self.n, 1) // nc)
         return {round_up(-(-max(self.n, 1) // tn), self.unit) for tn in range(tn0, 4 * tn0 + 1)}
 
+    def tasks(self, mt: int, nc: int) -> int:
+        return self.batch * -(-max(self.m, 1) // mt) * -(-max(self.n, 1) // nc)
+
     def candidates(self, nc: int) -> list[tuple[int, int]]:
         m_blocks = -(-max(self.m, 1) // self.mc)
         out = []
@@ -128,6 +131,23 @@ class _Shape:
             cap = max(1, CBUF_BYTES // (round_up(b, self.nr) * 4 * self.mc))
             out += [(self.mc * -(-m_blocks // t), b) for t in range(1, m_blocks + 1)
                     if -(-m_blocks // t) <= cap]
+        if max(self.tasks(*c) for c in out) < self.cores:
+            out += self.filling()
+        return out
+
+    def filling(self) -> list[tuple[int, int]]:
+        """Where MC-block row tiles and up to 4x the config's column tiles give fewer
+        tasks than cores (a 128-token GEMM on 64 cores): row tiles of any multiple of
+        MR and as many column tiles as make one to two tasks per core, within cbuf."""
+        out = []
+        for t in range(1, min(self.cores, -(-max(self.m, 1) // self.mr)) + 1):
+            mt = round_up(-(-max(self.m, 1) // t), self.mr)
+            rows = self.batch * -(-max(self.m, 1) // mt)
+            lo, hi = -(-self.cores // rows), -(-2 * self.cores // rows)
+            for tn in range(lo, min(hi, -(-max(self.n, 1) // self.unit)) + 1):
+                b = round_up(-(-max(self.n, 1) // tn), self.unit)
+                if mt * round_up(b, self.nr) * 4 <= CBUF_BYTES:
+                    out.append((mt, b))
         return out
 
     def even_rows(self, nc: int, whole: bool = False) -> list[tuple[int, int]]:

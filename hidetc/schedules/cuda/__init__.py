@@ -1,11 +1,14 @@
-"""CUDA kernels: one rule or template per op family. `build_kernel(task, name)` returns a
-Function with target "cuda" and its launch shape in the attrs `grid` and `block`.
+"""CUDA kernels: one rule or template per op family. `build_kernel(task, name, target)`
+returns a Function with target "cuda" and its launch shape in the attrs `grid` and
+`block`, for that CudaTarget.
 
 `TEMPLATES` maps the ops that have a schedule template (space / default / build, see
-`hidetc.schedules.template`) to it, for the tuner; their `RULES` entry builds the
-template's default config. MatMul: the f32 SIMT template (`matmul_simt`), and for
-float16 (`--precision f16`) the tensor-core template (`matmul_tc`, sm_80+, f32
-accumulation) under the key "MatMul/f16"; `template_for(task)` picks per task."""
+`hidetc.schedules.template`) to it, for the tuner; `build_kernel` builds their default
+config for the target (`kernel_choice`); the rest have a `RULES` entry (depthwise
+convolutions too: the direct kernels, which win there). MatMul: the f32 SIMT template
+(`matmul_simt`), and for float16 (`--precision f16`) the tensor-core template
+(`matmul_tc`, sm_80+, f32 accumulation) under the key "MatMul/f16"; `template_for(task)`
+picks per task."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -14,7 +17,6 @@ from hidetc.compute.injective import COMPUTE
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cpu.empty import build_empty, is_empty
-from hidetc.schedules.cpu.reduce import REDUCERS
 from hidetc.schedules.cpu.scan import ARG_OPS
 from hidetc.schedules.cuda import (
     conv_gemm,
@@ -31,7 +33,7 @@ from hidetc.schedules.cuda import (
     topk,
 )
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import Target, Template
+from hidetc.schedules.template import CudaTarget, Template
 from hidetc.tir.ir import Function
 
 Builder = Callable[[Task, str], Function]
@@ -46,19 +48,12 @@ TEMPLATES: dict[str, Template] = {
 
 RULES: dict[str, Builder] = {
     **{op: injective.build for op in COMPUTE},
-    **{op: reduce.build_reduce for op in REDUCERS},
-    "Softmax": reduce.build_softmax,
-    "LogSoftmax": reduce.build_softmax,
-    "LayerNormalization": reduce.build_layernorm,
     "MaxPool": pool.build_pool,
     "AveragePool": pool.build_pool,
     "MaxPoolNHWC": pool.build_pool,
     "AveragePoolNHWC": pool.build_pool,
-    "GlobalAveragePool": reduce.build_global_pool,
-    "GlobalMaxPool": reduce.build_global_pool,
-    "MatMul": lambda task, name: build_matmul(task, name),
     "Conv": conv_gemm.build_conv,
-    "ConvNHWC": lambda task, name: build_conv_nhwc(task, name),
+    "ConvNHWC": depthwise_nhwc.build_depthwise_nhwc,
     **{op: scan.build_arg for op in ARG_OPS},
     "CumSum": scan.build_cumsum,
     "CumProd": scan.build_cumsum,
@@ -83,44 +78,34 @@ def template_for(task: Task) -> Template | None:
     return TEMPLATES.get(task.op)
 
 
-def build_matmul(task: Task, name: str) -> Function:
-    """MatMul's rule: the default config of `template_for(task)`."""
-    template = template_for(task)
-    if template is TEMPLATES["MatMul"]:
-        return matmul_simt.build_matmul(task, name)
-    return template.build(task, template.default(task, Target(kind="cuda")), name)
-
-
-def build_conv_nhwc(task: Task, name: str) -> Function:
-    """ConvNHWC's rule: depthwise convs get the channel-vector direct kernel
-    (`depthwise_nhwc`), the others the tensor-core template's default config."""
-    if depthwise_nhwc.is_depthwise(task):
-        return depthwise_nhwc.build_depthwise_nhwc(task, name)
-    return conv_tc.build_default(task, name)
-
-
 def supports(op: str) -> bool:
-    return op in RULES
+    return op in RULES or op in TEMPLATES
 
 
-def build_kernel(task: Task, name: str) -> Function:
-    rule = RULES.get(task.op)
-    if rule is None:
+def build_kernel(task: Task, name: str, target: CudaTarget) -> Function:
+    """The kernel of `task` for `target`: a templated task's default config
+    (`kernel_choice`), else its rule."""
+    if not supports(task.op):
         raise UnsupportedOpError(f"{task.op}: no CUDA kernel for this op")
     if is_empty(task):
         return build_empty(task, name, "cuda")
-    return rule(task, name)
+    template, config = kernel_choice(task, target)
+    if template is not None:
+        return template.build(task, config, name, target)
+    return RULES[task.op](task, name)
 
 
-def kernel_choice(task: Task) -> tuple[Template | None, Any]:
-    """(template, its default config) for a templated task, else (None, None): a rule
-    builds the kernel (depthwise Conv and ConvNHWC: the direct kernels, which win
-    there). What `build_kernel` builds."""
+def kernel_choice(task: Task, target: CudaTarget) -> tuple[Template | None, Any]:
+    """(template, its default config for `target`) for a templated task, else (None,
+    None): a rule builds the kernel (depthwise Conv and ConvNHWC: the direct kernels,
+    which win there). What `build_kernel` builds."""
     if task.op == "Conv" and conv_geometry(task).depthwise:
         return None, None
-    if task.op == "ConvNHWC" and depthwise_nhwc.is_depthwise(task):
-        return None, None
+    if task.op == "ConvNHWC":
+        if depthwise_nhwc.is_depthwise(task):
+            return None, None
+        conv_tc.check_supported(task)
     template = template_for(task)
     if template is None:
         return None, None
-    return template, template.default(task, Target(kind="cuda"))
+    return template, template.default(task, target)

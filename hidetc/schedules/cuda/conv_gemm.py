@@ -68,7 +68,7 @@ class ConvGemmTemplate:
         g = conv_geometry(task)
         return default_config(g.ocg, g.oh * g.ow, g.n * g.groups)
 
-    def build(self, task: Task, config: SimtConfig, name: str) -> Function:
+    def build(self, task: Task, config: SimtConfig, name: str, target: Target) -> Function:
         return build_conv_gemm(task, config, name)
 
 
@@ -76,11 +76,11 @@ TEMPLATE = ConvGemmTemplate()
 
 
 def build_conv(task: Task, name: str) -> Function:
-    """The rule entry: depthwise -> the direct kernel (`conv.py`), else the template's
-    default config."""
-    if conv_geometry(task).depthwise:
-        return conv.build_direct_conv(task, name)
-    return TEMPLATE.build(task, TEMPLATE.default(task, Target(kind="cuda")), name)
+    """The rule entry, for depthwise convolutions: the direct kernel (`conv.py`); the
+    others are templated (`kernel_choice`)."""
+    if not conv_geometry(task).depthwise:
+        raise ValueError("a dense Conv runs on the template: build it with build_kernel")
+    return conv.build_direct_conv(task, name)
 
 
 def _add(a: ExprLike, b: ExprLike) -> ExprLike:

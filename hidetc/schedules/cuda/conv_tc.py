@@ -250,19 +250,17 @@ class TensorCoreConv:
     def default(self, task: Task, target: Target) -> TcConfig:
         return default_config(task, target)
 
-    def build(self, task: Task, config: TcConfig, name: str) -> Function:
+    def build(self, task: Task, config: TcConfig, name: str, target: Target) -> Function:
         return build_tc_conv(task, config, name)
 
 
-def build_default(task: Task, name: str) -> Function:
-    """The RULES entry: the default config for the task on the default CUDA target. A
-    ConvNHWC that is not float16 (only `choose_layout` makes ConvNHWC, and it does so
-    for f16 compilations) is a user-facing UnsupportedOpError, not a crash."""
+def check_supported(task: Task) -> None:
+    """A ConvNHWC that is not float16 (only `choose_layout` makes ConvNHWC, and it does
+    so for f16 compilations) is a user-facing UnsupportedOpError, not a crash."""
     try:
         check_task(task)
     except ValueError as error:
         raise UnsupportedOpError(f"ConvNHWC: {error}") from None
-    return build_tc_conv(task, default_config(task, Target("cuda")), name)
 
 
 TEMPLATE = TensorCoreConv()

@@ -55,16 +55,11 @@ class MatMulSimtTemplate:
         dims = matmul_dims(task)
         return default_config(dims.m, dims.n, dims.nbatch)
 
-    def build(self, task: Task, config: SimtConfig, name: str) -> Function:
+    def build(self, task: Task, config: SimtConfig, name: str, target: Target) -> Function:
         return build_matmul_simt(task, config, name)
 
 
 TEMPLATE = MatMulSimtTemplate()
-
-
-def build_matmul(task: Task, name: str) -> Function:
-    """The rule entry: the template's default config."""
-    return TEMPLATE.build(task, TEMPLATE.default(task, Target(kind="cuda")), name)
 
 
 # shapes -----------------------------------------------------------------------------------

@@ -208,7 +208,7 @@ class TensorCoreMatmul:
     def default(self, task: Task, target: Target) -> TcConfig:
         return default_config(task, target)
 
-    def build(self, task: Task, config: TcConfig, name: str) -> Function:
+    def build(self, task: Task, config: TcConfig, name: str, target: Target) -> Function:
         return build_tc_matmul(task, config, name)
 
 

@@ -436,7 +436,7 @@ class ReduceTemplate:
         return default_config(task.op, view_of(task), task.inputs[0].dtype,
                               getattr(target, "sms", 132))
 
-    def build(self, task: Task, config: ReduceConfig, name: str) -> Function:
+    def build(self, task: Task, config: ReduceConfig, name: str, target: Target) -> Function:
         return build_row_kernel(task, config, name)
 
 

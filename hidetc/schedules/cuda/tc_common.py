@@ -77,7 +77,10 @@ def largest_default(defaults: Sequence["TcConfig"], blocks: Callable[["TcConfig"
 
 
 def cuda_target(target: Target) -> CudaTarget:
-    return target if isinstance(target, CudaTarget) else CudaTarget()
+    """`target` itself: the tensor-core templates need the CUDA limits it carries."""
+    if not isinstance(target, CudaTarget):
+        raise TypeError(f"a CUDA template needs a CudaTarget, got {target!r}")
+    return target
 
 
 @dataclass(frozen=True)
