@@ -196,14 +196,16 @@ def _build_kernels(writer: ArtifactWriter, plan: ExecutionPlan, entries, cfg: Co
         library = build_cpu_library(plan, entries, kernels, dump_dir=_dump(cfg, "tir"))
         return {"library": str(library.relative_to(writer.path))}
     archs = _archs(cfg)
-    section = build_cuda_modules(plan, entries, kernels, archs, dump_dir=_dump(cfg, "tir"))
-    return {"library": None, "cuda": section}
+    section, resources = build_cuda_modules(plan, entries, kernels, archs,
+                                            dump_dir=_dump(cfg, "tir"))
+    return {"library": None, "cuda": section, "resources": resources}
 
 
 def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileConfig,
                     target: str, model_path: Path) -> dict:
     entries = write_weights(writer.path / "weights.bin", plan.weights)
     built = _build_kernels(writer, plan, entries, cfg)
+    resources = built.pop("resources", {})
     graph = plan.graph
     return {
         "format_version": FORMAT_VERSION,
@@ -219,7 +221,7 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
         "output_sources": plan.output_sources,
         "kernels": [{"name": k, "node": node, "op": op, "args": list(values),
                      "task": plan.tasks[k].signature(), **plan.choices.get(k, {}),
-                     **plan.facts.get(k, {}),
+                     **plan.facts.get(k, {}), **resources.get(k, {}),
                      "group": _group_dict(group, graph)}
                     for (k, node, op), values, group
                     in zip(plan.nodes, plan.launch_values, plan.groups)],

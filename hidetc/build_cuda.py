@@ -8,6 +8,7 @@ name, so nvcc runs a few times in parallel and equal units hit the build cache.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -15,7 +16,7 @@ from hidetc.build import resolve_weight_args
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.plan import ExecutionPlan
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.nvcc import compile_cubins
+from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
 
 KERNELS_PER_UNIT = 16
 
@@ -47,15 +48,18 @@ def cuda_section(plan: ExecutionPlan, entries: Mapping, unit_of: Mapping[str, st
 
 
 def build_cuda_modules(plan: ExecutionPlan, entries: Mapping, out_dir: Path,
-                       archs: Sequence[str], dump_dir: str | None = None) -> dict:
-    """Write sources and cubins under `out_dir` (the artifact's kernels/ folder) and
-    return the manifest's `cuda` section with paths relative to out_dir's parent."""
+                       archs: Sequence[str], dump_dir: str | None = None
+                       ) -> tuple[dict, dict[str, dict]]:
+    """Write sources and cubins (each with its ptxas report beside it) under `out_dir`
+    (the artifact's kernels/ folder); return the manifest's `cuda` section with paths
+    relative to out_dir's parent, and per kernel its resources (`kernel_resources`)."""
     units, unit_of = translation_units(plan, dump_dir)
     src_dir = out_dir / "src"
     src_dir.mkdir(parents=True, exist_ok=True)
     for name, text in units.items():
         (src_dir / f"{name}.cu").write_text(text)
-    built = compile_cubins(units, archs, out_dir, include_dirs=(CUDA_INCLUDE_DIR,))
+    built = compile_cubins(units, archs, out_dir, include_dirs=(CUDA_INCLUDE_DIR,),
+                           keep_logs=True)
     root = out_dir.parent
     modules = []
     for unit in units:
@@ -66,4 +70,30 @@ def build_cuda_modules(plan: ExecutionPlan, entries: Mapping, out_dir: Path,
         if ptx:
             module["ptx"] = {"arch": ptx[0][0], "file": str(ptx[0][1].relative_to(root))}
         modules.append(module)
-    return cuda_section(plan, entries, unit_of, modules, archs)
+    return cuda_section(plan, entries, unit_of, modules, archs), kernel_resources(plan, built)
+
+
+def kernel_resources(plan: ExecutionPlan, built: Mapping[str, Mapping[str, Path]]
+                     ) -> dict[str, dict]:
+    """Per kernel, from ptxas's report for the plan's arch (the first one built when the
+    target's is not among them): `registers` per thread, static `shared_bytes`,
+    `spills` (bytes of spill stores per thread) and `blocks_per_sm`, the blocks one SM
+    of the target holds at once (`CudaTarget.blocks_per_sm`)."""
+    machine = plan.machine
+    arch = machine.arch if machine.arch in built else next(a for a in built
+                                                           if a.startswith("sm_"))
+    report: dict[str, dict] = {}
+    for cubin in built[arch].values():
+        report.update(ptxas_resources(cubin))
+    resources = {}
+    for name, fn in plan.functions.items():
+        facts = report.get(name)
+        if facts is None:
+            continue
+        threads = math.prod(fn.attr("block"))
+        resources[name] = {
+            "registers": facts["registers"], "shared_bytes": facts["shared_bytes"],
+            "spills": facts["spills"],
+            "blocks_per_sm": machine.blocks_per_sm(threads, facts["registers"],
+                                                   facts["shared_bytes"])}
+    return resources

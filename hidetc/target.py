@@ -83,29 +83,44 @@ class CudaTarget(Target):
     max_registers: int = 255           # per thread
     registers_per_block: int = 64 * KIB
     registers_per_sm: int = 64 * KIB
+    max_blocks_per_sm: int = 32
 
     def describe(self) -> str:
         return f"cuda {self.name} ({self.arch}, {self.sms} SMs)"
 
+    def blocks_per_sm(self, threads: int, registers: int, shared_bytes: int) -> int:
+        """Resident blocks per SM of a kernel with `threads` per block, `registers` per
+        thread and `shared_bytes` per block (static + dynamic): the least of the block,
+        thread, register and shared-memory limits (registers allocated per warp in
+        units of 256, shared memory with 1 KiB reserved per block, as the CUDA
+        occupancy calculator does for sm_80 and newer); 0 when one block cannot fit."""
+        warps = -(-max(threads, 1) // 32)
+        per_warp = -(-max(registers, 1) * 32 // 256) * 256
+        by_registers = (self.registers_per_sm // per_warp) // warps
+        by_threads = self.threads_per_sm // (warps * 32)
+        by_shared = (self.shared_per_sm_bytes // (shared_bytes + 1024)
+                     if shared_bytes else self.max_blocks_per_sm)
+        return max(0, min(self.max_blocks_per_sm, by_registers, by_threads, by_shared))
+
 
 def _gpu(name: str, arch: str, sms: int, optin_kib: int, per_sm_kib: int, threads: int,
-         l2_mib: int) -> CudaTarget:
+         l2_mib: int, blocks: int) -> CudaTarget:
     return CudaTarget(name=name, arch=arch, sms=sms, shared_optin_bytes=optin_kib * KIB,
                       shared_per_sm_bytes=per_sm_kib * KIB, threads_per_sm=threads,
-                      l2_bytes=l2_mib * MIB)
+                      l2_bytes=l2_mib * MIB, max_blocks_per_sm=blocks)
 
 
 # The limits of the GPUs users run (NVIDIA's data sheets and CUDA C Programming Guide
 # tables per compute capability); `--gpu NAME` picks one for a cross-compile.
 KNOWN_GPUS: dict[str, CudaTarget] = {
-    "a100": _gpu("NVIDIA A100", "sm_80", 108, 163, 164, 2048, 40),
-    "a10": _gpu("NVIDIA A10", "sm_86", 72, 99, 100, 1536, 6),
-    "l4": _gpu("NVIDIA L4", "sm_89", 58, 99, 100, 1536, 48),
-    "l40s": _gpu("NVIDIA L40S", "sm_89", 142, 99, 100, 1536, 96),
-    "rtx4090": _gpu("NVIDIA GeForce RTX 4090", "sm_89", 128, 99, 100, 1536, 72),
-    "h100-pcie": _gpu("NVIDIA H100 PCIe", "sm_90", 114, 227, 228, 2048, 50),
-    "h100-sxm": _gpu("NVIDIA H100 SXM", "sm_90", 132, 227, 228, 2048, 50),
-    "h200": _gpu("NVIDIA H200", "sm_90", 132, 227, 228, 2048, 50),
+    "a100": _gpu("NVIDIA A100", "sm_80", 108, 163, 164, 2048, 40, 32),
+    "a10": _gpu("NVIDIA A10", "sm_86", 72, 99, 100, 1536, 6, 16),
+    "l4": _gpu("NVIDIA L4", "sm_89", 58, 99, 100, 1536, 48, 24),
+    "l40s": _gpu("NVIDIA L40S", "sm_89", 142, 99, 100, 1536, 96, 24),
+    "rtx4090": _gpu("NVIDIA GeForce RTX 4090", "sm_89", 128, 99, 100, 1536, 72, 24),
+    "h100-pcie": _gpu("NVIDIA H100 PCIe", "sm_90", 114, 227, 228, 2048, 50, 32),
+    "h100-sxm": _gpu("NVIDIA H100 SXM", "sm_90", 132, 227, 228, 2048, 50, 32),
+    "h200": _gpu("NVIDIA H200", "sm_90", 132, 227, 228, 2048, 50, 32),
 }
 # An arch alone (`--arch sm_XX`, no GPU named or visible): that arch's limits, with the
 # SM count and L2 of the GPU named here.

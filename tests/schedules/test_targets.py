@@ -115,6 +115,16 @@ def test_cuda_target_from_names_arch_and_device():
     assert target_from_facts(seen.facts()) == seen
 
 
+def test_blocks_per_sm_follows_the_occupancy_rules():
+    a100, l4 = KNOWN_GPUS["a100"], KNOWN_GPUS["l4"]
+    assert a100.blocks_per_sm(256, 64, 0) == 4          # registers: 32 warps of 2048
+    assert a100.blocks_per_sm(128, 32, 0) == 16         # threads: 2048 / 128
+    assert a100.blocks_per_sm(32, 16, 0) == 32          # the block limit
+    assert a100.blocks_per_sm(128, 40, 48 * 1024) == 3  # shared: 164 KiB / 49 KiB
+    assert l4.blocks_per_sm(32, 16, 0) == 24 and l4.blocks_per_sm(1024, 128, 0) == 0
+    assert a100.blocks_per_sm(100, 33, 0) == a100.blocks_per_sm(128, 40, 0)  # rounding
+
+
 def test_cpu_target_detection_and_overrides(tmp_path, monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 3, 5})
     assert detect_cpu().cores == 3 and detect_cpu(cores=64).cores == 64
@@ -174,6 +184,7 @@ def test_cross_compile_for_a_named_gpu(tmp_path):
     assert manifest["machine"]["sms"] == 58 and manifest["cuda"]["archs"] == ["sm_89"]
     doc = json.loads(runner.invoke(main, ["inspect", str(tmp_path / "l4"), "--json"]).output)
     assert all(k["blocks"] == math.prod(k["grid"]) and k["flops"] > 0 for k in doc["kernels"])
+    assert all(k["registers"] > 0 and 1 <= k["blocks_per_sm"] <= 24 for k in doc["kernels"])
     bad = runner.invoke(main, ["compile", str(path), "-o", str(tmp_path / "x"), "--target",
                                "cuda", "--gpu", "l4", "--arch", "sm_90"])
     assert bad.exit_code == 2 and not (tmp_path / "x").exists()
