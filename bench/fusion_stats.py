@@ -24,7 +24,7 @@ from hidetc.plan import ExecutionPlan, plan_graph
 
 def traffic(plan: ExecutionPlan) -> int:
     types = plan.graph.types
-    return sum(types[v].nbytes for values in plan.launch_values for v in values)
+    return sum(types[v].nbytes for step in plan.steps for v in step.values)
 
 
 def stats(name: str, target: str) -> dict:
@@ -32,7 +32,7 @@ def stats(name: str, target: str) -> dict:
     row = {"model": name, "target": target, "nodes": len(graph.nodes)}
     for label, fuse in (("unfused", False), ("fused", True)):
         plan = plan_graph(graph, target, fuse=fuse)
-        row[label] = {"launches": len(plan.launches), "distinct_kernels": len(plan.functions),
+        row[label] = {"launches": len(plan.steps), "distinct_kernels": len(plan.functions),
                       "bytes_moved": traffic(plan), "arena_bytes": plan.memory.arena_bytes,
                       "fallbacks": plan.fusion_fallbacks}
     return row

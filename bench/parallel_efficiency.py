@@ -42,10 +42,10 @@ def plan_efficiency(graph, target: CpuTarget) -> dict:
     that lose the most (FLOPs x (1 - efficiency))."""
     plan = plan_graph(graph, target)
     rows = []
-    for kernel, node, op in plan.nodes:
-        facts = plan.facts[kernel]
+    for step in plan.steps:
+        facts = plan.facts[step.kernel]
         tasks = facts.get("parallel_tasks") or 1
-        rows.append({"node": node, "op": op, "flops": facts["flops"], "tasks": tasks,
+        rows.append({"node": step.node, "op": step.op, "flops": facts["flops"], "tasks": tasks,
                      "efficiency": efficiency(tasks, target.cores)})
     total = sum(r["flops"] for r in rows) or 1
     weighted = sum(r["flops"] * r["efficiency"] for r in rows) / total

@@ -219,13 +219,12 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
         "inputs": [_spec(graph, v) for v in graph.inputs],
         "outputs": [_spec(graph, v) for v in graph.outputs],
         "output_sources": plan.output_sources,
-        "kernels": [{"name": k, "node": node, "op": op, "args": list(values),
-                     "task": plan.tasks[k].signature(), **plan.choices.get(k, {}),
-                     **plan.facts.get(k, {}), **resources.get(k, {}),
-                     "group": _group_dict(group, graph)}
-                    for (k, node, op), values, group
-                    in zip(plan.nodes, plan.launch_values, plan.groups)],
-        "fusion": {"groups": len(plan.groups), "nodes": len(graph.nodes),
+        "kernels": [{"name": s.kernel, "node": s.node, "op": s.op, "args": list(s.values),
+                     "task": plan.tasks[s.kernel].signature(),
+                     **plan.choices.get(s.kernel, {}), **plan.facts.get(s.kernel, {}),
+                     **resources.get(s.kernel, {}), "group": _group_dict(s.group, graph)}
+                    for s in plan.steps],
+        "fusion": {"groups": len(plan.steps), "nodes": len(graph.nodes),
                    "fallbacks": plan.fusion_fallbacks},
         "memory": {"arena_bytes": plan.memory.arena_bytes,
                    "total_bytes": plan.memory.total_bytes,

@@ -17,10 +17,10 @@ from hidetc.toolchain.gcc import build_shared_library
 def resolve_weight_args(plan: ExecutionPlan, entries: Mapping) -> list[Launch]:
     """Replace the placeholder weight offsets by the offsets in the weights file."""
     launches = []
-    for launch, values in zip(plan.launches, plan.launch_values):
+    for step in plan.steps:
         args = tuple(Arg("weights", int(entries[v].offset)) if a.space == "weights" else a
-                     for a, v in zip(launch.args, values))
-        launches.append(Launch(launch.kernel, args))
+                     for a, v in zip(step.launch.args, step.values))
+        launches.append(Launch(step.kernel, args))
     return launches
 
 

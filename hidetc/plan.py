@@ -36,13 +36,30 @@ from hidetc.fusion.graft import FusedKernel, GraftError, graft
 from hidetc.fusion.partition import FusionGroup, partition
 from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
-from hidetc.schedules import cpu, cuda
+from hidetc.schedules import cpu
 from hidetc.schedules.cpu import prepack
+from hidetc.schedules.select import SCHEDULES, anchor_template, packed_weights_apply
 from hidetc.schedules.task import Task, task_flops, task_of
 from hidetc.target import Target, default_target
 from hidetc.tir.analysis import launch_blocks, parallel_tasks
 from hidetc.tir.ir import Function
 from hidetc.tir.printer import format_function
+
+
+@dataclass(frozen=True)
+class PlanLaunch:
+    """One kernel launch of the forward pass: the kernel and where each argument lives
+    (`launch`), the anchor node and op it runs for, the graph value each argument holds
+    (`values`, in argument order) and its fusion group."""
+    launch: Launch
+    node: str
+    op: str
+    values: tuple[str, ...]
+    group: FusionGroup
+
+    @property
+    def kernel(self) -> str:
+        return self.launch.kernel
 
 
 @dataclass
@@ -52,20 +69,14 @@ class ExecutionPlan:
     machine: Target                                # what the kernels were built for
     functions: dict[str, Function]                 # kernel name -> function
     tasks: dict[str, Task]                         # kernel name -> task
-    launches: list[Launch]
-    nodes: list[tuple[str, str, str]]              # per launch: (kernel, node name, op)
-    launch_values: list[tuple[str, ...]]           # per launch: value name of each arg
+    steps: list[PlanLaunch]                        # the forward pass, in launch order
     weights: dict[str, object]                     # constant name -> array, in file order
     memory: MemoryPlan
     output_sources: list[dict] = field(default_factory=list)
-    groups: list[FusionGroup] = field(default_factory=list)   # per launch
     fusion_fallbacks: list[dict] = field(default_factory=list)
     choices: dict[str, dict] = field(default_factory=dict)   # kernel -> template, config
     in_place: dict[str, str] = field(default_factory=dict)   # output -> value it overwrites
     facts: dict[str, dict] = field(default_factory=dict)     # kernel -> `kernel_facts`
-
-
-SCHEDULES = {"cpu": cpu, "cuda": cuda}
 
 
 def kernel_name(key) -> str:
@@ -192,14 +203,16 @@ def _kernels(graph: Graph, machine: Target, fuse: bool, dump_dir: str | None = N
             if chosen and task in chosen:
                 picked[task] = chosen[task].template, chosen[task].config
             else:
-                picked[task] = schedules.kernel_choice(task, machine)
+                template = anchor_template(task, anchor, graph, machine)
+                picked[task] = (template, template.default(task, machine) if template
+                                else None)
             template, config = picked[task]
             choices[task] = {"template": prepack.base(template).name if template else "rule",
                              "config": repr(config) if template else None}
             if chosen and task in chosen:
                 choices[task]["tuning"] = chosen[task].source
         template, config = picked[task]
-        packed = _prepacked_weights(schedules, task, template, config, anchor, graph,
+        packed = _prepacked_weights(task, template, config, anchor, graph,
                                     packed_weights if packed_weights is not None else {})
         if packed is not None:
             key = key + (("prepacked", None, ()),)
@@ -236,24 +249,21 @@ def _kernels(graph: Graph, machine: Target, fuse: bool, dump_dir: str | None = N
     return kernels, tasks, fallbacks, {name: choices[t] for name, t in tasks.items()}
 
 
-def _prepacked_weights(schedules, task: Task, template, config, anchor: Node,
-                       graph: Graph, packed_weights: dict[str, Any]) -> str | None:
-    """For a cpu Conv or MatMul template kernel whose weights (second input) are a
-    graph constant: the name of a constant holding them pre-packed for `config` (put
-    in `packed_weights` on first use), so the kernel reads its micro-kernel panels
-    from it instead of packing them on every call (`hidetc.schedules.cpu.prepack`).
-    None otherwise."""
-    wrapper = prepack.for_constant_weights(prepack.base(template))
-    if schedules is not cpu or wrapper is None:
+def _prepacked_weights(task: Task, template, config, anchor: Node, graph: Graph,
+                       packed_weights: dict[str, Any]) -> str | None:
+    """Where the selection packs this anchor's weights at compile time
+    (`select.packed_weights_apply`: a cpu Conv or MatMul with constant weights): the
+    name of a constant holding them pre-packed for `config` (put in `packed_weights` on
+    first use), so the kernel reads its micro-kernel panels from it instead of packing
+    them on every call (`hidetc.schedules.cpu.prepack`). None otherwise."""
+    if not packed_weights_apply(template, config, task, anchor, graph):
         return None
-    weight = anchor.inputs[1] if len(anchor.inputs) > 1 else None
-    if weight not in graph.constants or not wrapper.applies(task, config):
-        return None
-    name = f"{weight}.packed_{wrapper.module.prepack_tag(task, config)}"
+    weight = anchor.inputs[1]
+    name = f"{weight}.packed_{template.module.prepack_tag(task, config)}"
     if name not in packed_weights:
         inputs = [None] * len(anchor.inputs)
         inputs[1] = graph.constants[weight]
-        packed_weights[name] = wrapper.prepare_inputs(task, config, inputs)[1]
+        packed_weights[name] = template.prepare_inputs(task, config, inputs)[1]
     return name
 
 
@@ -303,20 +313,18 @@ def plan_graph(graph: Graph, target: Target | str = "cpu", fuse: bool = True,
     slot_of, sources = _output_sources(graph, produced)
     used_constants = {s["name"] for s in sources if s["kind"] == "constant"}
     functions: dict[str, Function] = {}
-    launches, plan_nodes, values = [], [], []
+    steps = []
     for group, name, fused in kernels:
         functions.setdefault(name, fused.function)
         used_constants.update(v for v in fused.args if v in graph.constants)
-        launches.append(Launch(name, tuple(_arg(v, graph, memory, slot_of)
-                                           for v in fused.args)))
         anchor = nodes[group.anchor]
-        plan_nodes.append((name, anchor.name, anchor.op))
-        values.append(tuple(fused.args))
+        launch = Launch(name, tuple(_arg(v, graph, memory, slot_of) for v in fused.args))
+        steps.append(PlanLaunch(launch, anchor.name, anchor.op, tuple(fused.args), group))
     weights = {name: graph.constants[name] for name in graph.constants if name in used_constants}
     facts = {name: kernel_facts(fn, tasks[name], machine) for name, fn in functions.items()}
-    return ExecutionPlan(graph, target, machine, functions, tasks, launches, plan_nodes,
-                         values, weights, memory, sources, [g for g, _, _ in kernels],
-                         fallbacks, kernel_choices, reuse, facts)
+    return ExecutionPlan(graph, target, machine, functions, tasks, steps, weights, memory,
+                         output_sources=sources, fusion_fallbacks=fallbacks,
+                         choices=kernel_choices, in_place=reuse, facts=facts)
 
 
 def kernel_facts(fn: Function, task: Task, machine: Target) -> dict:

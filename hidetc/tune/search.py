@@ -34,15 +34,13 @@ from typing import Any, Callable, Optional
 
 from hidetc.fusion.partition import partition
 from hidetc.graph.ir import Graph
-from hidetc.schedules import cpu, cuda
-from hidetc.schedules.cpu import prepack
+from hidetc.schedules.select import anchor_template
 from hidetc.schedules.task import Task, task_of
 from hidetc.target import Target, default_target
 from hidetc.tune.measure import best, measure_candidates, prebuild
 from hidetc.tune.records import RecordStore, key_for, resolve_config
 
 SHORT_LIST = 8
-SCHEDULES = {"cpu": cpu, "cuda": cuda}
 
 
 @dataclass(frozen=True)
@@ -79,20 +77,15 @@ def anchor_tasks(graph: Graph, machine: Target | str) -> list[tuple[Task, Any]]:
     with the template to tune: on the cpu target a Conv or MatMul whose weights are a
     graph constant gets the `prepack.Prepacked` form, timed as the plan will run it."""
     machine = default_target(machine) if isinstance(machine, str) else machine
-    target = machine.kind
     nodes = {n.name: n for n in graph.nodes}
     seen: dict[Task, Any] = {}
-    for group in partition(graph, target=target):
+    for group in partition(graph, target=machine.kind):
         anchor = nodes[group.anchor]
         task = task_of(anchor, graph)
-        if task in seen:
-            continue
-        template, _ = SCHEDULES[target].kernel_choice(task, machine)
-        if template is None:
-            continue
-        packed = prepack.for_constant_weights(template) if target == "cpu" else None
-        constant = len(anchor.inputs) > 1 and anchor.inputs[1] in graph.constants
-        seen[task] = packed if packed is not None and constant else template
+        if task not in seen:
+            template = anchor_template(task, anchor, graph, machine)
+            if template is not None:
+                seen[task] = template
     return list(seen.items())
 
 
@@ -136,14 +129,34 @@ def _kernel_key(template, task: Task, target: Target) -> Callable[[Any], Any]:
     return lambda config: key(task, config, target)
 
 
+class LocalMeasurer:
+    """Candidates built and timed on this machine (`hidetc.tune.measure`): what tuning
+    uses unless a caller (a test) passes another `measure(task, template, configs, *,
+    target, progress)`. `prebuild` compiles every task's candidates ahead, in parallel."""
+
+    def __init__(self, arch: str):
+        self.arch = arch
+
+    def prebuild(self, work: list, *, target: Target) -> None:
+        prebuild(work, target=target, arch=self.arch)
+
+    def __call__(self, task: Task, template, configs: list, *, target: Target,
+                 progress: Callable[[int], None] | None = None) -> list:
+        return measure_candidates(task, template, configs, target=target, progress=progress,
+                                  arch=self.arch)
+
+
 def tune_graph(graph: Graph, target: Target | str, *, tune: bool, level: int, arch: str,
                records: RecordStore, device: str, toolchain: str,
                progress: Callable[[str, int, int], None] | None = None,
-               measure: Callable = measure_candidates) -> tuple[dict[Task, Choice], TuneSummary]:
+               measure: Callable | None = None) -> tuple[dict[Task, Choice], TuneSummary]:
     """{task: Choice} for every templated anchor task of `graph` (see the module
     docstring). `progress(label, done, total)` is called as candidates finish. `target`:
     the Target the kernels are built for (a kind name: `default_target`); `arch` keys
-    the records (the facts of the target that change the choice)."""
+    the records (the facts of the target that change the choice). `measure` times
+    candidates (default `LocalMeasurer(arch)`; its `prebuild`, where it has one, runs
+    first over every pending task)."""
+    measure = measure if measure is not None else LocalMeasurer(arch)
     clock = time.perf_counter()
     summary = TuneSummary()
     choices: dict[Task, Choice] = {}
@@ -163,11 +176,12 @@ def tune_graph(graph: Graph, target: Target | str, *, tune: bool, level: int, ar
         else:
             choices[task] = Choice(template, template.default(task, limits), "default")
     total = sum(len(c) for *_, c in pending)
-    if measure is measure_candidates:
-        if progress and pending:
+    ahead = getattr(measure, "prebuild", None)
+    if ahead is not None and pending:
+        if progress:
             progress("building candidates", 0, total)
-        prebuild([(task, template, configs) for task, template, _, configs in pending],
-                 target=limits, arch=arch)
+        ahead([(task, template, configs) for task, template, _, configs in pending],
+              target=limits)
     done = 0
     for n, (task, template, key, configs) in enumerate(pending):
         label = f"{template.name} {n + 1}/{len(pending)}"
@@ -176,8 +190,7 @@ def tune_graph(graph: Graph, target: Target | str, *, tune: bool, level: int, ar
             if progress:
                 progress(label, base + k, total)
 
-        extra = {"arch": arch} if measure is measure_candidates else {}
-        results = measure(task, template, configs, target=limits, progress=step, **extra)
+        results = measure(task, template, configs, target=limits, progress=step)
         done += len(configs)
         summary.tuned += 1
         summary.candidates += len(results)

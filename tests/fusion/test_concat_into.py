@@ -58,8 +58,8 @@ def _slice_buffers(proto, layout: str) -> set[tuple[int, ...]]:
     graph = lower_precision(optimize(import_model(proto)), "f32", target="cpu",
                             layout=layout)
     plan = plan_graph(graph, "cpu")
-    return {tuple(plan.functions[launch.kernel].params[-1].shape)
-            for launch, group in zip(plan.launches, plan.groups) if group.into}
+    return {tuple(plan.functions[step.kernel].params[-1].shape)
+            for step in plan.steps if step.group.into}
 
 
 # the store path each case takes: channels-last rows [N, H*W, C] (no div/mod), the flat

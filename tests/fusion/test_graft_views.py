@@ -37,9 +37,8 @@ def _proto(transpose: bool) -> onnx.ModelProto:
 def _matmul_params(proto) -> list[tuple[int, ...]]:
     graph = lower_precision(optimize(import_model(proto)), "f32", target="cpu")
     plan = plan_graph(graph, "cpu")
-    (launch,) = [launch for launch, group in zip(plan.launches, plan.groups)
-                 if group.anchor.endswith("MatMul")]
-    return [tuple(p.shape) for p in plan.functions[launch.kernel].params
+    (step,) = [step for step in plan.steps if step.group.anchor.endswith("MatMul")]
+    return [tuple(p.shape) for p in plan.functions[step.kernel].params
             if hasattr(p, "shape")]
 
 
