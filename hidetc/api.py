@@ -119,7 +119,7 @@ def _machine(cfg: CompileConfig, target: str) -> Target:
     --cpu-cores N of it); on cuda the visible GPU when it is one of the archs built
     and no other GPU is named, else --gpu NAME, else the first arch's reference GPU."""
     if target == "cpu":
-        return detect_cpu(cores=cfg.cpu_cores)
+        return detect_cpu(cores=cfg.cpu_cores, isa=cfg.cpu_isa)
     archs = _archs(cfg)
     if cfg.gpu is not None:
         named = cuda_target(gpu=cfg.gpu)

@@ -11,7 +11,7 @@ from hidetc.codegen.c import print_c_module
 from hidetc.codegen.launcher import Arg, Launch, entry_wrapper, launcher_source
 from hidetc.plan import ExecutionPlan
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.gcc import build_shared_library
+from hidetc.toolchain.gcc import build_shared_library, flags_for
 
 
 def resolve_weight_args(plan: ExecutionPlan, entries: Mapping) -> list[Launch]:
@@ -40,4 +40,5 @@ def build_cpu_library(plan: ExecutionPlan, entries: Mapping, out_dir: Path,
     src_dir.mkdir(parents=True, exist_ok=True)
     for name, text in sources.items():
         (src_dir / f"{name}.c").write_text(text)
-    return build_shared_library(sources, out_dir / "model.so")
+    return build_shared_library(sources, out_dir / "model.so",
+                                opt_flags=flags_for(plan.machine.isa))

@@ -65,6 +65,9 @@ def main(debug: bool) -> None:
 @click.option("--gpu", default=None,
               help="cuda: compile for this GPU's limits (a100, a10, l4, l40s, rtx4090, "
                    "h100-pcie, h100-sxm, h200); default: the visible GPU, else --arch's.")
+@click.option("--cpu-isa", type=click.Choice(["avx2", "avx512"]), default=None,
+              help="cpu: the vector ISA of the kernels (default: $HIDETC_CPU_ISA, else "
+                   "AVX-512 where the host has it, else AVX2).")
 @click.option("--cpu-cores", type=click.IntRange(1), default=None,
               help="cpu: shape the parallel loops for this many cores (a cross-compile "
                    "for another machine; default: the cores this process may use).")
@@ -91,11 +94,11 @@ def main(debug: bool) -> None:
               help="Bind the shape of input NAME (needed when the model leaves a dim "
                    "symbolic or unknown); repeatable.")
 @_handle_errors
-def compile_cmd(model, out_dir, target, precision, arch, gpu, cpu_cores, preset, sample,
-                no_verify, no_fuse, tune, space, records, layout, seed, shape_args):
+def compile_cmd(model, out_dir, target, precision, arch, gpu, cpu_isa, cpu_cores, preset,
+                sample, no_verify, no_fuse, tune, space, records, layout, seed, shape_args):
     """Compile MODEL (.onnx) into the artifact directory OUT."""
     overrides = {"target": target, "precision": precision, "arch": arch, "sample": sample,
-                 "gpu": gpu, "cpu_cores": cpu_cores,
+                 "gpu": gpu, "cpu_cores": cpu_cores, "cpu_isa": cpu_isa,
                  "seed": seed, "verify": False if no_verify else None,
                  "fuse": False if no_fuse else None, "tune": tune, "space": space,
                  "records": records, "layout": layout, "shapes": _parse_shapes(shape_args)}

@@ -22,7 +22,8 @@ from hidetc.errors import ConfigError
 
 TARGETS = ("auto", "cpu", "cuda")
 PRECISIONS = ("f32", "f16")
-LAYOUTS = ("auto", "nchw")      # auto: the target's layout pass (NHWC convolutions)
+LAYOUTS = ("auto", "nchw")
+CPU_ISAS = ("avx2", "avx512")      # auto: the target's layout pass (NHWC convolutions)
 # norm-wise relative error bound vs ONNX Runtime (f32), per precision, when `rtol` is unset
 TOLERANCES = {"f32": 1e-4, "f16": 1e-2}
 SPACE_DEFAULT = {"cpu": 1, "cuda": 2}
@@ -44,6 +45,7 @@ class CompileConfig:
     gpu: str | None = None        # cuda: a known GPU to compile for (hidetc.target.KNOWN_GPUS)
     cpu_cores: int | None = None  # cpu: the cores to shape the kernels for (default: this
                                   # process's usable cores)
+    cpu_isa: str | None = None    # cpu: avx2 | avx512 (default: HIDETC_CPU_ISA, else the host's)
     fuse: bool = True             # post-scheduling fusion (False: one kernel per node)
     tune: bool | None = None      # None: tune when the target's device is here (and
                                   # HIDETC_TUNE is not 0); see `tuning`
@@ -71,6 +73,9 @@ class CompileConfig:
                                                and not isinstance(self.cpu_cores, bool)
                                                and self.cpu_cores >= 1):
             raise ConfigError(f"cpu_cores: expected a positive integer, got {self.cpu_cores!r}")
+        if self.cpu_isa is not None and self.cpu_isa not in CPU_ISAS:
+            raise ConfigError(f"cpu_isa: expected one of {', '.join(CPU_ISAS)}, "
+                              f"got {self.cpu_isa!r}")
         if self.space is not None and self.space not in (0, 1, 2):
             raise ConfigError(f"space: expected 0, 1 or 2, got {self.space!r}")
         if self.shapes is not None:

@@ -6,7 +6,9 @@ templates' `space`/`default`/`build`, the task shapes, the tuner and the manifes
   loops are shaped for, and the cache sizes. `detect_cpu(cores=None)` reads this host:
   the cores this process may run on (its CPU affinity, not the machine's core count),
   the caches from sysfs (the per-core L1d and L2, the shared L3), the ISA from
-  `cpu_isa.current()`; `cores=N` cross-compiles the task shapes for an N-core machine.
+  `cpu_isa.current()`; `cores=N` cross-compiles the task shapes for an N-core machine,
+  `isa=` the kernels for another vector ISA (the micro-kernels, spaces and gcc flags
+  all follow the target's).
 - `CudaTarget`: the architecture and the per-block and per-SM limits. `cuda_target`
   builds it from the visible GPU's reported attributes when there is one, else from
   `KNOWN_GPUS` by name (`--gpu h100-sxm`), else from the arch's reference GPU

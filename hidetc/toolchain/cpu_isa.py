@@ -1,15 +1,16 @@
 """The x86 vector ISA the CPU kernels are written for: AVX2/FMA (8 f32 lanes, 16 ymm
 registers) or AVX-512F (16 lanes, 32 zmm registers).
 
-`current()` is fixed per process: `HIDETC_CPU_ISA` (`avx2`, `avx512`, or `auto`, the
-default: AVX-512 when this CPU has avx512f, read from /proc/cpuinfo, else AVX2). The
-f32 micro-kernels (`hidetc.schedules.cpu.avx2`: the GEMM's and the direct convolutions') print the
-ISA's intrinsics and vector type, the micro-tile shapes of the GEMM and direct-conv
-spaces come from it (`micro_shapes`: MR x NR tiles that fill its register file), gcc
-compiles every kernel with its flags (`gcc.DEFAULT_FLAGS`), tuning records are kept
-per ISA (`records.cpu_arch`), and an artifact records it (`manifest["cpu_isa"]`) so a
-host without it refuses to load the artifact instead of dying on an illegal
-instruction (`runs_here`). The reduction kernels stay AVX2 (memory-bound; AVX-512 hosts run AVX2).
+`current()` is this process's default, what `target.detect_cpu` puts in a compile's
+CpuTarget unless told otherwise (`--cpu-isa`): `HIDETC_CPU_ISA` (`avx2`, `avx512`, or
+`auto`, the default: AVX-512 when this CPU has avx512f, read from /proc/cpuinfo, else
+AVX2). From the target's ISA: the f32 micro-kernels (`hidetc.schedules.cpu.avx2`: the
+GEMM's and the direct convolutions') print its intrinsics and vector type, the
+micro-tile shapes of the GEMM and direct-conv spaces (`micro_shapes`: MR x NR tiles that
+fill its register file), gcc's flags (`gcc.flags_for`), the tuning records' key
+(`records.cpu_arch`), and the artifact's `manifest["cpu_isa"]`, so a host without it
+refuses to load the artifact instead of dying on an illegal instruction (`runs_here`).
+The reduction kernels stay AVX2 (memory-bound; AVX-512 hosts run AVX2).
 
 Why: ONNX Runtime's MLAS uses AVX-512 wherever the CPU has it; on such a CPU the AVX2
 kernels ran ResNet-50 and Inception-V3 at 1.8x of ORT's latency (2026-12-01, a 2-core

@@ -1,11 +1,11 @@
 """gcc for the cpu target: C sources -> cached objects -> one shared library.
 
-DEFAULT_FLAGS, and why:
-- `-O3 -mavx2 -mfma` (+ `-mavx512f` when the kernels are built for AVX-512,
-  `hidetc.toolchain.cpu_isa`: on hosts that have it, or `HIDETC_CPU_ISA=avx512`): a
-  fixed ISA baseline rather than -march=native, so an artifact built on one machine
-  runs on any machine with that ISA and the cache key does not depend on the build
-  host's exact CPU;
+The flags (`flags_for(isa)`: the kernels' ISA, the target's; `host_flags()` for code
+built to run on this host, the default), and why:
+- `-O3 -mavx2 -mfma` (+ `-mavx512f` for kernels built for AVX-512,
+  `hidetc.toolchain.cpu_isa`): a fixed ISA baseline rather than -march=native, so an
+  artifact built on one machine runs on any machine with that ISA and the cache key
+  does not depend on the build host's exact CPU;
 - `-ffp-contract=off`: no implicit a*b+c -> fma contraction, so float results are the
   same as the IR interpreter's and numpy's step-by-step rounding (kernels that want
   FMA call it explicitly), and do not change with the optimizer's mood;
@@ -34,10 +34,21 @@ from typing import Mapping, Optional, Sequence, Union
 
 from hidetc.errors import ToolchainError
 from hidetc.toolchain.cache import BuildCache, atomic_write, cache_key, temp_path_beside
+from hidetc.toolchain.cpu_isa import ISAS
 from hidetc.toolchain.cpu_isa import current as current_isa
 
-DEFAULT_FLAGS: tuple[str, ...] = ("-std=c99", "-O3", *current_isa().gcc_flags, "-fopenmp",
-                                  "-fPIC", "-ffp-contract=off", "-fno-math-errno")
+BASE_FLAGS: tuple[str, ...] = ("-std=c99", "-O3", "-fopenmp", "-fPIC", "-ffp-contract=off",
+                               "-fno-math-errno")
+
+
+def flags_for(isa: str) -> tuple[str, ...]:
+    """The compile flags of kernels written for `isa` (a cpu_isa.ISAS name)."""
+    return BASE_FLAGS[:2] + ISAS[isa].gcc_flags + BASE_FLAGS[2:]
+
+
+def host_flags() -> tuple[str, ...]:
+    """The flags for code that runs on this host (its ISA, `cpu_isa.current()`)."""
+    return flags_for(current_isa().name)
 LINK_FLAGS: tuple[str, ...] = ("-shared", "-fopenmp", "-fPIC")
 LINK_LIBS: tuple[str, ...] = ("-lm",)
 
@@ -80,9 +91,11 @@ def _run(cmd: list[str], what: str, log: Path) -> None:
                          f"{shlex.join(cmd)} | full log: {log}")
 
 
-def compile_object(name: str, source: str, flags: Sequence[str] = DEFAULT_FLAGS, *,
+def compile_object(name: str, source: str, flags: Optional[Sequence[str]] = None, *,
                    cc: str = "gcc", cache: Optional[BuildCache] = None) -> Path:
-    """Compile one C source to a cached object file and return its path."""
+    """Compile one C source to a cached object file and return its path (`flags`:
+    default `host_flags()`)."""
+    flags = host_flags() if flags is None else flags
     cc_path = find_compiler(cc)
     cache = cache or BuildCache()
     key = cache_key([source, "\0".join(flags), compiler_identity(cc_path)])
@@ -102,11 +115,12 @@ def compile_object(name: str, source: str, flags: Sequence[str] = DEFAULT_FLAGS,
     return obj
 
 
-def compile_objects(sources: Mapping[str, str], flags: Sequence[str] = DEFAULT_FLAGS, *,
+def compile_objects(sources: Mapping[str, str], flags: Optional[Sequence[str]] = None, *,
                     cc: str = "gcc", cache: Optional[BuildCache] = None) -> list[Path]:
     """Compile every source (name -> C text) in parallel; objects in `sources` order."""
     if not sources:
         return []
+    flags = host_flags() if flags is None else flags
     find_compiler(cc)
     cache = cache or BuildCache()
     workers = max(1, min(os.cpu_count() or 1, len(sources)))
@@ -117,8 +131,9 @@ def compile_objects(sources: Mapping[str, str], flags: Sequence[str] = DEFAULT_F
 
 
 def link_shared(objects: Sequence[Path], out_path: Union[str, Path],
-                flags: Sequence[str] = DEFAULT_FLAGS, *, cc: str = "gcc") -> Path:
+                flags: Optional[Sequence[str]] = None, *, cc: str = "gcc") -> Path:
     """Link objects into a shared library at `out_path`, replaced atomically."""
+    flags = host_flags() if flags is None else flags
     cc_path = find_compiler(cc)
     out = Path(out_path)
     tmp = temp_path_beside(out)
@@ -133,7 +148,7 @@ def link_shared(objects: Sequence[Path], out_path: Union[str, Path],
 
 
 def build_shared_library(sources: Mapping[str, str], out_path: Union[str, Path], *,
-                         opt_flags: Sequence[str] = DEFAULT_FLAGS, cc: str = "gcc",
+                         opt_flags: Optional[Sequence[str]] = None, cc: str = "gcc",
                          cache: Optional[BuildCache] = None) -> Path:
     """Compile `sources` (cached, in parallel) and link them into `out_path`."""
     objects = compile_objects(sources, opt_flags, cc=cc, cache=cache)

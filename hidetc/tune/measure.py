@@ -77,12 +77,12 @@ from hidetc.tir.ir import Buffer, Function
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.cache import BuildCache, cache_key
 from hidetc.toolchain.gcc import (
-    DEFAULT_FLAGS,
     LINK_FLAGS,
     LINK_LIBS,
     compile_object,
     compiler_identity,
     find_compiler,
+    flags_for,
     link_shared,
 )
 from hidetc.tune.common import (
@@ -157,13 +157,13 @@ def _unit_source(fns: Sequence[Function]) -> str:
     return print_c_module(list(fns)) + "".join(entry_wrapper(fn) for fn in fns)
 
 
-def _link_cached(sources: Sequence[str], cache: BuildCache
+def _link_cached(sources: Sequence[str], cache: BuildCache, flags: Sequence[str]
                  ) -> tuple[Optional[Path], list[Optional[str]], bool]:
-    """Compile `sources` (one object each) and link them into a cached library; a
-    source that fails to compile is left out and its error returned in its slot.
-    The flag says the library came from the cache."""
+    """Compile `sources` (one object each, with `flags`: the target ISA's) and link them
+    into a cached library; a source that fails to compile is left out and its error
+    returned in its slot. The bool says the library came from the cache."""
     cc = find_compiler()
-    key = cache_key([*sources, "\0".join(DEFAULT_FLAGS), "\0".join(LINK_FLAGS),
+    key = cache_key([*sources, "\0".join(flags), "\0".join(LINK_FLAGS),
                      "\0".join(LINK_LIBS), compiler_identity(cc), "hidetc.tune unit"])
     so = cache.root / "tune" / key[:2] / f"{key}.so"
     if so.is_file():
@@ -171,23 +171,23 @@ def _link_cached(sources: Sequence[str], cache: BuildCache
     objects, errors = [], []
     for k, src in enumerate(sources):
         try:
-            objects.append(compile_object(f"tune_{key[:12]}_{k}", src, DEFAULT_FLAGS,
-                                          cache=cache))
+            objects.append(compile_object(f"tune_{key[:12]}_{k}", src, flags, cache=cache))
             errors.append(None)
         except ToolchainError as exc:
             errors.append(f"compile: {exc}")
     if not objects:
         return None, errors, False
-    link_shared(objects, so, DEFAULT_FLAGS)
+    link_shared(objects, so, flags)
     return so, errors, False
 
 
-def _build_unit(unit: _Unit, cache: BuildCache) -> tuple[dict[int, str], str]:
+def _build_unit(unit: _Unit, cache: BuildCache, flags: Sequence[str]
+                ) -> tuple[dict[int, str], str]:
     """Build `unit.so`: ({candidate index: error} for kernels left out, "cached" |
     "built" | "split")."""
     fns, kernels = [fn for _, fn in unit.kernels], unit.kernels
     try:
-        unit.so, errors, cached = _link_cached([_unit_source(fns)], cache)
+        unit.so, errors, cached = _link_cached([_unit_source(fns)], cache, flags)
         if unit.so is not None:
             return {}, "cached" if cached else "built"
     except ToolchainError as exc:       # the link failed
@@ -197,7 +197,7 @@ def _build_unit(unit: _Unit, cache: BuildCache) -> tuple[dict[int, str], str]:
         return {kernels[0][0]: errors[0]}, "split"
     sources = [_unit_source([fn]) for _, fn in kernels]
     try:
-        unit.so, errors, _ = _link_cached(sources, cache)
+        unit.so, errors, _ = _link_cached(sources, cache, flags)
     except ToolchainError as exc:       # the link itself failed
         unit.so, errors = None, [f"compile: {exc}"] * len(kernels)
     unit.kernels = [k for k, e in zip(kernels, errors) if e is None]
@@ -224,7 +224,8 @@ def _build_cpu(task: Task, template, configs: list, jobs: int, stats: MeasureSta
     clock = time.perf_counter()
     cache = BuildCache()
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(units) or 1))) as pool:
-        for failed, how in pool.map(lambda u: _build_unit(u, cache), units):
+        flags = flags_for(machine.isa)
+        for failed, how in pool.map(lambda u: _build_unit(u, cache, flags), units):
             errors.update(failed)
             stats.units_cached += how == "cached"
             stats.units_split += how == "split"

@@ -20,7 +20,7 @@ from hidetc.codegen.cuda import print_cuda_function
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import call, thread_idx
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.gcc import DEFAULT_FLAGS, build_shared_library, find_compiler
+from hidetc.toolchain.gcc import build_shared_library, find_compiler, host_flags
 
 F32 = "float32"
 N = 1 << 20
@@ -79,7 +79,7 @@ def test_loops_vectorize_without_libm_calls(tmp_path):
     src = tmp_path / "m.c"
     src.write_text(print_c_module([kernel(f, n=4096) for f in FUNCS]))
     asm = tmp_path / "m.s"
-    subprocess.run([find_compiler(), *DEFAULT_FLAGS, "-S", str(src), "-o", str(asm)],
+    subprocess.run([find_compiler(), *host_flags(), "-S", str(src), "-o", str(asm)],
                    check=True)
     text = asm.read_text()
     for func in FUNCS:

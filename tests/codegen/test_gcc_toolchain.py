@@ -7,10 +7,10 @@ import pytest
 from hidetc.errors import ToolchainError
 from hidetc.toolchain.cache import BuildCache, cache_key, default_cache_dir
 from hidetc.toolchain.gcc import (
-    DEFAULT_FLAGS,
     build_shared_library,
     compile_object,
     compile_objects,
+    host_flags,
     link_shared,
 )
 
@@ -40,7 +40,7 @@ def test_same_source_hits_the_cache(cache):
 
 def test_changed_flag_or_source_rebuilds(cache):
     base = compile_object("good", GOOD, cache=cache)
-    assert compile_object("good", GOOD, DEFAULT_FLAGS + ("-DX=1",), cache=cache) != base
+    assert compile_object("good", GOOD, host_flags() + ("-DX=1",), cache=cache) != base
     assert compile_object("good", GOOD + "\n", cache=cache) != base
 
 

@@ -32,7 +32,7 @@ from hidetc.schedules.cpu.winograd import WinogradConfig
 from hidetc.schedules.task import Task
 from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.gcc import DEFAULT_FLAGS, build_shared_library, find_compiler
+from hidetc.toolchain.gcc import build_shared_library, find_compiler, host_flags
 
 RNG = np.random.default_rng(0)
 # weights packed at compile time
@@ -145,11 +145,11 @@ def test_spaces_are_small_frozen_and_contain_the_default():
 
 
 def test_blocking_balances_tasks_over_the_cores():
-    bl = blocking(GemmConfig(), 128, 768, 768, 1, 2)
+    bl = blocking(GemmConfig(), 128, 768, 768, 1, TARGET)
     assert (bl.m_tiles * bl.n_tiles) % 2 == 0 and bl.mt % bl.mc == 0
-    bl = blocking(GemmConfig(), 1, 1000, 2048, 1, 2)
+    bl = blocking(GemmConfig(), 1, 1000, 2048, 1, TARGET)
     assert bl.m_tiles * bl.n_tiles >= 2
-    bl = blocking(GemmConfig(), 512, 49, 4608, 1, 2, n_unit=7, k_unit=9)
+    bl = blocking(GemmConfig(), 512, 49, 4608, 1, TARGET, n_unit=7, k_unit=9)
     assert bl.nc == 49 and bl.kc % 9 == 0 and bl.m_tiles == 2
 
 
@@ -160,31 +160,31 @@ def test_rows_split_evenly_where_the_blocks_do_not(tmp_path):
     tasks and near-even splits stay as they were. With `local_rows` (a conv's positions),
     column-only splits of light weights and uneven row tiles split the rows evenly. The
     kernels compute right with such tasks."""
-    bl = blocking(GemmConfig(8, 32, mc=64, nc=192), 784, 128, 512, 1, 2)
+    bl = blocking(GemmConfig(8, 32, mc=64, nc=192), 784, 128, 512, 1, TARGET)
     assert (bl.mt, bl.nc, bl.m_tiles, bl.n_tiles) == (392, 128, 2, 1)
-    bl = blocking(GemmConfig(4, 64, mc=256, nc=96), 3136, 64, 576, 1, 2)
+    bl = blocking(GemmConfig(4, 64, mc=256, nc=96), 3136, 64, 576, 1, TARGET)
     assert bl.mt % bl.mc == 0 and bl.m_tiles > 4
-    bl = blocking(GemmConfig(8, 32, mc=64, nc=192), 1225, 96, 864, 1, 2)   # 640 + 585 kept
+    bl = blocking(GemmConfig(8, 32, mc=64, nc=192), 1225, 96, 864, 1, TARGET)  # 640 + 585 kept
     assert (bl.mt, bl.m_tiles) == (640, 2)
     # a column split (NC=96 of 192) over more rows than columns: rows split, whole width
-    bl = blocking(GemmConfig(8, 32, mc=64, nc=96), 289, 192, 896, 1, 2)
+    bl = blocking(GemmConfig(8, 32, mc=64, nc=96), 289, 192, 896, 1, TARGET)
     assert (bl.mt, bl.nc, bl.m_tiles, bl.n_tiles) == (152, 192, 2, 1)
     # fewer rows than columns (a 7x7 map, 960 channels): the weights stay split
-    bl = blocking(GemmConfig(4, 64, mc=64, nc=192), 49, 960, 160, 1, 2)
+    bl = blocking(GemmConfig(4, 64, mc=64, nc=192), 49, 960, 160, 1, TARGET)
     assert bl.m_tiles == 1 and bl.n_tiles > 1
-    bl = blocking(GemmConfig(7, 48, mc=64, nc=192), 49, 512, 2048, 1, 2, local_rows=True)
+    bl = blocking(GemmConfig(7, 48, mc=64, nc=192), 49, 512, 2048, 1, TARGET, local_rows=True)
     assert bl.m_tiles == 1 and bl.n_tiles > 1      # weights 2048x512 > 4 x 49 x (2048+512)
     # local rows (positions, one image): a column-only split whose weights are smaller
     # than the activations it moves between cores splits the rows (a 14x14 96->576 1x1)
-    args = (GemmConfig(6, 48, mc=256, nc=96), 196, 576, 96, 1, 2)
+    args = (GemmConfig(6, 48, mc=256, nc=96), 196, 576, 96, 1, TARGET)
     assert (blocking(*args).m_tiles, blocking(*args).n_tiles) == (1, 6)
     bl = blocking(*args, local_rows=True)
     assert (bl.mt, bl.nc, bl.m_tiles, bl.n_tiles) == (102, 96, 2, 6)
     two = conv_geometry(nhwc_task((2, 96, 14, 14), (576, 96, 1, 1), True))  # two images:
     assert conv_direct.blocking_for(two, DirectConfig(6, 48, mc=256, nc=96, kc=0),
-                                    2).m_tiles == 1          # images outermost, as before
+                                    TARGET).m_tiles == 1          # images outermost, as before
     # ... and more row tiles than cores (256+256 | 256+16) rebalance when cheaper
-    args = (GemmConfig(4, 64, mc=256, nc=192), 784, 192, 32, 1, 2)
+    args = (GemmConfig(4, 64, mc=256, nc=192), 784, 192, 32, 1, TARGET)
     assert blocking(*args).mt == 256
     assert blocking(*args, local_rows=True).mt == 392
     conv = nhwc_task((1, 24, 4, 13), (32, 24, 1, 1), True)
@@ -194,7 +194,8 @@ def test_rows_split_evenly_where_the_blocks_do_not(tmp_path):
              (mm, GemmConfig(4, 16, mc=8, nc=32)),
              (mm, GemmConfig(4, 16, mc=8, nc=32, pack_a=False))]
     for _, cfg in cases:
-        bl = blocking(cfg.gemm() if isinstance(cfg, DirectConfig) else cfg, 52, 32, 24, 1, 2)
+        gemm = cfg.gemm() if isinstance(cfg, DirectConfig) else cfg
+        bl = blocking(gemm, 52, 32, 24, 1, TARGET)
         assert bl.mt == 28 and bl.mt % bl.mc, cfg
     run_all(tmp_path, cases)
     (tmp_path / "packed").mkdir()
@@ -243,10 +244,11 @@ def test_direct_conv_configs_on_every_conv_shape(tmp_path):
         conv_task((2, 8, 6, 5), (24, 8, 3, 3), True, pads=[0, 1, 2, 0]),   # ragged 24 = 16 + 8
         conv_task((1, 4, 9, 9), (40, 4, 3, 3), False, strides=[2, 2], auto_pad="SAME_UPPER"),
         conv_task((1, 300, 3, 3), (17, 300, 3, 3), True, pads=[1, 1, 1, 1])]  # K blocks
-    shapes = sorted({(c.mr, c.nr) for c in DIRECT_SPACE})
+    shapes = sorted({(c.mr, c.nr) for c in DIRECT_SPACE[TARGET.isa]})
     assert len(shapes) == 6
     cases = [(t, DirectConfig(mr, nr, kc=128)) for t in tasks for mr, nr in shapes[:2]]
-    cases += [(t, cfg) for t, cfg in zip(itertools.cycle(tasks), sample(DIRECT_SPACE, 20, 5))]
+    cases += [(t, cfg) for t, cfg in zip(itertools.cycle(tasks),
+                                         sample(DIRECT_SPACE[TARGET.isa], 20, 5))]
     (tmp_path / "packed").mkdir()    # a library path of its own: dlopen reuses a path
     run_all(tmp_path, cases[::2])
     run_all(tmp_path / "packed", cases[1::2], prepacked=True)
@@ -352,13 +354,13 @@ def test_default_micro_kernel_keeps_its_accumulators_in_registers(tmp_path, task
     cfg = TEMPLATES[task.op].default(task, TARGET)
     src = tmp_path / "k.c"
     src.write_text(print_c_module([lower(TEMPLATES[task.op].build(task, cfg, "k", targets.CPU))]))
-    subprocess.run([find_compiler(), *DEFAULT_FLAGS, "-S", str(src), "-o", str(tmp_path / "k.s")],
+    subprocess.run([find_compiler(), *host_flags(), "-S", str(src), "-o", str(tmp_path / "k.s")],
                    check=True)
     loops = fma_loops((tmp_path / "k.s").read_text())
     inner = [body for body in loops if sum("vfmadd" in b for b in body) >= 2]
     assert inner, "no vectorized FMA loop"
     hot = max(inner, key=lambda body: sum("vfmadd" in b for b in body))
-    vectors = cfg.mr * len(avx2.widths(cfg.nr))
+    vectors = cfg.mr * len(avx2.widths(cfg.nr, TARGET.vector_lanes))
     assert sum("vfmadd" in b and "ps\t" in b for b in hot) == vectors, hot
     assert not [b for b in hot if re.search(r"\(%r[sb]p\)|vfmadd\d+ss", b)], hot
 
@@ -396,19 +398,19 @@ def test_channels_last_7_row_tiles_only_where_8_pads_many_rows(tmp_path):
     others = [nhwc_task((1, 8, 14, 14), (16, 8, 1, 1), True),
               nhwc_task((1, 8, 56, 56), (16, 8, 1, 1), True)]
     for task in others:
-        assert template.short_list(task, TARGET) == conv_direct.LAST_SHORT_LIST
-        assert template.space(task, TARGET) == conv_direct.LAST_SPACE
+        assert template.short_list(task, TARGET) == conv_direct.LAST_SHORT_LIST[TARGET.isa]
+        assert template.space(task, TARGET) == conv_direct.LAST_SPACE[TARGET.isa]
     short, space = template.short_list(small, TARGET), template.space(small, TARGET)
     direct = tuple(c for c in short if isinstance(c, DirectConfig))   # after Winograd's
-    assert short[:len(winograd.SHORT_LIST)] == winograd.SHORT_LIST
-    if not conv_direct.ROWS_OF_7:
-        assert direct == conv_direct.LAST_SHORT_LIST
+    assert short[:len(winograd.SHORT_LIST[TARGET.isa])] == winograd.SHORT_LIST[TARGET.isa]
+    if not conv_direct.ROWS_OF_7[TARGET.isa]:
+        assert direct == conv_direct.LAST_SHORT_LIST[TARGET.isa]
         return
-    assert direct[:3] == conv_direct.ROWS_OF_7 and set(short) <= set(space)
-    assert {(c.mr, c.nr) for c in space} - {(c.mr, c.nr) for c in conv_direct.LAST_SPACE} \
-        == {(7, 48)}
+    assert direct[:3] == conv_direct.ROWS_OF_7[TARGET.isa] and set(short) <= set(space)
+    last = conv_direct.LAST_SPACE[TARGET.isa]
+    assert {(c.mr, c.nr) for c in space} - {(c.mr, c.nr) for c in last} == {(7, 48)}
     assert sum(c.mr == 7 for c in candidates(template, small, TARGET, 1)) >= 2
-    run_all(tmp_path, [(small, c) for c in conv_direct.ROWS_OF_7])
+    run_all(tmp_path, [(small, c) for c in conv_direct.ROWS_OF_7[TARGET.isa]])
 
 
 WINOGRAD_SHAPES = [  # 3x3 stride 1: odd and even maps, pads or none, OC past a panel
@@ -448,12 +450,12 @@ def test_winograd_conv_on_every_shape(tmp_path):
     tasks = [nhwc_task(x, w, b, **a) for x, w, b, a in WINOGRAD_SHAPES]
     assert all(winograd.supports(conv_geometry(t)) for t in tasks)
     for t in tasks:
-        assert set(winograd.SPACE) <= set(TEMPLATES["ConvNHWC"].space(t, TARGET))
-    micro = sorted({(c.mr, c.nr) for c in winograd.SPACE})
+        assert set(winograd.SPACE[TARGET.isa]) <= set(TEMPLATES["ConvNHWC"].space(t, TARGET))
+    micro = sorted({(c.mr, c.nr) for c in winograd.SPACE[TARGET.isa]})
     cases = [(t, WinogradConfig(m, mr, nr, mc=2 * mr, nc=nr, kc=16))
              for (t, (mr, nr)), m in itertools.product(zip(tasks, itertools.cycle(micro)), (2, 4))]
     cases += [(t, cfg) for t, cfg in zip(itertools.cycle(tasks[::-1]),
-                                         sample(winograd.SPACE, 8, 3))]
+                                         sample(winograd.SPACE[TARGET.isa], 8, 3))]
     (tmp_path / "packed").mkdir()
     run_all(tmp_path, cases[::2])
     run_all(tmp_path / "packed", cases[1::2], prepacked=True)

@@ -52,7 +52,8 @@ def test_task_shapes_cover_the_work_and_fill_the_cores(m, n, k, batch, cores):
     on 16 cores is 13 tasks, and splitting their columns too would give the busiest
     core two tasks of the same total size, plus their packing.)"""
     for local_rows in (False, True):
-        bl = blocking(default_gemm(m, n), m, n, k, batch, cores, local_rows=local_rows)
+        bl = blocking(default_gemm(m, n, targets.CPU.isa), m, n, k, batch, targets.cpu(cores),
+                      local_rows=local_rows)
         assert bl.mt % bl.mr == 0 and bl.m_tiles * bl.mt >= m > (bl.m_tiles - 1) * bl.mt
         assert bl.n_tiles * bl.nc >= n > (bl.n_tiles - 1) * bl.nc
         tasks = batch * bl.m_tiles * bl.n_tiles
@@ -67,7 +68,7 @@ def test_more_cores_never_fewer_tasks_for_big_gemms():
     for m, n, k, batch in GEMMS[:6]:
         counts = []
         for cores in CORES:
-            bl = blocking(GemmConfig(), m, n, k, batch, cores, local_rows=batch == 1)
+            bl = blocking(GemmConfig(), m, n, k, batch, targets.cpu(cores), local_rows=batch == 1)
             counts.append(batch * bl.m_tiles * bl.n_tiles)
         assert counts == sorted(counts), ((m, n, k, batch), counts)
 
@@ -189,3 +190,18 @@ def test_cross_compile_for_a_named_gpu(tmp_path):
                                "cuda", "--gpu", "l4", "--arch", "sm_90"])
     assert bad.exit_code == 2 and not (tmp_path / "x").exists()
     assert bad.output.strip() == "hidetc: error: --gpu l4 is sm_89, but --arch builds sm_90"
+
+
+def test_the_isa_comes_from_the_target_in_one_process(tmp_path):
+    """AVX2 kernels compiled in a process whose default ISA may be AVX-512: the sources
+    use only 256-bit intrinsics, gcc builds them with AVX2's flags, they verify."""
+    import onnx
+    path = tmp_path / "block.onnx"
+    onnx.save(resnet_block(), path)
+    result = hidetc.compile_model(path, tmp_path / "avx2", target="cpu", cpu_isa="avx2")
+    assert result.manifest["cpu_isa"] == "avx2" == result.manifest["machine"]["isa"]
+    assert result.manifest["verification"]["status"] == "passed"
+    sources = "".join(p.read_text() for p in (tmp_path / "avx2" / "kernels" / "src").glob("*.c"))
+    assert "_mm256_fmadd_ps" in sources and "_mm512" not in sources
+    with pytest.raises(ConfigError, match="cpu_isa: expected one of avx2, avx512"):
+        hidetc.compile_model(path, tmp_path / "x", target="cpu", cpu_isa="neon")

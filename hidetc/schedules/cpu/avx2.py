@@ -28,12 +28,8 @@ from typing import Callable
 
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Call, Const, Expr, ExprLike, Load, Var, eq, select
-from hidetc.toolchain.cpu_isa import current
 
-ISA = current()
-LANES = ISA.lanes
 _VECS = {8: "float32x8", 16: "float32x16"}   # the IR vector dtypes (codegen.c prints them)
-VEC = _VECS[LANES]
 NARROW = 8          # a panel's last 8 columns when NR is not a multiple of LANES
 
 
@@ -47,23 +43,23 @@ def op(name: str, lanes: int) -> str:
     return f"_mm{32 * lanes}_{name}_ps"
 
 
-def widths(nr: int) -> list[int]:
-    """The vector widths covering an NR-column panel: LANES-wide vectors, and an 8-wide
-    one for the rest (AVX-512 with NR % 16 == 8: every config is a multiple of 8, so
-    AVX2's tiles build on AVX-512 too)."""
-    return [LANES] * (nr // LANES) + [NARROW] * (nr % LANES // NARROW)
+def widths(nr: int, lanes: int) -> list[int]:
+    """The vector widths covering an NR-column panel: `lanes`-wide vectors (the target
+    ISA's: 8 AVX2, 16 AVX-512), and an 8-wide one for the rest (AVX-512 with NR % 16 ==
+    8: every config is a multiple of 8, so AVX2's tiles build on AVX-512 too)."""
+    return [lanes] * (nr // lanes) + [NARROW] * (nr % lanes // NARROW)
 
 
-def offsets(nr: int) -> list[int]:
-    """Column offset of each of `widths(nr)`'s vectors."""
+def offsets(nr: int, lanes: int) -> list[int]:
+    """Column offset of each of `widths(nr, lanes)`'s vectors."""
     out, at = [], 0
-    for w in widths(nr):
+    for w in widths(nr, lanes):
         out.append(at)
         at += w
     return out
 
 
-def vcall(func: str, *args: Expr, dtype: str = VEC) -> Call:
+def vcall(func: str, *args: Expr, dtype: str) -> Call:
     return Call(func, tuple(args), dtype)
 
 
@@ -76,7 +72,7 @@ def _broadcast(x: Expr, lanes: int) -> Call:
 def load(x: Expr, lanes: int) -> Call:
     """loadu(&x): `lanes` contiguous floats from memory."""
     if not isinstance(x, Load):
-        raise TypeError(f"the {ISA.name} micro-kernel loads B rows from memory, got {x}")
+        raise TypeError(f"the vector micro-kernel loads B rows from memory, got {x}")
     return vcall(op("loadu", lanes), x, dtype=_VECS[lanes])
 
 
@@ -94,7 +90,7 @@ def add(a: Expr, b: Var) -> Call:
     return vcall(op("add", lanes), a, b, dtype=_VECS[lanes])
 
 
-def micro_kernel(kb: KernelBuilder, mr: int, nr: int, kcur: ExprLike,
+def micro_kernel(kb: KernelBuilder, mr: int, nr: int, lanes: int, kcur: ExprLike,
                  av: Callable[[Expr, Expr], Expr],
                  bv: Callable[[Expr, Expr], Expr],
                  ahead: Ahead | None = None) -> list[list[Var]]:
@@ -102,8 +98,8 @@ def micro_kernel(kb: KernelBuilder, mr: int, nr: int, kcur: ExprLike,
     fewer than MIN_CHAINS accumulators (the MR x L kernel of a ragged last panel) keeps
     two sets, for even and odd k, added at the end: one set would leave the FMA units
     waiting on its own latency (4 cycles, 2 units: 8 chains in flight). `ahead`: the
-    B rows to prefetch alongside (`Ahead`)."""
-    sets = accumulator_sets(kb, mr, nr)
+    B rows to prefetch alongside (`Ahead`). `lanes`: the target ISA's vector width."""
+    sets = accumulator_sets(kb, mr, nr, lanes)
     k_loop(kb, sets, kcur, av, bv, ahead)
     return merged(kb, sets)
 
@@ -142,11 +138,12 @@ def prefetch(kb: KernelBuilder, ahead: Ahead, k: Expr, nr: int) -> None:
 MIN_CHAINS = 8   # independent FMA chains that keep both units of Zen 3 / Skylake busy
 
 
-def accumulator_sets(kb: KernelBuilder, mr: int, nr: int) -> list[list[list[Var]]]:
+def accumulator_sets(kb: KernelBuilder, mr: int, nr: int, lanes: int
+                     ) -> list[list[list[Var]]]:
     """One set of MR x len(widths(NR)) accumulators, or two (even and odd k) when one
     set has fewer than MIN_CHAINS independent chains."""
-    nv = len(widths(nr))
-    return [_zeros(kb, mr, nr) for _ in range(1 if mr * nv >= MIN_CHAINS else 2)]
+    nv = len(widths(nr, lanes))
+    return [_zeros(kb, mr, nr, lanes) for _ in range(1 if mr * nv >= MIN_CHAINS else 2)]
 
 
 def k_loop(kb: KernelBuilder, sets: list, kcur: ExprLike, av: Callable, bv: Callable,
@@ -179,8 +176,8 @@ def merged(kb: KernelBuilder, sets: list) -> list[list[Var]]:
     return acc
 
 
-def micro_kernel_taps(kb: KernelBuilder, mr: int, nr: int, channels: ExprLike, taps: int,
-                      av: Callable[[int, Expr, int], Expr],
+def micro_kernel_taps(kb: KernelBuilder, mr: int, nr: int, lanes: int, channels: ExprLike,
+                      taps: int, av: Callable[[int, Expr, int], Expr],
                       bv: Callable[[Expr, int, int], Expr]) -> list[list[Var]]:
     """`micro_kernel` over a K block of `channels` x `taps` with the taps unrolled:
     acc[r][v] += av(r, ci, t) * bv(ci, t, Lv : Lv + L) for ci < channels, t < taps
@@ -188,9 +185,9 @@ def micro_kernel_taps(kb: KernelBuilder, mr: int, nr: int, channels: ExprLike, t
     tap, so no index division in the loop). Under MIN_CHAINS accumulators the even and
     odd taps go to two sets, added at the end."""
     if taps == 1:
-        return micro_kernel(kb, mr, nr, channels, lambda r, c: av(r, c, 0),
+        return micro_kernel(kb, mr, nr, lanes, channels, lambda r, c: av(r, c, 0),
                             lambda c, j: bv(c, 0, j))
-    sets = accumulator_sets(kb, mr, nr)
+    sets = accumulator_sets(kb, mr, nr, lanes)
     with kb.for_range(channels, name="ci") as ci:
         for t in range(taps):
             _k_step(kb, sets[t % len(sets)], ci,
@@ -198,9 +195,9 @@ def micro_kernel_taps(kb: KernelBuilder, mr: int, nr: int, channels: ExprLike, t
     return merged(kb, sets)
 
 
-def _zeros(kb: KernelBuilder, mr: int, nr: int) -> list[list[Var]]:
+def _zeros(kb: KernelBuilder, mr: int, nr: int, lanes: int) -> list[list[Var]]:
     return [[kb.declare("acc", _VECS[w], vcall(op("setzero", w), dtype=_VECS[w]))
-             for w in widths(nr)] for _ in range(mr)]
+             for w in widths(nr, lanes)] for _ in range(mr)]
 
 
 def _k_step(kb: KernelBuilder, acc: list[list[Var]], k: Expr,

@@ -53,6 +53,7 @@ from hidetc.schedules.cpu.depthwise_nhwc import (
     build_depthwise_nhwc,
 )
 from hidetc.schedules.cpu.microkernel import (
+    MICRO_SHAPES,
     SHORT_LIST,
     GemmConfig,
     PackB,
@@ -81,35 +82,37 @@ DIRECT_POSITIONS = 400   # output positions up to which the tuner tries direct c
 class ConvTemplate:
     name = "cpu.conv"
 
-    def space(self, task: Task, target: Target) -> Sequence[ConvConfig]:
-        geo = conv_geometry(task)
+    def space(self, task: Task, target: CpuTarget) -> Sequence[ConvConfig]:
+        geo, isa = conv_geometry(task), target.isa
         if depthwise_nhwc.supports(geo):
             return DEPTHWISE_NHWC_SPACE
         if geo.depthwise:
             return DEPTHWISE_SPACE
         if geo.channels_last:
-            return conv_direct.last_space(geo) + _winograd(task, geo, winograd.SPACE)
+            return conv_direct.last_space(geo, isa) + _winograd(task, geo,
+                                                                  winograd.SPACE[isa])
         if task.outputs[0].dtype != "float32":
-            return gemm_space()
+            return gemm_space(isa)
         default = self.default(task, target)
-        space = GEMM_SPACE + DIRECT_SPACE
+        space = GEMM_SPACE[isa] + DIRECT_SPACE[isa]
         return space if default in space else space + (default,)
 
-    def short_list(self, task: Task, target: Target) -> Sequence[ConvConfig]:
+    def short_list(self, task: Task, target: CpuTarget) -> Sequence[ConvConfig]:
         """Configs the tuner tries first after the default: the implicit GEMM's
         (`microkernel.SHORT_LIST`), and on maps of at most DIRECT_POSITIONS positions
         first the direct convolution's wide-panel configs (`conv_direct.SHORT_LIST`);
         channels-last: `conv_direct.last_short_list` (7-row tiles first on 7x7 maps),
         after `winograd.SHORT_LIST` where the Winograd convolution applies;
         depthwise: none (small spaces)."""
-        geo = conv_geometry(task)
+        geo, isa = conv_geometry(task), target.isa
         if geo.depthwise:
             return ()
         if geo.channels_last:
-            return _winograd(task, geo, winograd.SHORT_LIST) + conv_direct.last_short_list(geo)
+            return (_winograd(task, geo, winograd.SHORT_LIST[isa])
+                    + conv_direct.last_short_list(geo, isa))
         if task.outputs[0].dtype == "float32" and geo.oh * geo.ow <= DIRECT_POSITIONS:
-            return conv_direct.SHORT_LIST + SHORT_LIST[:4]
-        return SHORT_LIST
+            return conv_direct.SHORT_LIST[isa] + SHORT_LIST[isa][:4]
+        return SHORT_LIST[isa]
 
     def kernel_key(self, task: Task, config: ConvConfig, target: Target) -> object:
         """Equal for configs that build the same kernel (`search.candidates` measures
@@ -117,20 +120,20 @@ class ConvTemplate:
         (`conv_direct.last_kernel_key`); the others are their own key."""
         geo = conv_geometry(task)
         if isinstance(config, WinogradConfig):
-            return winograd.kernel_key(geo, config, target.cores)
+            return winograd.kernel_key(geo, config, target)
         if geo.channels_last and isinstance(config, DirectConfig) and not geo.depthwise:
-            return conv_direct.last_kernel_key(geo, config, target.cores)
+            return conv_direct.last_kernel_key(geo, config, target)
         return config
 
-    def default(self, task: Task, target: Target) -> ConvConfig:
+    def default(self, task: Task, target: CpuTarget) -> ConvConfig:
         geo = conv_geometry(task)
         if depthwise_nhwc.supports(geo):
             return DepthwiseNHWCConfig()
         if geo.depthwise:
             return DepthwiseConfig()
         if geo.channels_last:
-            return conv_direct.LAST_SHORT_LIST[0]
-        return default_gemm(geo.ocg, geo.oh * geo.ow)
+            return conv_direct.LAST_SHORT_LIST[target.isa][0]
+        return default_gemm(geo.ocg, geo.oh * geo.ow, target.isa)
 
     def build(self, task: Task, config: ConvConfig, name: str, target: CpuTarget,
               prepacked: bool = False) -> Function:
@@ -139,7 +142,6 @@ class ConvTemplate:
         neither packs them nor reads them in place, whatever config.pack_a says. The
         parallel loop's tasks are shaped for `target.cores`."""
         geo = conv_geometry(task)
-        cores = target.cores
         if depthwise_nhwc.supports(geo):
             if not isinstance(config, DepthwiseNHWCConfig):
                 raise ValueError(f"channels-last depthwise conv needs a DepthwiseNHWCConfig, "
@@ -150,14 +152,14 @@ class ConvTemplate:
                 raise ValueError(f"depthwise conv needs a DepthwiseConfig, got {config}")
             return build_depthwise(geo, config, task.outputs[0].dtype, name)
         if isinstance(config, WinogradConfig):
-            return build_winograd(geo, config, task.outputs[0].dtype, name, cores, prepacked)
+            return build_winograd(geo, config, task.outputs[0].dtype, name, target, prepacked)
         if isinstance(config, DirectConfig):
-            return build_direct(geo, config, task.outputs[0].dtype, name, cores, prepacked)
+            return build_direct(geo, config, task.outputs[0].dtype, name, target, prepacked)
         if geo.channels_last:
             raise ValueError(f"ConvNHWC runs as a direct convolution, got {config}")
         if not isinstance(config, GemmConfig):
             raise ValueError(f"conv as implicit GEMM needs a GemmConfig, got {config}")
-        return _build_gemm(geo, config, task.outputs[0].dtype, name, cores, prepacked)
+        return _build_gemm(geo, config, task.outputs[0].dtype, name, target, prepacked)
 
 
 def can_prepack(task: Task, config: ConvConfig) -> bool:
@@ -215,7 +217,8 @@ def prepack_weights(task: Task, config: GemmConfig | DirectConfig | DepthwiseNHW
 TEMPLATE = ConvTemplate()
 # the implicit GEMM's configs with A and B packed (prepacked weights ignore pack_a, and
 # the direct configs read the input in place where pack_b=False would)
-GEMM_SPACE = tuple(c for c in gemm_space() if c.pack_a and c.pack_b)
+GEMM_SPACE = {isa: tuple(c for c in gemm_space(isa) if c.pack_a and c.pack_b)
+              for isa in MICRO_SHAPES}
 
 
 def _winograd(task: Task, geo: ConvGeometry, configs: tuple) -> tuple:
@@ -226,10 +229,10 @@ def _winograd(task: Task, geo: ConvGeometry, configs: tuple) -> tuple:
 
 # implicit GEMM ---------------------------------------------------------------------------
 def _build_gemm(geo: ConvGeometry, cfg: GemmConfig, dt: str, name: str,
-                cores: int, prepacked: bool = False) -> Function:
+                target: CpuTarget, prepacked: bool = False) -> Function:
     m, n, k = geo.ocg, geo.oh * geo.ow, geo.icg * geo.taps
     unit = None if geo.pointwise else geo.ow
-    bl = blocking(cfg, m, n, k, geo.n * geo.groups, cores, n_unit=unit, k_unit=geo.taps,
+    bl = blocking(cfg, m, n, k, geo.n * geo.groups, target, n_unit=unit, k_unit=geo.taps,
                   gather=not geo.pointwise)
     kb = KernelBuilder(name, "cpu")
     x_shape = (geo.n, geo.c, geo.h * geo.w) if geo.pointwise else (geo.n, geo.c, geo.h, geo.w)

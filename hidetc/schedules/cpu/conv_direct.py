@@ -60,8 +60,9 @@ import numpy as np
 from hidetc.schedules.cpu import avx2, conv_direct_last
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.direct_task import DirectTask
-from hidetc.schedules.cpu.microkernel import ISA, MICRO_SHAPES, GemmConfig, ceil_div, tile_extent
+from hidetc.schedules.cpu.microkernel import MICRO_SHAPES, GemmConfig, ceil_div, tile_extent
 from hidetc.schedules.cpu.task_shape import Blocking, blocking
+from hidetc.target import CpuTarget
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     Buffer,
@@ -71,7 +72,6 @@ from hidetc.tir.ir import (
     select,
 )
 from hidetc.tir.mapping import spatial
-from hidetc.toolchain.cpu_isa import AVX512
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,11 @@ class DirectConfig:
 # only. 5 x 16 and 6 x 16 won more sweeps of kernels alone, but inside Inception-V3 their
 # 12 channel panels per task re-read the input block twice as often as 3 x 32's 6, and
 # they ran 0.15-0.3 ms slower per conv than the implicit GEMM where 3 x 32 ran faster.
-SHORT_LIST = (DirectConfig(3, 32, 64, 192, 128), DirectConfig(4, 24, 64, 192, 256),
-              DirectConfig(3, 32, 64, 96, 128)) if ISA is not AVX512 else (
-              DirectConfig(8, 32, 64, 192, 128), DirectConfig(6, 48, 64, 192, 256),
-              DirectConfig(4, 64, 64, 96, 128))
+# (Each of these tables is per ISA name, `CpuTarget.isa`.)
+SHORT_LIST = {"avx2": (DirectConfig(3, 32, 64, 192, 128), DirectConfig(4, 24, 64, 192, 256),
+                       DirectConfig(3, 32, 64, 96, 128)),
+              "avx512": (DirectConfig(8, 32, 64, 192, 128), DirectConfig(6, 48, 64, 192, 256),
+                         DirectConfig(4, 64, 64, 96, 128))}
 
 # Channels-last (ConvNHWC): KC = 0 sums each micro-tile's whole K in registers
 # (`conv_direct_last.registers`); KC > 0 cuts the runs into K blocks of KC values
@@ -113,17 +114,19 @@ SHORT_LIST = (DirectConfig(3, 32, 64, 192, 128), DirectConfig(4, 24, 64, 192, 25
 # distinct convs, kernels alone on a 2-core Sapphire Rapids, equal kernels merged
 # (`last_kernel_key`): the 8 lose 1.3% against each conv's best (the old list 6.7%);
 # K chunks won on most 3x3 convs and on big K over 14x14 and 7x7 maps.
-LAST_KC = (0, 512) if ISA is not AVX512 else (0, 128, 256, 512)
-LAST_SPACE = tuple(DirectConfig(mr, nr, mc, nc, kc) for (mr, nr), mc, nc, kc in
-                   itertools.product(MICRO_SHAPES, (64, 256), (96, 192, 384), LAST_KC))
-LAST_SHORT_LIST = (DirectConfig(3, 32, 64, 192, 0), DirectConfig(3, 32, 64, 96, 0),
-                   DirectConfig(6, 16, 64, 192, 0), DirectConfig(5, 16, 64, 96, 0),
-                   DirectConfig(3, 32, 64, 192, 512), DirectConfig(6, 16, 64, 192, 512),
-                   DirectConfig(4, 24, 64, 192, 0)) if ISA is not AVX512 else (
-                   DirectConfig(8, 32, 64, 192, 0), DirectConfig(4, 64, 64, 192, 128),
-                   DirectConfig(8, 48, 64, 384, 256), DirectConfig(8, 32, 64, 384, 256),
-                   DirectConfig(4, 64, 64, 96, 128), DirectConfig(8, 32, 64, 96, 512),
-                   DirectConfig(4, 64, 64, 96, 0), DirectConfig(8, 32, 64, 192, 128))
+LAST_KC = {"avx2": (0, 512), "avx512": (0, 128, 256, 512)}
+LAST_SPACE = {isa: tuple(DirectConfig(mr, nr, mc, nc, kc) for (mr, nr), mc, nc, kc in
+                         itertools.product(shapes, (64, 256), (96, 192, 384), LAST_KC[isa]))
+              for isa, shapes in MICRO_SHAPES.items()}
+LAST_SHORT_LIST = {
+    "avx2": (DirectConfig(3, 32, 64, 192, 0), DirectConfig(3, 32, 64, 96, 0),
+             DirectConfig(6, 16, 64, 192, 0), DirectConfig(5, 16, 64, 96, 0),
+             DirectConfig(3, 32, 64, 192, 512), DirectConfig(6, 16, 64, 192, 512),
+             DirectConfig(4, 24, 64, 192, 0)),
+    "avx512": (DirectConfig(8, 32, 64, 192, 0), DirectConfig(4, 64, 64, 192, 128),
+               DirectConfig(8, 48, 64, 384, 256), DirectConfig(8, 32, 64, 384, 256),
+               DirectConfig(4, 64, 64, 96, 128), DirectConfig(8, 32, 64, 96, 512),
+               DirectConfig(4, 64, 64, 96, 0), DirectConfig(8, 32, 64, 192, 128))}
 
 # AVX-512, maps where 8-row tiles pad more than 5% of the positions and 7 divides them
 # (7x7: 56 rows computed for 49): 7 x 48 tiles too (21 accumulators, no padded rows).
@@ -131,32 +134,37 @@ LAST_SHORT_LIST = (DirectConfig(3, 32, 64, 192, 0), DirectConfig(3, 32, 64, 96, 
 # previous artifact) they ran 3-30% faster on the 7x7 convs; on 14x14 maps (2% padded)
 # the tuner picked them from kernels timed alone and they ran 7-25% slower in the
 # model, so they are offered only where the padding is large (`rows_of_7`).
-ROWS_OF_7 = (DirectConfig(7, 48, 64, 192, 128), DirectConfig(7, 48, 64, 192, 0),
-             DirectConfig(7, 48, 64, 96, 256)) if ISA is AVX512 else ()
-ROW7_SPACE = tuple(DirectConfig(7, 48, mc, nc, kc) for mc, nc, kc in
-                   itertools.product((64, 256), (96, 192, 384), LAST_KC)) if ROWS_OF_7 else ()
+ROWS_OF_7 = {"avx2": (),
+             "avx512": (DirectConfig(7, 48, 64, 192, 128), DirectConfig(7, 48, 64, 192, 0),
+                        DirectConfig(7, 48, 64, 96, 256))}
+ROW7_SPACE = {isa: tuple(DirectConfig(7, 48, mc, nc, kc) for mc, nc, kc in
+                         itertools.product((64, 256), (96, 192, 384), LAST_KC[isa]))
+              if ROWS_OF_7[isa] else () for isa in MICRO_SHAPES}
 
 
-def rows_of_7(geo: ConvGeometry) -> bool:
+def rows_of_7(geo: ConvGeometry, isa: str) -> bool:
     """Whether this channels-last conv gets the 7-row tiles (see ROWS_OF_7)."""
     positions = geo.oh * geo.ow
-    return bool(ROWS_OF_7) and positions % 7 == 0 and -positions % 8 > 0.05 * positions
+    return bool(ROWS_OF_7[isa]) and positions % 7 == 0 and -positions % 8 > 0.05 * positions
 
 
-def last_space(geo: ConvGeometry) -> tuple[DirectConfig, ...]:
+def last_space(geo: ConvGeometry, isa: str) -> tuple[DirectConfig, ...]:
     """The channels-last space for this conv: `LAST_SPACE`, and `ROW7_SPACE` where
     `rows_of_7`."""
-    return LAST_SPACE + ROW7_SPACE if rows_of_7(geo) else LAST_SPACE
+    return LAST_SPACE[isa] + ROW7_SPACE[isa] if rows_of_7(geo, isa) else LAST_SPACE[isa]
 
 
-def last_short_list(geo: ConvGeometry) -> tuple[DirectConfig, ...]:
+def last_short_list(geo: ConvGeometry, isa: str) -> tuple[DirectConfig, ...]:
     """The channels-last short list for this conv: `LAST_SHORT_LIST`, or where
     `rows_of_7`, `ROWS_OF_7` then the list's first five."""
-    return ROWS_OF_7 + LAST_SHORT_LIST[:5] if rows_of_7(geo) else LAST_SHORT_LIST
+    if rows_of_7(geo, isa):
+        return ROWS_OF_7[isa] + LAST_SHORT_LIST[isa][:5]
+    return LAST_SHORT_LIST[isa]
 
 
-DIRECT_SPACE = tuple(DirectConfig(mr, nr, 64, nc, kc) for (mr, nr), nc, kc in
-                     itertools.product(MICRO_SHAPES, (96, 192, 384), (128, 256)))
+DIRECT_SPACE = {isa: tuple(DirectConfig(mr, nr, 64, nc, kc) for (mr, nr), nc, kc in
+                           itertools.product(shapes, (96, 192, 384), (128, 256)))
+                for isa, shapes in MICRO_SHAPES.items()}
 
 
 def prepack_weights(geo: ConvGeometry, cfg: DirectConfig, w: np.ndarray) -> np.ndarray:
@@ -171,29 +179,29 @@ def prepack_weights(geo: ConvGeometry, cfg: DirectConfig, w: np.ndarray) -> np.n
     return np.ascontiguousarray(mat.reshape(geo.groups, panels, nr, k).transpose(0, 1, 3, 2))
 
 
-def last_kernel_key(geo: ConvGeometry, cfg: DirectConfig, cores: int) -> tuple:
+def last_kernel_key(geo: ConvGeometry, cfg: DirectConfig, target: CpuTarget) -> tuple:
     """What a channels-last config's kernel depends on: its blocking on this shape
     (tiles clamped to the problem; the GEMM's K block is unused here) and the K chunk
     (0: the whole K in registers; else KC clamped to a run's length)."""
     chunk = 0 if cfg.kc == 0 else conv_direct_last.chunk_length(geo, cfg.kc)
-    return replace(blocking_for(geo, cfg, cores), kc=0), chunk
+    return replace(blocking_for(geo, cfg, target), kc=0), chunk
 
 
-def blocking_for(geo: ConvGeometry, cfg: DirectConfig, cores: int) -> Blocking:
+def blocking_for(geo: ConvGeometry, cfg: DirectConfig, target: CpuTarget) -> Blocking:
     """The config clamped to the conv: per image and group, P positions x OC/G output
     channels x C/G*KH*KW (K blocks of whole input channels)."""
     return blocking(cfg.gemm(), geo.oh * geo.ow, geo.ocg, geo.icg * geo.taps,
-                    geo.n * geo.groups, cores, k_unit=geo.taps,
+                    geo.n * geo.groups, target, k_unit=geo.taps,
                     local_rows=geo.n * geo.groups == 1)
 
 
-def build_direct(geo: ConvGeometry, cfg: DirectConfig, dt: str, name: str, cores: int,
-                 prepacked: bool = False) -> Function:
+def build_direct(geo: ConvGeometry, cfg: DirectConfig, dt: str, name: str,
+                 target: CpuTarget, prepacked: bool = False) -> Function:
     """The kernel (see the module docstring); `prepacked`: the weights input arrives in
     the layout of `prepack_weights`, else it is [OC, C/G, KH, KW] and packed per call."""
     if dt != "float32":
         raise ValueError(f"the direct convolution is f32 only, got {dt}")
-    bl = blocking_for(geo, cfg, cores)
+    bl = blocking_for(geo, cfg, target)
     m, n, k = bl.m, bl.n, bl.k
     panels = -(-max(n, 1) // bl.nr)
     kb = KernelBuilder(name, "cpu")
@@ -242,7 +250,7 @@ def _accumulate(kb: KernelBuilder, task: DirectTask, dt: str) -> Buffer:
                 return task.wt[task.g, panel, (c0 + ci) * geo.taps + t, j]
 
             def run(nr: int, av=av, bv=bv, r0=r0, jp=jp) -> None:
-                acc = avx2.micro_kernel_taps(kb, bl.mr, nr, chans, geo.taps, av, bv)
+                acc = avx2.micro_kernel_taps(kb, bl.mr, nr, bl.lanes, chans, geo.taps, av, bv)
                 avx2.accumulate_tile(kb, acc, (r0, jp * bl.nr), kblk, cbuf)
             task.by_panel_width(kb, jp, run)
     return cbuf

@@ -68,7 +68,7 @@ def accumulate(kb: KernelBuilder, task: DirectTask, dt: str, kc: int) -> Buffer:
                 return task.wt[task.g, panel, first + ci, j]
 
             def run_tile(nr: int, av=av, bv=bv, r0=r0, jp=jp, ahead=ahead) -> None:
-                acc = avx2.micro_kernel(kb, bl.mr, nr, count, av, bv, ahead)
+                acc = avx2.micro_kernel(kb, bl.mr, nr, bl.lanes, count, av, bv, ahead)
                 avx2.accumulate_tile(kb, acc, (r0, jp * bl.nr), kblk, cbuf)
             task.by_panel_width(kb, jp, run_tile)
     return cbuf
@@ -102,15 +102,15 @@ def registers(kb: KernelBuilder, task: DirectTask, dt: str, out: Buffer,
 def _micro_tile(kb: KernelBuilder, task: DirectTask, r0: Expr, jp: Expr, first: Expr,
                 tile: Buffer) -> None:
     """tile[r][j] = the sum over every tap and channel for position p0 + r0 + r and
-    the panel's channel j (a narrow panel of at most LANES channels fills columns
-    0..LANES-1); the `first` micro-tile over the panel prefetches the next panel."""
+    the panel's channel j (a narrow panel of at most L channels, the target's lanes,
+    fills columns 0..L-1); the `first` micro-tile over the panel prefetches the next panel."""
     bl, geo = task.bl, task.geo
     offs = task.row_offsets(kb, r0)
     panel = task.o0 // bl.nr + jp
     nxt = task.next_panel(jp)
 
     def run(nr: int) -> None:
-        sets = avx2.accumulator_sets(kb, bl.mr, nr)
+        sets = avx2.accumulator_sets(kb, bl.mr, nr, bl.lanes)
         for t, length in runs(geo):
             toff = task.tap_offset(t)
             ahead = (avx2.Ahead(first, lambda ci, j, t=t: task.wt[task.g, nxt, t * geo.icg + ci, j])
@@ -119,7 +119,7 @@ def _micro_tile(kb: KernelBuilder, task: DirectTask, r0: Expr, jp: Expr, first: 
                         lambda r, ci, toff=toff: task.load(offs[r] + toff, task.channel(ci)),
                         lambda ci, j, t=t: task.wt[task.g, panel, t * geo.icg + ci, j], ahead)
         for r, row in enumerate(avx2.merged(kb, sets)):
-            for col, x in zip(avx2.offsets(nr), row):
+            for col, x in zip(avx2.offsets(nr, bl.lanes), row):
                 avx2.store(kb, tile[r, col], x)
     task.by_panel_width(kb, jp, run)
 

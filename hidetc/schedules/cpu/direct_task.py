@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry
-from hidetc.schedules.cpu.microkernel import LANES, ceil_div, may_have_narrow_tail, tile_extent
+from hidetc.schedules.cpu.microkernel import ceil_div, may_have_narrow_tail, tile_extent
 from hidetc.schedules.cpu.task_shape import Blocking
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Expr, ExprLike, Var, minimum
@@ -75,13 +75,13 @@ class DirectTask:
         return offs
 
     def by_panel_width(self, kb: KernelBuilder, jp: Expr, run: Callable[[int], None]) -> None:
-        """run(NR) for panel jp, or run(LANES) when the panel is a ragged last one of
-        at most LANES channels (only emitted when the columns allow one)."""
-        if not may_have_narrow_tail(self.cols, self.bl.nr):
+        """run(NR) for panel jp, or run(L) when the panel is a ragged last one of at most
+        L channels (the target's vector lanes; only emitted when the columns allow one)."""
+        if not may_have_narrow_tail(self.cols, self.bl.nr, self.bl.lanes):
             run(self.bl.nr)
             return
-        with kb.if_then(self.cols - jp * self.bl.nr <= LANES):
-            run(LANES)
+        with kb.if_then(self.cols - jp * self.bl.nr <= self.bl.lanes):
+            run(self.bl.lanes)
         with kb.otherwise():
             run(self.bl.nr)
 

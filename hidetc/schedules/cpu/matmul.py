@@ -41,7 +41,7 @@ from hidetc.schedules.cpu.microkernel import (
 )
 from hidetc.schedules.cpu.task_shape import blocking
 from hidetc.schedules.task import Task
-from hidetc.schedules.template import CpuTarget, Target
+from hidetc.schedules.template import CpuTarget
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function
 from hidetc.tir.mapping import spatial
@@ -50,23 +50,23 @@ from hidetc.tir.mapping import spatial
 class MatMulTemplate:
     name = "cpu.matmul"
 
-    def space(self, task: Task, target: Target) -> Sequence[GemmConfig]:
-        return gemm_space()
+    def space(self, task: Task, target: CpuTarget) -> Sequence[GemmConfig]:
+        return gemm_space(target.isa)
 
-    def short_list(self, task: Task, target: Target) -> Sequence[GemmConfig]:
+    def short_list(self, task: Task, target: CpuTarget) -> Sequence[GemmConfig]:
         """Configs the tuner tries first after the default (microkernel.SHORT_LIST)."""
-        return SHORT_LIST
+        return SHORT_LIST[target.isa]
 
-    def default(self, task: Task, target: Target) -> GemmConfig:
+    def default(self, task: Task, target: CpuTarget) -> GemmConfig:
         _, _, _, m, n, _ = matmul_shapes(task)
-        return default_gemm(m, n)
+        return default_gemm(m, n, target.isa)
 
     def build(self, task: Task, config: GemmConfig, name: str, target: CpuTarget,
               prepacked: bool = False) -> Function:
         """`prepacked`: B arrives in the panel layout of `prepack_weights` (a constant
         B packed at compile time; see `can_prepack`). The parallel loop's tasks are
         shaped for `target.cores`."""
-        return build_matmul_config(task, config, name, target.cores, prepacked)
+        return build_matmul_config(task, config, name, target, prepacked)
 
 
 def can_prepack(task: Task, config: GemmConfig) -> bool:
@@ -108,12 +108,12 @@ def matmul_shapes(task: Task):
     return a_shape, b_shape, _batch_shape(a_shape, b_shape), m, n, k
 
 
-def build_matmul_config(task: Task, cfg: GemmConfig, name: str, cores: int,
+def build_matmul_config(task: Task, cfg: GemmConfig, name: str, target: CpuTarget,
                         prepacked: bool = False) -> Function:
     a_shape, b_shape, batch, m, n, k = matmul_shapes(task)
     dt = task.outputs[0].dtype
     nbatch = math.prod(batch)
-    bl = blocking(cfg, m, n, k, nbatch, cores, local_rows=nbatch == 1)
+    bl = blocking(cfg, m, n, k, nbatch, target, local_rows=nbatch == 1)
     kb = KernelBuilder(name, "cpu")
     a = kb.buffer("a", dt, a_shape)
     b = kb.buffer("b", dt, (-(-n // bl.nr), k, bl.nr) if prepacked else b_shape)

@@ -29,7 +29,7 @@ works and nothing is read or written out of bounds. Every output element is stor
 exactly once, after its whole K sum (so epilogues can be grafted on the store).
 
 The f32 micro-kernel is written in AVX2/FMA or AVX-512 intrinsics (`avx2.py`, the ISA of
-`cpu_isa.current()`, L = 8 or 16 lanes: one IR variable per accumulator register, printed
+the target, `Blocking.lanes` L = 8 or 16: one IR variable per accumulator register, printed
 as `__m256` / `__m512`), so gcc allocates its registers exactly; other
 float dtypes use the scalar form below (r and v unrolled around a plain 8-lane loop,
 acc starting at zero and leaving through a cbuf store -- the one shape gcc 12's
@@ -53,11 +53,10 @@ from hidetc.schedules.cpu.task_shape import Blocking
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, eq, minimum
 from hidetc.tir.mapping import spatial
-from hidetc.toolchain.cpu_isa import AVX512, current
+from hidetc.toolchain.cpu_isa import ISAS
 
-ISA = current()
-LANES = ISA.lanes  # f32 lanes of a vector register (ymm 8, zmm 16)
-MICRO_SHAPES = ISA.micro_shapes   # AVX2: 4x16, 5x16, 4x24, 3x32, 8x8, 6x16
+# per ISA name (`CpuTarget.isa`): the MR x NR micro-tiles that fill its register file
+MICRO_SHAPES = {name: isa.micro_shapes for name, isa in ISAS.items()}
 PLAIN_LANES = 8   # the scalar form's inner loop (other dtypes): gcc vectorizes it
 MC_CHOICES = (32, 64, 128)
 NC_CHOICES = (96, 192, 384)
@@ -87,14 +86,15 @@ class GemmConfig:
     pack_b: bool = True
 
 
-def gemm_space() -> list[GemmConfig]:
-    """Every micro-kernel shape x cache block with A and B packed (6 * 27 = 162), and
-    every shape x NC with A read in place (18) or B read in place (18): 198 configs,
-    the same for every shape."""
+def gemm_space(isa: str) -> list[GemmConfig]:
+    """Every micro-kernel shape of the ISA x cache block with A and B packed (6 * 27 =
+    162), and every shape x NC with A read in place (18) or B read in place (18): 198
+    configs, the same for every shape."""
+    shapes = MICRO_SHAPES[isa]
     out = [GemmConfig(mr, nr, mc, nc, kc)
-           for (mr, nr), mc, nc, kc in itertools.product(MICRO_SHAPES, MC_CHOICES,
+           for (mr, nr), mc, nc, kc in itertools.product(shapes, MC_CHOICES,
                                                            NC_CHOICES, KC_CHOICES)]
-    for (mr, nr), nc in itertools.product(MICRO_SHAPES, NC_CHOICES):
+    for (mr, nr), nc in itertools.product(shapes, NC_CHOICES):
         out.append(GemmConfig(mr, nr, 64, nc, 256, pack_a=False))
         out.append(GemmConfig(mr, nr, 64, nc, 256, pack_b=False))
     return out
@@ -105,17 +105,18 @@ def gemm_space() -> list[GemmConfig]:
 # weights packed at compile time (2-core Zen 3; the worst configs were 2x slower, and
 # no one config won everywhere: 4x16 on 56x56 maps, 6x16 on 7x7, 3x32 for 1x1 convs).
 # AVX-512 (not swept yet): the register-filling tiles at the same cache blocks.
-SHORT_LIST = (GemmConfig(6, 16, 64, 192, 256), GemmConfig(4, 24, 128, 96, 128),
-              GemmConfig(6, 16, 128, 96, 128), GemmConfig(4, 16, 64, 192, 256),
-              GemmConfig(3, 32, 128, 384, 128), GemmConfig(6, 16, 128, 192, 256),
-              GemmConfig(4, 24, 64, 192, 256)) if ISA is not AVX512 else (
-              GemmConfig(12, 32, 64, 192, 256), GemmConfig(8, 48, 128, 96, 128),
-              GemmConfig(14, 32, 128, 96, 128), GemmConfig(8, 32, 64, 192, 256),
-              GemmConfig(4, 64, 128, 384, 128), GemmConfig(12, 32, 128, 192, 256),
-              GemmConfig(6, 48, 64, 192, 256))
+SHORT_LIST = {
+    "avx2": (GemmConfig(6, 16, 64, 192, 256), GemmConfig(4, 24, 128, 96, 128),
+             GemmConfig(6, 16, 128, 96, 128), GemmConfig(4, 16, 64, 192, 256),
+             GemmConfig(3, 32, 128, 384, 128), GemmConfig(6, 16, 128, 192, 256),
+             GemmConfig(4, 24, 64, 192, 256)),
+    "avx512": (GemmConfig(12, 32, 64, 192, 256), GemmConfig(8, 48, 128, 96, 128),
+               GemmConfig(14, 32, 128, 96, 128), GemmConfig(8, 32, 64, 192, 256),
+               GemmConfig(4, 64, 128, 384, 128), GemmConfig(12, 32, 128, 192, 256),
+               GemmConfig(6, 48, 64, 192, 256))}
 
 
-def default_gemm(m: int, n: int) -> GemmConfig:
+def default_gemm(m: int, n: int, isa: str) -> GemmConfig:
     """The untuned choice for an M x N output: a 5 x 16 micro-kernel (10 accumulators:
     more than 4 x 16's 8 to hide the FMA latency; 6 x 16 measured no faster on this
     2-core Zen 3 in our kernels, and costs more when M is not a multiple of 6); NC up
@@ -126,7 +127,7 @@ def default_gemm(m: int, n: int) -> GemmConfig:
     read in place (packing would copy all of B to use each element once; the wider
     panel reads two cache lines per B row instead of one). AVX-512: 8 x 32 (16
     accumulators), 3 x 64 for M <= 4."""
-    if ISA is AVX512:
+    if isa == "avx512":
         if m <= 4:
             return GemmConfig(3, 64, 64, 384, 256, pack_b=False)
         return GemmConfig(8, 32, 64, 384, 256, pack_a=n >= 256)
@@ -239,15 +240,15 @@ def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
            ahead: Optional[avx2.Ahead] = None) -> None:
     """One micro-kernel call into cbuf at (row r0, column panel jp); with B read in
     place, full panels take it from B and the ragged last one from bpack. A packed
-    panel with at most LANES columns left (the ragged last one) runs an MR x LANES
-    kernel. `ahead`: B rows to prefetch alongside (only with panels packed ahead of
+    panel with at most L (the target's lanes) columns left (the ragged last one) runs an
+    MR x L kernel. `ahead`: B rows to prefetch alongside (only with panels packed ahead of
     time, which every panel then reads)."""
     r0, jp = at
     c0 = jp * bl.nr
 
     def run(bv: Callable[[Expr, Expr], Expr], nr: int) -> None:
         if dt == "float32":
-            acc = avx2.micro_kernel(kb, bl.mr, nr, step.kcur, av, bv, ahead)
+            acc = avx2.micro_kernel(kb, bl.mr, nr, bl.lanes, step.kcur, av, bv, ahead)
             avx2.accumulate_tile(kb, acc, (r0, c0), step.kblk, step.cbuf)
             return
         acc = _micro_kernel(kb, bl.mr, nr, dt, step.kcur, av, bv)
@@ -259,11 +260,11 @@ def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
         return step.bpack[k, c0 + j]
 
     def from_pack() -> None:
-        if not may_have_narrow_tail(step.cols, bl.nr):
+        if not may_have_narrow_tail(step.cols, bl.nr, bl.lanes):
             run(packed, bl.nr)
             return
-        with kb.if_then(step.cols - c0 <= LANES):
-            run(packed, LANES)
+        with kb.if_then(step.cols - c0 <= bl.lanes):
+            run(packed, bl.lanes)
         with kb.otherwise():
             run(packed, bl.nr)
     if step.direct is None:
@@ -275,11 +276,11 @@ def _panel(kb: KernelBuilder, bl: Blocking, dt: str, step: _Step,
         from_pack()
 
 
-def may_have_narrow_tail(cols: ExprLike, nr: int) -> bool:
-    """Whether the last column panel may have 1-LANES columns (with NR > LANES)."""
-    if nr <= LANES:
+def may_have_narrow_tail(cols: ExprLike, nr: int, lanes: int) -> bool:
+    """Whether the last column panel may have 1 to `lanes` columns (with NR > lanes)."""
+    if nr <= lanes:
         return False
-    return not isinstance(cols, int) or 0 < cols % nr <= LANES
+    return not isinstance(cols, int) or 0 < cols % nr <= lanes
 
 
 def _zero_tail(kb: KernelBuilder, bl: Blocking, bpack: Buffer, cols: ExprLike) -> None:

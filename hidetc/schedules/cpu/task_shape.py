@@ -8,15 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hidetc.toolchain.cpu_isa import current
+from hidetc.target import CpuTarget
 
 if TYPE_CHECKING:
     from hidetc.schedules.cpu.microkernel import GemmConfig
 
-LANES = current().lanes  # f32 lanes of a vector register (ymm 8, zmm 16)
 LINE = 16  # f32 per 64-byte cache line
 CBUF_BYTES = 256 * 1024  # most task accumulator rows kept per task (half an L2)
-FMA_PER_CYCLE = 2 * LANES         # two FMA units
+FMA_UNITS = 2    # FMA instructions issued per cycle (vector_lanes floats each)
 A_STREAM = 1.0   # cycles per A element a task streams (the input: 0.25 measured too cheap)
 UNEVEN = 1.1     # a row split this much over the even one is rebalanced (`_Shape.best`)
 REMOTE_ROW_COST = 4   # an activation float read from the other core, in weight floats
@@ -40,6 +39,7 @@ class Blocking:
     mt: int
     pack_a: bool
     pack_b: bool
+    lanes: int       # f32 lanes of the target's vector registers (8 AVX2, 16 AVX-512)
 
     @property
     def m_tiles(self) -> int:
@@ -73,7 +73,7 @@ def round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def blocking(cfg: GemmConfig, m: int, n: int, k: int, batch: int, cores: int,
+def blocking(cfg: GemmConfig, m: int, n: int, k: int, batch: int, target: CpuTarget,
              n_unit: int | None = None, k_unit: int = 1, gather: bool = False,
              local_rows: bool = False) -> Blocking:
     """Clamp `cfg` to `batch` independent M x N x K problems: MC a multiple of MR, NC of
@@ -88,9 +88,11 @@ def blocking(cfg: GemmConfig, m: int, n: int, k: int, batch: int, cores: int,
     mc = max(mr, min(round_up(cfg.mc, mr), round_up(max(m, 1), mr)))
     nc = max(unit, min(cfg.nc // unit * unit, round_up(max(n, 1), unit)))
     kc = max(k_unit, min(cfg.kc // k_unit * k_unit, k))
-    shape = _Shape(m, n, max(k, 1), batch, cores, mr, nr, mc, unit, gather, local_rows)
+    shape = _Shape(m, n, max(k, 1), batch, target.cores, mr, nr, mc, unit, gather,
+                   local_rows, target.vector_lanes)
     mt, nc = shape.best(nc)
-    return Blocking(m, n, k, mr, nr, mc, nc, kc, mt, cfg.pack_a, cfg.pack_b)
+    return Blocking(m, n, k, mr, nr, mc, nc, kc, mt, cfg.pack_a, cfg.pack_b,
+                    target.vector_lanes)
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ class _Shape:
     unit: int
     gather: bool
     local_rows: bool = False
+    lanes: int = 8
 
     def widths(self, nc: int, tn0: int | None = None) -> set[int]:
         """Column tile widths: NC (or `tn0` tiles), up to 4x more tiles, equalized and
@@ -162,7 +165,8 @@ class _Shape:
     def busiest_core(self, mt: int, nc: int) -> float:
         rows, cols = min(mt, max(self.m, 1)), min(nc, max(self.n, 1))
         tasks = self.batch * -(-self.m // mt) * -(-self.n // nc)
-        fma = round_up(rows, self.mr) * padded_cols(cols, self.nr) * self.k / FMA_PER_CYCLE
+        fma = (round_up(rows, self.mr) * padded_cols(cols, self.nr, self.lanes) * self.k
+               / (FMA_UNITS * self.lanes))
         pack = cols * self.k * (1.0 if self.gather else 0.25)
         pack += rows * self.k * A_STREAM
         return -(-tasks // self.cores) * (fma + pack + 2000)
@@ -212,8 +216,9 @@ class _Shape:
         return pick
 
 
-def padded_cols(cols: int, nr: int) -> int:
-    """Columns the micro-kernels compute for `cols` outputs (NR panels, LANES-wide tail)."""
+def padded_cols(cols: int, nr: int, lanes: int) -> int:
+    """Columns the micro-kernels compute for `cols` outputs (NR panels, a `lanes`-wide
+    tail)."""
     full = cols // nr * nr
     rest = cols - full
-    return full + (round_up(rest, LANES) if 0 < rest <= LANES else round_up(rest, nr))
+    return full + (round_up(rest, lanes) if 0 < rest <= lanes else round_up(rest, nr))

@@ -74,7 +74,6 @@ import numpy as np
 from hidetc.schedules.cpu import avx2, conv_direct_last
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.microkernel import (
-    ISA,
     MICRO_SHAPES,
     GemmConfig,
     direct_a,
@@ -82,10 +81,10 @@ from hidetc.schedules.cpu.microkernel import (
     tile_extent,
 )
 from hidetc.schedules.cpu.task_shape import Blocking, blocking, odd_lines
+from hidetc.target import CpuTarget
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, Function, Var, logical_and, minimum, select
 from hidetc.tir.mapping import spatial
-from hidetc.toolchain.cpu_isa import AVX512
 
 F = Fraction
 # F(2x2, 3x3): interpolation points 0, 1, -1, infinity
@@ -197,13 +196,14 @@ class WinogradConfig:
 # packed, on a 2-core Sapphire Rapids (F(4x4) everywhere, 0.47-0.61x the best direct
 # config's time), and F(2x2)'s winner on the 7x7 and 8x8 maps; AVX2's (not swept): the
 # same tile sizes with its register-filling tiles.
-SPACE = tuple(WinogradConfig(m, mr, nr, 64, nc, 256) for m, (mr, nr), nc in
-              itertools.product((2, 4), MICRO_SHAPES, (192, 384)))
-SHORT_LIST = (WinogradConfig(4, 14, 32, 64, 192, 256), WinogradConfig(4, 4, 64, 64, 192, 256),
-              WinogradConfig(4, 8, 48, 64, 384, 256), WinogradConfig(2, 8, 48, 64, 384, 256)
-              ) if ISA is AVX512 else (
-              WinogradConfig(4, 6, 16, 64, 192, 256), WinogradConfig(4, 4, 24, 64, 192, 256),
-              WinogradConfig(2, 6, 16, 64, 384, 256))
+SPACE = {isa: tuple(WinogradConfig(m, mr, nr, 64, nc, 256) for m, (mr, nr), nc in
+                    itertools.product((2, 4), shapes, (192, 384)))
+         for isa, shapes in MICRO_SHAPES.items()}      # per ISA name (`CpuTarget.isa`)
+SHORT_LIST = {
+    "avx512": (WinogradConfig(4, 14, 32, 64, 192, 256), WinogradConfig(4, 4, 64, 64, 192, 256),
+               WinogradConfig(4, 8, 48, 64, 384, 256), WinogradConfig(2, 8, 48, 64, 384, 256)),
+    "avx2": (WinogradConfig(4, 6, 16, 64, 192, 256), WinogradConfig(4, 4, 24, 64, 192, 256),
+             WinogradConfig(2, 6, 16, 64, 384, 256))}
 MIN_TILES = 4    # F(4, .) output tiles below which the GEMMs are too short (7x7 maps: 4)
 
 
@@ -239,9 +239,9 @@ def prepack_tag(cfg: WinogradConfig) -> str:
     return f"wg{cfg.m}n{cfg.nr}"
 
 
-def _blocking(geo: ConvGeometry, cfg: WinogradConfig, cores: int) -> Blocking:
+def _blocking(geo: ConvGeometry, cfg: WinogradConfig, target: CpuTarget) -> Blocking:
     dh, dw = dims(geo, cfg.m)
-    return blocking(cfg.gemm(), _tiles(geo, dh, dw)[0], geo.oc, geo.c, dh.a * dw.a, cores)
+    return blocking(cfg.gemm(), _tiles(geo, dh, dw)[0], geo.oc, geo.c, dh.a * dw.a, target)
 
 
 def _tiles(geo: ConvGeometry, dh: _Dim, dw: _Dim) -> tuple[int, int, int]:
@@ -250,9 +250,9 @@ def _tiles(geo: ConvGeometry, dh: _Dim, dw: _Dim) -> tuple[int, int, int]:
     return geo.n * th * tw, th, tw
 
 
-def kernel_key(geo: ConvGeometry, cfg: WinogradConfig, cores: int) -> tuple:
+def kernel_key(geo: ConvGeometry, cfg: WinogradConfig, target: CpuTarget) -> tuple:
     """What the kernel depends on: m and the GEMM's blocking on this shape."""
-    return "winograd", cfg.m, _blocking(geo, cfg, cores)
+    return "winograd", cfg.m, _blocking(geo, cfg, target)
 
 
 class _Scalar:
@@ -336,10 +336,9 @@ def _sandwich(kb: KernelBuilder, ar, left, right, values: list[list[Expr]],
             for row in rows]
 
 
-def _by_lanes(kb: KernelBuilder, count: int, body) -> None:
-    """body(ar, c0, lanes) over channels 0..count-1: L-lane vectors, then the rest one
-    channel at a time."""
-    lanes = avx2.LANES
+def _by_lanes(kb: KernelBuilder, count: int, lanes: int, body) -> None:
+    """body(ar, c0, lanes) over channels 0..count-1: `lanes`-wide vectors (the target
+    ISA's), then the rest one channel at a time."""
     full = count // lanes
     if full:
         with kb.for_range(full, name="cv") as cv:
@@ -350,7 +349,7 @@ def _by_lanes(kb: KernelBuilder, count: int, body) -> None:
 
 
 def build_winograd(geo: ConvGeometry, cfg: WinogradConfig, dt: str, name: str,
-                   cores: int, prepacked: bool = False) -> Function:
+                   target: CpuTarget, prepacked: bool = False) -> Function:
     """The kernel (see the module docstring); `prepacked`: the weights arrive in the
     layout of `prepack_weights`, else as OHWI [OC, KH*KW*C] and are transformed per
     call."""
@@ -363,7 +362,7 @@ def build_winograd(geo: ConvGeometry, cfg: WinogradConfig, dt: str, name: str,
     dh, dw = dims(geo, cfg.m)
     nxi = dh.a * dw.a
     rows, th, tw = _tiles(geo, dh, dw)
-    bl = _blocking(geo, cfg, cores)
+    bl = _blocking(geo, cfg, target)
     panels = -(-geo.oc // bl.nr)
     kb = KernelBuilder(name, "cpu")
     x = kb.buffer("x", dt, (geo.n, geo.h * geo.w, geo.c))
@@ -373,7 +372,7 @@ def build_winograd(geo: ConvGeometry, cfg: WinogradConfig, dt: str, name: str,
     out = kb.buffer("out", dt, (geo.n, geo.oh * geo.ow, geo.oc))
     u = w if prepacked else _transform_weights(kb, geo, bl, dh, dw, w, panels, dt)
     vstride = plane_stride(rows, geo.c)
-    v = _transform_input(kb, geo, dh, dw, x, rows, th, tw, vstride, dt)
+    v = _transform_input(kb, geo, dh, dw, x, (rows, th, tw), vstride, dt, bl.lanes)
     ostride = plane_stride(rows, geo.oc)
     prod = kb.alloc("wgm", dt, (nxi * ostride,))
     tasks = (nxi, bl.m_tiles, bl.n_tiles)
@@ -390,7 +389,7 @@ def build_winograd(geo: ConvGeometry, cfg: WinogradConfig, dt: str, name: str,
             emit_gemm_tile(kb, bl, dt, i0, (tile_extent(rows, i0, bl.mt),
                                             tile_extent(geo.oc, j0, bl.nc)),
                            a_panel, None, store, b_prepacked=b_panel)
-    _transform_output(kb, geo, dh, dw, prod, ostride, bias, out, th, tw, dt)
+    _transform_output(kb, geo, dh, dw, prod, ostride, bias, out, th, tw, dt, bl.lanes)
     return kb.finish()
 
 
@@ -423,8 +422,11 @@ def _transform_weights(kb: KernelBuilder, geo: ConvGeometry, bl: Blocking, dh: _
 
 
 def _transform_input(kb: KernelBuilder, geo: ConvGeometry, dh: _Dim, dw: _Dim, x: Buffer,
-                     rows: int, th: int, tw: int, stride: int, dt: str) -> Buffer:
-    """V[xi][t][c] = (B_h^T d B_w)[xi] for every tile t, in parallel over tiles."""
+                     tiles: tuple[int, int, int], stride: int, dt: str, lanes: int
+                     ) -> Buffer:
+    """V[xi][t][c] = (B_h^T d B_w)[xi] for every tile t, in parallel over tiles
+    (`tiles`: rows = N * TH * TW, TH, TW)."""
+    rows, th, tw = tiles
     hp, wp = th * dh.m + dh.k - 1, tw * dw.m + dw.k - 1
     if geo.pads == (0, 0) and hp <= geo.h and wp <= geo.w:
         src, width = x, geo.w
@@ -441,17 +443,17 @@ def _transform_input(kb: KernelBuilder, geo: ConvGeometry, dh: _Dim, dw: _Dim, x
                 vals = _sandwich(kb, ar, dh.bt, dw.bt, d, "bd")
                 for i, j in itertools.product(range(dh.a), range(dw.a)):
                     ar.store(kb, v[(i * dw.a + j) * stride + t * geo.c + c], vals[i][j])
-            _by_lanes(kb, geo.c, body)
+            _by_lanes(kb, geo.c, lanes, body)
     return v
 
 
 def _transform_output(kb: KernelBuilder, geo: ConvGeometry, dh: _Dim, dw: _Dim,
                       prod: Buffer, stride: int, bias: Buffer | None, out: Buffer, th: int,
-                      tw: int, dt: str) -> None:
+                      tw: int, dt: str, lanes: int) -> None:
     """out[MH x MW block of tile t][oc] = (A_h^T M[:, t, oc] A_w) + bias, in parallel
     over tiles; outputs past OH or OW are not stored."""
     with kb.for_range(geo.n * th * tw, kind="parallel", name="t") as t:
-        ybuf = kb.alloc("ybuf", dt, (dh.m * dw.m, avx2.LANES))
+        ybuf = kb.alloc("ybuf", dt, (dh.m * dw.m, lanes))
         with kb.for_mapping(spatial(geo.n, th, tw), t, names=["b", "ty", "tx"]) as (b, ty, tx):
             oy0, ox0 = ty * dh.m, tx * dw.m
             base = kb.declare("obase", "int32", oy0 * geo.ow + ox0)
@@ -469,7 +471,7 @@ def _transform_output(kb: KernelBuilder, geo: ConvGeometry, dh: _Dim, dw: _Dim,
                         if bias is not None:
                             val = val + bias[c + lane]
                         kb.store(out, (b, base + (i * geo.ow + j), c + lane), val)
-            _by_lanes(kb, geo.oc, body)
+            _by_lanes(kb, geo.oc, lanes, body)
 
 
 @contextmanager
