@@ -34,7 +34,8 @@ bench: $(STAMP)
 	$(VENV)/bin/hidetc bench --work bench-work --json $(BENCH_JSON) $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check hidetc tests models
+	$(VENV)/bin/ruff check hidetc tests models bench
+	$(PY) -m pytest -q -p no:cacheprovider tests/architecture
 
 # The ONNX node tests through hidetc's compiled CPU path (hidetc/conformance): prints the
 # pass/fail/error/crash/skip counts and the failure causes ranked, writes per-case

@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
 from hidetc.graph.passes.choose_layout import CHANNEL_CHUNK
 from hidetc.schedules.cuda import conv_gemm, conv_tc, matmul_simt, matmul_tc
-from hidetc.schedules.task import Task
 from hidetc.target import cuda_target
 from hidetc.tir.ir import Buffer
 from hidetc.tir.pipeline import lower

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from hidetc.codegen.launcher import Arg, Launch
+from hidetc.compute.task import Task, task_flops, task_of
 from hidetc.errors import UnsupportedOpError
 from hidetc.fusion.graft import FusedKernel, GraftError, graft
 from hidetc.fusion.partition import FusionGroup, partition
@@ -39,7 +40,6 @@ from hidetc.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
 from hidetc.schedules import cpu
 from hidetc.schedules.cpu import prepack
 from hidetc.schedules.select import SCHEDULES, anchor_template, packed_weights_apply
-from hidetc.schedules.task import Task, task_flops, task_of
 from hidetc.target import Target, default_target
 from hidetc.tir.analysis import launch_blocks, parallel_tasks
 from hidetc.tir.ir import Function

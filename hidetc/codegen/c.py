@@ -79,6 +79,7 @@ from hidetc.compute.narrow_types import C_FUNCTIONS as NARROW_FUNCTIONS
 from hidetc.compute.narrow_types import NARROW_DTYPES, cast_function
 from hidetc.compute.narrow_types import decode as narrow_decode
 from hidetc.tir.functor import collect
+from hidetc.tir.intrinsics import X86_INTRINSICS
 from hidetc.tir.ir import (
     FLOATS,
     Alloc,
@@ -115,16 +116,6 @@ _CLASSIFY = {"isnan": "isnan", "isinf": "isinf"}  # type-generic macros
 
 
 VECTOR_TYPES = {"float32x8": "__m256", "float32x16": "__m512"}
-# AVX2/FMA and AVX-512F intrinsic -> positions of its operands passed by address (a Load)
-X86_INTRINSICS: dict[str, tuple[int, ...]] = {
-    "_mm256_loadu_ps": (0,), "_mm256_storeu_ps": (0,), "_mm256_broadcast_ss": (0,),
-    "_mm256_fmadd_ps": (), "_mm256_add_ps": (), "_mm256_max_ps": (),
-    "_mm256_sub_ps": (), "_mm256_mul_ps": (), "_mm512_sub_ps": (), "_mm512_mul_ps": (),
-    "_mm256_setzero_ps": (), "_mm256_set1_ps": (), "_mm256_setr_ps": (),
-    "_mm512_loadu_ps": (0,), "_mm512_storeu_ps": (0,), "_mm512_fmadd_ps": (),
-    "_mm512_add_ps": (), "_mm512_setzero_ps": (), "_mm512_set1_ps": (), "_mm512_setr_ps": (),
-    "__builtin_prefetch": (0,),   # (&x, rw, locality): gcc's software prefetch
-}
 
 
 def _float_table(suffix: str, tag: str) -> dict[str, str]:

@@ -13,42 +13,23 @@ Cast (C converts modulo 2^W: two's complement on gcc and nvcc); anything with a 
 or a narrow type is `Call("bitcast", (x,), dst)`, which the printers write as the bits
 of x (`hidetc_f2u`/`d2u`/`h2u` for float32/float64/float16, a cast to the unsigned type
 of the width otherwise) read back as dst (`hidetc_u2f`/`u2d`/`u2h`, `!= 0` for bool, a
-cast to dst's storage type otherwise): `bits_text`. `reference_bitcast` is the numpy
-view (for the catalogue's reference, constant folding and the IR interpreter).
+cast to dst's storage type otherwise): `bits_text`. The widths and the numpy reference
+(`reference_bitcast`) live in `hidetc.graph.dtypes`, for the graph's rules.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
-
+from hidetc.graph.dtypes import WIDTHS, reference_bitcast, width_mismatch
 from hidetc.tir.ir import INTS, Call, Cast, Expr, cast
 
-WIDTHS: dict[str, int] = {
-    **dict.fromkeys(("float64", "int64", "uint64"), 64),
-    **dict.fromkeys(("float32", "int32", "uint32"), 32),
-    **dict.fromkeys(("float16", "bfloat16", "int16", "uint16"), 16),
-    **dict.fromkeys(("int8", "uint8", "bool", "float8_e4m3fn", "float8_e4m3fnuz",
-                     "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"), 8),
-    **dict.fromkeys(("int4", "uint4", "float4_e2m1fn"), 4),
-    **dict.fromkeys(("int2", "uint2"), 2),
-}
+__all__ = ["WIDTHS", "FLOAT_BITS", "bitcast", "bits_text", "reference_bitcast",
+           "width_mismatch"]
+
 _INTEGERS = frozenset(INTS + ("bool",))
 # float type -> (its bits as the unsigned integer of its width, those bits as it)
 FLOAT_BITS = {"float32": ("hidetc_f2u", "hidetc_u2f"), "float64": ("hidetc_d2u", "hidetc_u2d"),
               "float16": ("hidetc_h2u", "hidetc_u2h")}
-
-
-def width_mismatch(src: str, dst: str) -> str | None:
-    """Why `src` cannot be bitcast to `dst` (None when it can)."""
-    if src not in WIDTHS:
-        return f"{src} has no bit width BitCast reads"
-    if dst not in WIDTHS:
-        return f"to={dst} is not a type BitCast writes"
-    if WIDTHS[src] != WIDTHS[dst]:
-        return (f"the input is {src} ({WIDTHS[src]} bits) and to={dst} is {WIDTHS[dst]} "
-                f"bits: BitCast needs the same width")
-    return None
 
 
 def bitcast(x: Expr, dst: str) -> Expr:
@@ -78,13 +59,3 @@ def bits_text(src: str, dst: str, value: str, ctype: Callable[[str], str]) -> st
     if dst == "bool":
         return f"({bits} != 0)"
     return f"(({ctype(dst)}){bits})"
-
-
-def reference_bitcast(x: np.ndarray, dst: str) -> np.ndarray:
-    """The numpy view of `x`'s bytes as `dst` (bool: nonzero bytes), same shape."""
-    x = np.asarray(x)
-    if not x.flags.c_contiguous:
-        x = x.copy()
-    if dst == "bool":
-        return x.view(np.uint8) != 0
-    return x.view(np.dtype(dst))

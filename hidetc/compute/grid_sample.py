@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import Optional
 
 from hidetc.compute.indexing import Compute, Load
+from hidetc.compute.task import Task
 from hidetc.graph.ops.grid_sample import bounds, check, cubic_coeffs, denormalize_coeffs
-from hidetc.schedules.task import Task
 from hidetc.tir.ir import (
     Const,
     Expr,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from hidetc.schedules.task import Task
+from hidetc.compute.task import Task
 from hidetc.tir.ir import Const, Expr, cast, select
 
 Load = Callable[[int, Sequence[Expr]], Expr]

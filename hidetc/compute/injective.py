@@ -33,7 +33,7 @@ from hidetc.compute.indexing import (  # noqa: F401  (re-exported: schedules, fu
 from hidetc.compute.nn import NN
 from hidetc.compute.resize import RESIZE
 from hidetc.compute.roi_align import ROI_ALIGN
-from hidetc.schedules.task import Task
+from hidetc.compute.task import Task
 from hidetc.tir.ir import Expr, as_expr, cast, eq, logical_and, maximum, minimum, select
 
 _load_broadcast = load_broadcast

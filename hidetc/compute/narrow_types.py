@@ -34,16 +34,22 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from hidetc.graph.dtypes import (
+    _INT_BITS,
+    FLOAT8,
+    NARROW_DTYPES,
+    NARROW_FLOATS,
+    NARROW_INTS,
+    ROUND_MODES,
+    reference_cast,
+)
 from hidetc.tir.ir import Call, Expr, cast
 
-FLOAT8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
-NARROW_FLOATS = FLOAT8 + ("float4_e2m1fn", "float8_e8m0fnu")
-NARROW_INTS = ("int4", "uint4", "int2", "uint2")
-NARROW_DTYPES = NARROW_FLOATS + NARROW_INTS
-ROUND_MODES = ("up", "down", "nearest")
+__all__ = ["FLOAT8", "NARROW_DTYPES", "NARROW_FLOATS", "NARROW_INTS", "ROUND_MODES",
+           "C_FUNCTIONS", "C_SOURCE", "cast_function", "convert", "decode", "encode",
+           "reference_cast"]
 
 # float format -> (exponent bits, mantissa bits, bias, max finite, NaN encoding kind)
 #   kind "fn": all-ones exponent and mantissa is NaN, no inf; "fnuz": 0x80 is NaN, no
@@ -55,8 +61,6 @@ _FORMATS = {
     "float8_e5m2fnuz": (5, 2, 16, 57344.0, "fnuz"),
     "float4_e2m1fn": (2, 1, 1, 6.0, "none"),
 }
-_INT_BITS = {"int4": (4, True), "uint4": (4, False), "int2": (2, True), "uint2": (2, False)}
-
 _COMMON = """\
 static inline float hidetc_fp_decode(uint32_t b, int eb, int mb, int bias) {
   uint32_t e = (b >> mb) & ((1u << eb) - 1u), m = b & ((1u << mb) - 1u);
@@ -215,49 +219,3 @@ def cast_function(src: str, dst: str) -> str | None:
     casts to a narrow type carry ONNX attributes, see `convert`), else None."""
     return f"hidetc_decode_{src}" if src in NARROW_DTYPES and dst not in NARROW_DTYPES \
         else None
-
-
-# numpy ------------------------------------------------------------------------------------
-def reference_cast(x: np.ndarray, to: str, saturate: bool = True,
-                   round_mode: str = "up") -> np.ndarray:
-    """numpy Cast with the ONNX rules (onnx.reference's Cast)."""
-    x = np.asarray(x)
-    if to == "float8_e8m0fnu":
-        return _e8m0(x.astype(np.float32), saturate, round_mode)
-    if to in FLOAT8 and saturate:
-        info = ml_dtypes.finfo(to)
-        wide = x.astype(np.float64)
-        return np.clip(wide, float(info.min), float(info.max)).astype(to)
-    if to in NARROW_INTS and x.dtype.kind == "f":   # spelled out: ml_dtypes 0.7 changed it
-        return _wrap_int(x, to)
-    return x.astype(to)
-
-
-def _wrap_int(x: np.ndarray, to: str) -> np.ndarray:
-    """Float -> INT4/UINT4/INT2/UINT2 as the kernels do it: truncated toward zero to
-    int32 (NaN and values outside int32 give 0), then the low bits, wrapped."""
-    width, signed = _INT_BITS[to]
-    wide = x.astype(np.float64)
-    ok = np.isfinite(wide) & (wide > -2147483649.0) & (wide < 2147483648.0)
-    low = np.trunc(np.where(ok, wide, 0.0)).astype(np.int64) & ((1 << width) - 1)
-    if signed:
-        low = np.where(low >= 1 << (width - 1), low - (1 << width), low)
-    return low.astype(np.int8).astype(to)
-
-
-def _e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
-    bits = x.view(np.uint32)
-    e = ((bits >> 23) & 0xFF).astype(np.uint16)
-    if round_mode == "up":
-        inc = (bits & 0x7FFFFF) != 0
-    elif round_mode == "nearest":
-        inc = ((bits & 0x400000) != 0) & (((bits & 0x200000) != 0) | ((bits & 0x1FFFFF) != 0)
-                                          | (e > 0))
-    elif round_mode == "down":
-        inc = np.zeros(e.shape, bool)
-    else:
-        raise ValueError(f"Cast round_mode must be one of {ROUND_MODES}, got {round_mode!r}")
-    inc &= e != 0xFF
-    if saturate:
-        inc &= e != 0xFE
-    return (e + inc).astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)

@@ -17,7 +17,7 @@ into `hidetc.compute.injective.COMPUTE`):
 from __future__ import annotations
 
 from hidetc.compute.indexing import Compute, Load, load_broadcast, load_scalar, present
-from hidetc.schedules.task import Task
+from hidetc.compute.task import Task
 from hidetc.tir.ir import Const, Expr, as_expr, call, cast, logical_and, select
 
 

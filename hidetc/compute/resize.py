@@ -24,8 +24,8 @@ import math
 import numpy as np
 
 from hidetc.compute.indexing import Compute, Load, present
+from hidetc.compute.task import Task
 from hidetc.graph.ops.resize import AxisSpec, axis_coords, resize_spec, tap_count
-from hidetc.schedules.task import Task
 from hidetc.tir.ir import (
     Const,
     Expr,

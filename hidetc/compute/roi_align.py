@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from hidetc.compute.grid_sample import F64, I32, clamped_index
 from hidetc.compute.indexing import Load
+from hidetc.compute.task import Task
 from hidetc.graph.ops.roi_align import check
-from hidetc.schedules.task import Task
 from hidetc.tir.ir import Const, Expr, call, cast, logical_and, maximum, minimum, select
 
 

@@ -54,12 +54,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from hidetc.codegen.c import X86_INTRINSICS
 from hidetc.compute.injective import COMPUTE, linearize, unravel
+from hidetc.compute.task import task_of
 from hidetc.fusion.partition import FusionGroup
 from hidetc.graph.ir import Graph, Node
-from hidetc.schedules.task import task_of
 from hidetc.tir.functor import Rewriter, all_names
+from hidetc.tir.intrinsics import X86_INTRINSICS
 from hidetc.tir.ir import (
     Buffer,
     Call,

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import MAX_SPACE, Target
 from hidetc.target import cuda_target, detect_cpu
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from hidetc.compute.task import Task
 from hidetc.graph.ir import Graph, Node
 from hidetc.schedules import cpu, cuda
 from hidetc.schedules.cpu import prepack
-from hidetc.schedules.task import Task
 from hidetc.target import Target
 
 SCHEDULES = {"cpu": cpu, "cuda": cuda}

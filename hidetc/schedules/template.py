@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from hidetc.schedules.task import Task
+from hidetc.compute.task import Task
 from hidetc.target import CpuTarget, CudaTarget, Target
 from hidetc.tir.ir import Function
 

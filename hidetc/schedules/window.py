@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.graph.ops.conv import window_geometry
-from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Expr, Var, cast, logical_and, maximum
 

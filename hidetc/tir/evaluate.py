@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from hidetc.compute.bitcast import reference_bitcast
+from hidetc.graph.dtypes import reference_bitcast
 from hidetc.tir.ir import (
     FLOATS,
     INTS,

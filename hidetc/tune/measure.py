@@ -69,8 +69,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from hidetc.codegen.c import print_c_module
 from hidetc.codegen.launcher import entry_wrapper
+from hidetc.compute.task import Task
 from hidetc.errors import HidetcError, ToolchainError
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import Config
 from hidetc.target import CpuTarget, Target, default_target
 from hidetc.tir.ir import Buffer, Function

@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.compute.task import Task
 from hidetc.errors import HidetcError, ToolchainError
-from hidetc.schedules.task import Task
 from hidetc.target import CudaTarget
 from hidetc.tir.ir import Buffer, Function
 from hidetc.tir.pipeline import lower

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from hidetc import __version__
+from hidetc.compute.task import Task
 from hidetc.errors import RecordsError
 from hidetc.graph.ir import freeze_attr
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import Config, Target, Template
 from hidetc.target import CpuTarget
 from hidetc.toolchain.cache import atomic_write, default_cache_dir

@@ -32,10 +32,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from hidetc.compute.task import Task, task_of
 from hidetc.fusion.partition import partition
 from hidetc.graph.ir import Graph
 from hidetc.schedules.select import anchor_template
-from hidetc.schedules.task import Task, task_of
 from hidetc.target import Target, default_target
 from hidetc.tune.measure import best, measure_candidates, prebuild
 from hidetc.tune.records import RecordStore, key_for, resolve_config

@@ -19,11 +19,11 @@ from onnx.reference import ReferenceEvaluator
 
 from hidetc import onnx_backend
 from hidetc.compute.narrow_types import FLOAT8, NARROW_DTYPES, reference_cast
+from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.graph.passes import widen_half_cpu
 from hidetc.schedules import cpu
-from hidetc.schedules.task import Task
 
 ELEM = {np.dtype(n): helper.np_dtype_to_tensor_dtype(np.dtype(n)) for n in
         ("float32", "float16", "bfloat16", "bool", *NARROW_DTYPES)}

@@ -19,11 +19,11 @@ from onnx import TensorProto, helper, numpy_helper
 import hidetc
 import models
 from hidetc.codegen.cuda import print_cuda_function
+from hidetc.compute.task import Task
 from hidetc.config import TOLERANCES
 from hidetc.graph.ir import TensorType
 from hidetc.schedules import cuda
 from hidetc.schedules.cuda import matmul_simt, matmul_tc
-from hidetc.schedules.task import Task
 from hidetc.tir.pipeline import lower
 from hidetc.verify import compare, run_onnxruntime
 

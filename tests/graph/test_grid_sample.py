@@ -28,13 +28,13 @@ from onnx.reference import ReferenceEvaluator
 import hidetc
 from hidetc.codegen.c import print_c_module
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.compute.task import Task
 from hidetc.errors import ModelError, ShapeError
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
 from hidetc.graph.reference import run_graph
 from hidetc.schedules import cpu, cuda
-from hidetc.schedules.task import Task
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.gcc import build_shared_library
 from hidetc.toolchain.nvcc import compile_cubins

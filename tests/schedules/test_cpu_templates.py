@@ -19,6 +19,7 @@ from helpers import targets
 from helpers.tasks import conv_task, matmul_task, nhwc_task, task_reference
 
 from hidetc.codegen.c import print_c_module
+from hidetc.compute.task import Task
 from hidetc.schedules.cpu import TEMPLATES, avx2, build_kernel, conv_direct, winograd
 from hidetc.schedules.cpu import conv as cpu_conv
 from hidetc.schedules.cpu import matmul as cpu_matmul
@@ -29,7 +30,6 @@ from hidetc.schedules.cpu.depthwise_nhwc import DepthwiseNHWCConfig
 from hidetc.schedules.cpu.microkernel import GemmConfig
 from hidetc.schedules.cpu.task_shape import blocking
 from hidetc.schedules.cpu.winograd import WinogradConfig
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.gcc import build_shared_library, find_compiler, host_flags

@@ -27,6 +27,7 @@ from helpers import targets
 from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.compute.task import Task
 from hidetc.errors import ToolchainError, UnsupportedOpError
 from hidetc.graph.ir import TensorType
 from hidetc.graph.ops import get_op
@@ -34,7 +35,6 @@ from hidetc.schedules.cuda import TEMPLATES, build_kernel, supports
 from hidetc.schedules.cuda.conv_tc import TEMPLATE, conv_geometry
 from hidetc.schedules.cuda.matmul_tc import DEFAULTS
 from hidetc.schedules.cuda.tc_common import B_NK_X4, TcConfig, copy_width
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.nvcc import compile_cubins, find_nvcc, ptxas_resources

@@ -19,6 +19,7 @@ from helpers import targets
 from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cuda import TEMPLATES, build_kernel
 from hidetc.schedules.cuda.matmul_simt import (
@@ -31,7 +32,6 @@ from hidetc.schedules.cuda.matmul_simt import (
     for_tiles,
     load_factors,
 )
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.evaluate import run_function

@@ -21,6 +21,7 @@ from helpers import targets
 from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.compute.task import Task
 from hidetc.errors import ToolchainError
 from hidetc.graph.ir import TensorType
 from hidetc.graph.ops.nn import matmul_shape
@@ -37,7 +38,6 @@ from hidetc.schedules.cuda.matmul_tc import (
     geometry,
     xor_bits,
 )
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.nvcc import compile_cubins, find_nvcc, ptxas_resources

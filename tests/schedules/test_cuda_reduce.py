@@ -25,6 +25,7 @@ from helpers import targets
 from helpers.kernel_device import kernel_module
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.catalog import representative_tasks
 from hidetc.schedules.cuda import TEMPLATES, build_kernel, supports
@@ -38,7 +39,6 @@ from hidetc.schedules.cuda.reduce_template import (
     config_space,
     default_config,
 )
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources

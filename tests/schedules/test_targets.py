@@ -17,13 +17,13 @@ from helpers.fusion_graphs import resnet_block
 
 import hidetc
 from hidetc.cli import main
+from hidetc.compute.task import Task
 from hidetc.errors import ConfigError
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cpu.microkernel import GemmConfig, default_gemm
 from hidetc.schedules.cpu.task_shape import blocking
 from hidetc.schedules.cuda import conv_tc, matmul_tc
 from hidetc.schedules.cuda.tc_common import fits
-from hidetc.schedules.task import Task
 from hidetc.target import (
     KNOWN_GPUS,
     CpuTarget,

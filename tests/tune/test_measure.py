@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from hidetc.compute.task import Task
 from hidetc.errors import HidetcError
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cpu import TEMPLATES
 from hidetc.schedules.cpu.microkernel import GemmConfig
-from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import cast, maximum
 from hidetc.tune.measure import CandidateResult, MeasureStats, best, measure_candidates

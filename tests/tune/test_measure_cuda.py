@@ -23,10 +23,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from hidetc.compute.task import Task
 from hidetc.errors import HidetcError
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cuda import TEMPLATES
-from hidetc.schedules.task import Task
 from hidetc.target import cuda_target
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import block_idx, maximum, syncthreads, thread_idx

@@ -17,10 +17,10 @@ from click.testing import CliRunner
 from helpers import targets
 
 from hidetc.cli import main
+from hidetc.compute.task import Task
 from hidetc.errors import RecordsError
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.schedules.cpu import TEMPLATES
-from hidetc.schedules.task import Task
 from hidetc.tune.records import (
     CandidateResult,
     RecordKey,
@@ -85,7 +85,7 @@ def test_resave_replaces(tmp_path):
 
 def test_digest_is_stable_across_processes_and_normalized():
     task = _matmul()
-    code = ("from hidetc.graph.ir import TensorType as T; from hidetc.schedules.task import "
+    code = ("from hidetc.graph.ir import TensorType as T; from hidetc.compute.task import "
             "Task; from hidetc.tune.records import task_digest; f='float32'; "
             "print(task_digest(Task('MatMul', (T(f, (64, 48)), T(f, (48, 32))), "
             "(T(f, (64, 32)),), (), (None, None))))")

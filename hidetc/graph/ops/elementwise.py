@@ -13,8 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from hidetc.compute.bitcast import reference_bitcast, width_mismatch
-from hidetc.compute.narrow_types import reference_cast
+from hidetc.graph.dtypes import reference_bitcast, reference_cast, width_mismatch
 from hidetc.graph.ir import DTYPES, FLOAT_DTYPES, TensorType
 from hidetc.graph.ops.common import (
     INTS,

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 
 from hidetc.compute.injective import COMPUTE
 from hidetc.compute.narrow_types import NARROW_DTYPES
+from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cpu import (
     conv,
@@ -37,7 +38,6 @@ from hidetc.schedules.cpu import (
     scatter,
     topk,
 )
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import CpuTarget, Template
 from hidetc.tir.ir import Function
 

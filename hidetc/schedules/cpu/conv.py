@@ -43,6 +43,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
+from hidetc.compute.task import Task
 from hidetc.schedules.cpu import conv_direct, depthwise_nhwc, winograd
 from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig, build_direct
 from hidetc.schedules.cpu.conv_geometry import ConvGeometry, conv_geometry, valid_range
@@ -68,7 +69,6 @@ from hidetc.schedules.cpu.microkernel import (
 )
 from hidetc.schedules.cpu.task_shape import Blocking, blocking
 from hidetc.schedules.cpu.winograd import WinogradConfig, build_winograd
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import CpuTarget, Target
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, Function, logical_and

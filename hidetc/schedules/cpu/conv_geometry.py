@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
-from hidetc.schedules.task import Task
 from hidetc.schedules.window import begin_pads
 
 

@@ -5,7 +5,7 @@ task mappings need positive extents, so `build_kernel` of both targets routes su
 tasks here before any rule runs."""
 from __future__ import annotations
 
-from hidetc.schedules.task import Task
+from hidetc.compute.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from hidetc.compute.injective import COMPUTE
-from hidetc.schedules.task import Task
+from hidetc.compute.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function, Load, as_expr
 from hidetc.tir.mapping import repeat, spatial

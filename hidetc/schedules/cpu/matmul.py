@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from hidetc.compute.injective import broadcast_index, linearize, unravel
+from hidetc.compute.task import Task
 from hidetc.schedules.cpu.microkernel import (
     SHORT_LIST,
     GemmConfig,
@@ -40,7 +41,6 @@ from hidetc.schedules.cpu.microkernel import (
     tile_extent,
 )
 from hidetc.schedules.cpu.task_shape import blocking
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import CpuTarget
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function

@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from hidetc.compute.indexing import unravel
+from hidetc.compute.task import Task
 from hidetc.graph.ops.norm import mvn_axes
-from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Const, Expr, Function, as_expr, block_idx, call, cast, thread_idx
 from hidetc.tir.mapping import spatial

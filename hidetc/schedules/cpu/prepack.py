@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Sequence
 
-from hidetc.schedules.task import Task
+from hidetc.compute.task import Task
 from hidetc.schedules.template import Target
 
 WEIGHT_INPUT = 1   # the operand packed: Conv's W, MatMul's B

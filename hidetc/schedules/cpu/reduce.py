@@ -14,8 +14,8 @@ from typing import Callable
 import numpy as np
 
 from hidetc.compute.injective import broadcast_index, unravel
+from hidetc.compute.task import Task
 from hidetc.schedules.cpu import avx2
-from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     FLOATS,

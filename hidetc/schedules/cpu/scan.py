@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from hidetc.schedules.task import Task
+from hidetc.compute.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     FLOATS,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hidetc.compute.indexing import linearize, unravel
-from hidetc.schedules.task import Task
+from hidetc.compute.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, Function, cast, logical_and, maximum, minimum, select
 

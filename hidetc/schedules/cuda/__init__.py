@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from hidetc.compute.injective import COMPUTE
+from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cpu.empty import build_empty, is_empty
@@ -32,7 +33,6 @@ from hidetc.schedules.cuda import (
     scatter,
     topk,
 )
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import CudaTarget, Template
 from hidetc.tir.ir import Function
 

@@ -11,9 +11,9 @@ bias rounded once), float64 in float64. Guarantees: correct for every shape.
 """
 from __future__ import annotations
 
+from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cuda.common import ceil_div
-from hidetc.schedules.task import Task
 from hidetc.schedules.window import begin_pads
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Const, Function, block_idx, call, cast, logical_and, thread_idx

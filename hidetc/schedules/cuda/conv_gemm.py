@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cuda import conv
@@ -52,7 +53,6 @@ from hidetc.schedules.cuda.gemm_simt import (
     config_space,
     default_config,
 )
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target
 from hidetc.tir.ir import Buffer, Expr, ExprLike, Function, as_expr, cast, logical_and
 

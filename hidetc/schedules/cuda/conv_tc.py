@@ -48,6 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.cuda.matmul_tc import DEFAULTS
@@ -62,7 +63,6 @@ from hidetc.schedules.cuda.tc_common import (
     largest_default,
     tc_space,
 )
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Expr, Function, block_idx, cast, logical_and, maximum, minimum

@@ -32,9 +32,9 @@ from contextlib import nullcontext
 
 import numpy as np
 
+from hidetc.compute.task import Task
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.cuda.conv_tc import ConvGeometry, conv_geometry
-from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.cuda import copy
 from hidetc.tir.ir import Const, Expr, Function, block_idx, call, cast, logical_and, thread_idx

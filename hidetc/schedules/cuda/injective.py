@@ -14,8 +14,8 @@ exact: float16 -> float32 is exact, and a Cast to float16 rounds once.
 from __future__ import annotations
 
 from hidetc.compute.injective import COMPUTE
+from hidetc.compute.task import Task
 from hidetc.schedules.cuda.common import ceil_div
-from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Expr, Function, as_expr, block_idx, cast, thread_idx
 from hidetc.tir.mapping import spatial

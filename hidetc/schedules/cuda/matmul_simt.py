@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from hidetc.compute.injective import broadcast_index, unravel
+from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cuda.gemm_simt import (  # noqa: F401 (re-exports)
     F32,
@@ -40,7 +41,6 @@ from hidetc.schedules.cuda.gemm_simt import (  # noqa: F401 (re-exports)
     for_tiles,
     load_factors,
 )
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target
 from hidetc.tir.ir import Buffer, Expr, Function, logical_and
 

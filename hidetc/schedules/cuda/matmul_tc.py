@@ -61,6 +61,7 @@ from typing import Sequence
 import numpy as np
 
 from hidetc.compute.injective import broadcast_index, unravel
+from hidetc.compute.task import Task
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.cuda.tc_common import (  # noqa: F401  (re-exported)
     C_FRAGMENT,
@@ -84,7 +85,6 @@ from hidetc.schedules.cuda.tc_common import (  # noqa: F401  (re-exported)
     tc_space,
     xor_bits,
 )
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Expr, Function, block_idx, logical_and, minimum

@@ -7,8 +7,8 @@ reduction template's warp-per-row layout would be faster.
 """
 from __future__ import annotations
 
+from hidetc.compute.task import Task
 from hidetc.schedules.cpu.norm import build_norm as _build_norm
-from hidetc.schedules.task import Task
 from hidetc.tir.ir import Function
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from hidetc.compute.task import Task
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.cuda.injective import COMPUTE_DTYPE
-from hidetc.schedules.task import Task
 from hidetc.schedules.window import emit_pool_output, pool_geometry
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.functor import Rewriter

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from hidetc.compute.injective import unravel
+from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cpu.reduce import REDUCERS, _reduced_axes
-from hidetc.schedules.task import Task
 from hidetc.tir.ir import Expr
 
 GLOBAL_POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}

@@ -65,6 +65,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from hidetc.compute.injective import broadcast_index, unravel
+from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cpu.reduce import INF, REDUCERS
 from hidetc.schedules.cuda.common import WARP, ceil_div, group_allreduce
@@ -75,7 +76,6 @@ from hidetc.schedules.cuda.reduce_rows import (
     effective_vector,
     view_of,
 )
-from hidetc.schedules.task import Task
 from hidetc.schedules.template import Target
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.cuda import copy

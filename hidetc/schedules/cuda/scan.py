@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from hidetc.compute.task import Task
 from hidetc.schedules.cpu.scan import (
     arg_geometry,
     cumsum_axis,
@@ -23,7 +24,6 @@ from hidetc.schedules.cpu.scan import (
 )
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.cuda.injective import COMPUTE_DTYPE, widen
-from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Expr, Function, block_idx, cast, thread_idx
 from hidetc.tir.mapping import spatial

@@ -12,10 +12,10 @@ rounded once per update.
 """
 from __future__ import annotations
 
+from hidetc.compute.task import Task
 from hidetc.schedules.cpu.scatter import declare_buffers, scatter_plan
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.cuda.injective import widen
-from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function, syncthreads, thread_idx
 

@@ -6,10 +6,10 @@ conversion to float32 (exact) and stored back unchanged.
 """
 from __future__ import annotations
 
+from hidetc.compute.task import Task
 from hidetc.schedules.cpu.topk import emit_topk_line, topk_geometry
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.cuda.injective import widen
-from hidetc.schedules.task import Task
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function, block_idx, thread_idx
 
