@@ -18,19 +18,16 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from hidetc import __version__
-from hidetc.build import build_cpu_library
-from hidetc.build_cuda import build_cuda_modules
+from hidetc.backend import BACKENDS
 from hidetc.config import CompileConfig, make_config
 from hidetc.errors import ArtifactError, ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.pipeline import lower_precision, optimize
 from hidetc.plan import ExecutionPlan, plan_graph
 from hidetc.runtime.artifact import FORMAT_VERSION, ArtifactWriter, check_output_dir, read_manifest
-from hidetc.runtime.select import gpu_available, gpu_limits, make_executor
+from hidetc.runtime.select import gpu_available, make_executor
 from hidetc.runtime.weights import write_weights
-from hidetc.target import CpuTarget, Target, cuda_target, detect_cpu, usable_cores
-from hidetc.toolchain import cpu_isa
-from hidetc.toolchain.nvcc import default_arch, parse_archs
+from hidetc.target import Target
 from hidetc.verify import compare, load_sample, reference_outputs, sample_inputs
 
 
@@ -75,27 +72,22 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     optimized = lower_precision(optimized, cfg.precision, dump_dir=_dump(cfg, "graph"),
                                 target=target, layout=cfg.layout)
     timings["frontend_s"] = time.perf_counter() - clock
-    machine = _machine(cfg, target)
+    backend = BACKENDS[target]
+    machine = backend.machine(cfg)
     clock = time.perf_counter()
-    choices, tuning = _tune(optimized, machine, cfg, progress)
+    choices, tuning = _tune(optimized, backend, machine, cfg, progress)
     timings["tune_s"] = time.perf_counter() - clock
     plan = plan_graph(optimized, machine, fuse=cfg.fuse, dump_dir=_dump(cfg, "fusion"),
                       choices=choices)
     with ArtifactWriter(out_dir) as writer:
         clock = time.perf_counter()
-        manifest = _write_artifact(writer, plan, cfg, target, Path(model_path))
+        manifest = _write_artifact(writer, plan, cfg, backend, Path(model_path))
         manifest["tuning"] = tuning
         timings["build_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        if not cfg.verify:
-            manifest["verification"] = {"status": "skipped", "reason": "--no-verify"}
-        elif target == "cuda" and not gpu_available():
-            manifest["verification"] = {"status": "skipped",
-                                        "reason": "no CUDA GPU here (cross-compiled)"}
-        elif target == "cpu" and not _cpu_runs_kernels(machine):
-            manifest["verification"] = {
-                "status": "skipped",
-                "reason": f"this CPU lacks {machine.isa} (cross-compiled)"}
+        cannot = "--no-verify" if not cfg.verify else backend.cannot_verify(machine)
+        if cannot:
+            manifest["verification"] = {"status": "skipped", "reason": cannot}
         else:
             writer.stage_manifest({**manifest, "verification": {"status": "pending"}})
             manifest["verification"] = _verify(writer.path, manifest, model_path, graph, cfg)
@@ -104,64 +96,22 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     return CompileResult(Path(out_dir), manifest, timings)
 
 
-def _archs(cfg: CompileConfig) -> tuple[str, ...]:
-    """The cuda archs to build: --arch, else the named GPU's, else the visible GPU's
-    (sm_90 without one)."""
-    if cfg.arch:
-        return parse_archs(cfg.arch)
-    if cfg.gpu:
-        return (cuda_target(gpu=cfg.gpu).arch,)
-    return (default_arch(),)
-
-
-def _machine(cfg: CompileConfig, target: str) -> Target:
-    """The Target the kernels are built for, once per compile: this host's cpu (or
-    --cpu-cores N of it); on cuda the visible GPU when it is one of the archs built
-    and no other GPU is named, else --gpu NAME, else the first arch's reference GPU."""
-    if target == "cpu":
-        return detect_cpu(cores=cfg.cpu_cores, isa=cfg.cpu_isa)
-    archs = _archs(cfg)
-    if cfg.gpu is not None:
-        named = cuda_target(gpu=cfg.gpu)
-        if named.arch not in archs:
-            raise ConfigError(f"--gpu {cfg.gpu} is {named.arch}, but --arch builds "
-                              f"{','.join(archs)}")
-        return named
-    if gpu_available() and default_arch() in archs:
-        return cuda_target(device=gpu_limits())
-    return cuda_target(arch=archs[0])
-
-
-def _on_this_machine(machine: Target) -> bool:
-    """Whether `machine` is this host's (so candidates measured here rank as they will
-    run there): the cpu's ISA runs here and the core count is this process's; the
-    GPU is the visible one."""
-    if isinstance(machine, CpuTarget):
-        return _cpu_runs_kernels(machine) and machine.cores == usable_cores()
-    return gpu_available() and machine.name == _gpu_name() and machine.arch == default_arch()
-
-
-def _tune(graph, machine: Target, cfg: CompileConfig, progress) -> tuple[dict, dict]:
+def _tune(graph, backend, machine: Target, cfg: CompileConfig, progress
+          ) -> tuple[dict, dict]:
     """The configs of the anchors (records, tuning or defaults) and the manifest's
     `tuning` record (see hidetc.tune.search). Tuning measures only where `machine` is
-    this host (`_on_this_machine`); a cross-compile takes records measured on a
-    matching machine, else the defaults."""
-    from hidetc.tune.records import RecordStore, cpu_arch, cpu_device, toolchain_version
+    this host (`backend.on_this_machine`): asked for elsewhere, a one-line ConfigError;
+    a cross-compile takes records measured on a matching machine, else the defaults."""
+    from hidetc.tune.records import RecordStore, toolchain_version
     from hidetc.tune.search import tune_graph
     target = machine.kind
-    present = _on_this_machine(machine)
+    present = backend.on_this_machine(machine)
     tune, level = cfg.tuning(target, present)
-    if tune and target == "cpu" and not present:
-        why = (f"{cpu_isa.ENV}={machine.isa}: this CPU lacks "
-               f"{cpu_isa.ISAS[machine.isa].host_flag}" if not _cpu_runs_kernels(machine) else
-               f"the kernels are shaped for {machine.cores} cores and this process has "
-               f"{usable_cores()}")
-        raise ConfigError(f"{why}, so the candidates cannot be measured as they will run: "
-                          f"compile with --no-tune")
-    if target == "cuda":
-        arch, device = machine.arch, _gpu_name() if present else "none"
-    else:
-        arch, device = cpu_arch(machine), cpu_device()
+    if tune and not present and cfg.tune:
+        raise ConfigError(f"{backend.why_not_here(machine)}, so the candidates cannot be "
+                          f"measured as they will run: compile with --no-tune")
+    tune = tune and present
+    arch, device = backend.record_facts(machine, present)
     with RecordStore(Path(cfg.records) if cfg.records else None) as store:
         choices, summary = tune_graph(graph, machine, tune=tune, level=level, arch=arch,
                                       records=store, device=device,
@@ -172,47 +122,23 @@ def _tune(graph, machine: Target, cfg: CompileConfig, progress) -> tuple[dict, d
     return choices, record
 
 
-def _cpu_runs_kernels(machine: CpuTarget) -> bool:
-    """Whether this CPU can run kernels of `machine`'s ISA (a forced ISA it lacks
-    cross-compiles: no tuning, no verification)."""
-    return cpu_isa.runs_here(cpu_isa.ISAS[machine.isa])
-
-
-def _gpu_name() -> str:
-    from hidetc.runtime.select import gpu_name
-    return gpu_name()
-
-
 def _dump(cfg: CompileConfig, what: str) -> str | None:
     root = cfg.dump_dir or os.environ.get("HIDETC_DUMP")
     return str(Path(root) / what) if root else None
 
 
-def _build_kernels(writer: ArtifactWriter, plan: ExecutionPlan, entries, cfg: CompileConfig
-                   ) -> dict:
-    """Compile the plan's kernels into writer.path/kernels; the manifest keys they need."""
-    kernels = writer.path / "kernels"
-    if plan.target == "cpu":
-        library = build_cpu_library(plan, entries, kernels, dump_dir=_dump(cfg, "tir"))
-        return {"library": str(library.relative_to(writer.path))}
-    archs = _archs(cfg)
-    section, resources = build_cuda_modules(plan, entries, kernels, archs,
-                                            dump_dir=_dump(cfg, "tir"))
-    return {"library": None, "cuda": section, "resources": resources}
-
-
 def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileConfig,
-                    target: str, model_path: Path) -> dict:
+                    backend, model_path: Path) -> dict:
     entries = write_weights(writer.path / "weights.bin", plan.weights)
-    built = _build_kernels(writer, plan, entries, cfg)
+    built = backend.build(plan, entries, writer.path, cfg, _dump(cfg, "tir"))
     resources = built.pop("resources", {})
     graph = plan.graph
     return {
         "format_version": FORMAT_VERSION,
         "hidetc_version": __version__,
-        "target": target,
+        "target": backend.kind,
         "machine": plan.machine.facts(),
-        **({"cpu_isa": plan.machine.isa} if target == "cpu" else {}),
+        **backend.manifest_facts(plan.machine),
         "precision": cfg.precision,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model": {"file": model_path.name, "sha256": _sha256(model_path)},

@@ -10,7 +10,7 @@ describes). Lowest first:
     schedules templates and rules per target, the selection stage
     fusion    partition and graft
     backends  codegen printers, toolchain, runtime (executors, emulator)
-    driver    tune, plan, build, verify, config, the Python API
+    driver    tune, plan, build, verify, config, the per-target backends, the Python API
     tools     cli, bench, inspect, the ONNX backend adapter, conformance
 
 The check reads the source (`ast`), so a module that imports inside a function to
@@ -33,7 +33,7 @@ LAYER_OF = {
     "schedules": "schedules", "fusion": "fusion",
     "codegen": "backends", "runtime": "backends", "toolchain": "backends",
     "tune": "driver", "plan": "driver", "build": "driver", "build_cuda": "driver",
-    "verify": "driver", "config": "driver", "api": "driver",
+    "verify": "driver", "config": "driver", "api": "driver", "backend": "driver",
     "cli": "tools", "bench": "tools", "bench_torch": "tools", "inspect": "tools",
     "onnx_backend": "tools", "conformance": "tools",
 }

@@ -96,8 +96,8 @@ def test_a_forced_isa_the_host_lacks_cross_compiles(tmp_path, monkeypatch):
     from helpers.fusion_graphs import resnet_block
 
     import hidetc
-    from hidetc import api
-    monkeypatch.setattr(api, "_cpu_runs_kernels", lambda machine: False)
+    from hidetc.backend import CpuBackend
+    monkeypatch.setattr(CpuBackend, "runs_kernels", staticmethod(lambda machine: False))
     path = tmp_path / "m.onnx"
     onnx.save(resnet_block(), path)
     result = hidetc.compile_model(path, tmp_path / "out", target="cpu")

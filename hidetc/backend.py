@@ -1,0 +1,123 @@
+"""What a compile does differently per target, in one object per target: which machine
+it builds for, whether that machine is this host (tuning measures only there), the facts
+that key its tuning records, whether the artifact can be verified here, how the plan's
+kernels are built, and what the manifest records of them. `compile_model` takes
+`BACKENDS[kind]` and calls it; there is no `if target == ...` in the driver.
+
+- `CpuBackend`: the machine is this host's cpu (`target.detect_cpu`, or `--cpu-cores` /
+  `--cpu-isa` of another); the kernels one shared library built by gcc for its ISA.
+- `CudaBackend`: the visible GPU when it is one of the archs built and no other GPU is
+  named, else `--gpu NAME`, else the first arch's reference GPU; the kernels a few
+  translation units built by nvcc into cubins per arch, with ptxas's resources.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Optional
+
+from hidetc.build import build_cpu_library
+from hidetc.build_cuda import build_cuda_modules
+from hidetc.config import CompileConfig
+from hidetc.errors import ConfigError
+from hidetc.plan import ExecutionPlan
+from hidetc.runtime.select import gpu_available, gpu_limits, gpu_name
+from hidetc.target import CpuTarget, CudaTarget, cuda_target, detect_cpu, usable_cores
+from hidetc.toolchain import cpu_isa
+from hidetc.toolchain.nvcc import default_arch, parse_archs
+from hidetc.tune.records import cpu_arch, cpu_device
+
+
+class CpuBackend:
+    kind = "cpu"
+
+    def machine(self, cfg: CompileConfig) -> CpuTarget:
+        return detect_cpu(cores=cfg.cpu_cores, isa=cfg.cpu_isa)
+
+    @staticmethod
+    def runs_kernels(machine: CpuTarget) -> bool:
+        """Whether this CPU can run kernels of the machine's ISA (a forced ISA it lacks
+        cross-compiles: no tuning, no verification)."""
+        return cpu_isa.runs_here(cpu_isa.ISAS[machine.isa])
+
+    def on_this_machine(self, machine: CpuTarget) -> bool:
+        """Candidates measured here rank as they will run there: the ISA runs here and
+        the core count is this process's."""
+        return self.runs_kernels(machine) and machine.cores == usable_cores()
+
+    def why_not_here(self, machine: CpuTarget) -> str:
+        if not self.runs_kernels(machine):
+            return (f"{cpu_isa.ENV}={machine.isa}: this CPU lacks "
+                    f"{cpu_isa.ISAS[machine.isa].host_flag}")
+        return (f"the kernels are shaped for {machine.cores} cores and this process has "
+                f"{usable_cores()}")
+
+    def record_facts(self, machine: CpuTarget, present: bool) -> tuple[str, str]:
+        """(arch, device) of the tuning records' key."""
+        return cpu_arch(machine), cpu_device()
+
+    def cannot_verify(self, machine: CpuTarget) -> Optional[str]:
+        return None if self.runs_kernels(machine) else \
+            f"this CPU lacks {machine.isa} (cross-compiled)"
+
+    def build(self, plan: ExecutionPlan, entries: Mapping, root: Path, cfg: CompileConfig,
+              dump_dir: Optional[str]) -> dict:
+        """Build the kernels under `root`/kernels: the manifest keys they need, and
+        `resources` per kernel (none on the cpu)."""
+        library = build_cpu_library(plan, entries, root / "kernels", dump_dir=dump_dir)
+        return {"library": str(library.relative_to(root))}
+
+    def manifest_facts(self, machine: CpuTarget) -> dict:
+        return {"cpu_isa": machine.isa}
+
+
+class CudaBackend:
+    kind = "cuda"
+
+    @staticmethod
+    def archs(cfg: CompileConfig) -> tuple[str, ...]:
+        """The archs to build: --arch, else the named GPU's, else the visible GPU's
+        (sm_90 without one)."""
+        if cfg.arch:
+            return parse_archs(cfg.arch)
+        if cfg.gpu:
+            return (cuda_target(gpu=cfg.gpu).arch,)
+        return (default_arch(),)
+
+    def machine(self, cfg: CompileConfig) -> CudaTarget:
+        archs = self.archs(cfg)
+        if cfg.gpu is not None:
+            named = cuda_target(gpu=cfg.gpu)
+            if named.arch not in archs:
+                raise ConfigError(f"--gpu {cfg.gpu} is {named.arch}, but --arch builds "
+                                  f"{','.join(archs)}")
+            return named
+        if gpu_available() and default_arch() in archs:
+            return cuda_target(device=gpu_limits())
+        return cuda_target(arch=archs[0])
+
+    def on_this_machine(self, machine: CudaTarget) -> bool:
+        return gpu_available() and machine.name == gpu_name() and machine.arch == default_arch()
+
+    def why_not_here(self, machine: CudaTarget) -> str:
+        if not gpu_available():
+            return "tuning for cuda measures on the GPU and none is visible here"
+        return (f"the kernels are built for {machine.name} ({machine.arch}), not this "
+                f"machine's {gpu_name()} ({default_arch()})")
+
+    def record_facts(self, machine: CudaTarget, present: bool) -> tuple[str, str]:
+        return machine.arch, gpu_name() if present else "none"
+
+    def cannot_verify(self, machine: CudaTarget) -> Optional[str]:
+        return None if gpu_available() else "no CUDA GPU here (cross-compiled)"
+
+    def build(self, plan: ExecutionPlan, entries: Mapping, root: Path, cfg: CompileConfig,
+              dump_dir: Optional[str]) -> dict:
+        section, resources = build_cuda_modules(plan, entries, root / "kernels",
+                                                self.archs(cfg), dump_dir=dump_dir)
+        return {"library": None, "cuda": section, "resources": resources}
+
+    def manifest_facts(self, machine: CudaTarget) -> dict:
+        return {}
+
+
+BACKENDS = {"cpu": CpuBackend(), "cuda": CudaBackend()}
