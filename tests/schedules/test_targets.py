@@ -9,7 +9,9 @@ import json
 import logging
 import math
 import shutil
+from pathlib import Path
 
+import onnx
 import pytest
 from click.testing import CliRunner
 from helpers import targets
@@ -146,10 +148,14 @@ def test_cpu_target_detection_and_overrides(tmp_path, monkeypatch):
     assert cpu_arch(targets.cpu(16)) != cpu_arch(targets.cpu(2))  # records keyed by cores
 
 
-def test_cross_compile_for_other_cores(tmp_path, caplog):
-    import onnx
+def _block_file(tmp_path) -> Path:
     path = tmp_path / "block.onnx"
     onnx.save(resnet_block(), path)
+    return path
+
+
+def test_cross_compile_for_other_cores(tmp_path, caplog):
+    path = _block_file(tmp_path)
     runner = CliRunner()
     result = runner.invoke(main, ["compile", str(path), "-o", str(tmp_path / "o16"),
                                   "--target", "cpu", "--cpu-cores", "16"])
@@ -173,9 +179,7 @@ def test_cross_compile_for_other_cores(tmp_path, caplog):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_cross_compile_for_a_named_gpu(tmp_path):
-    import onnx
-    path = tmp_path / "block.onnx"
-    onnx.save(resnet_block(), path)
+    path = _block_file(tmp_path)
     runner = CliRunner()
     result = runner.invoke(main, ["compile", str(path), "-o", str(tmp_path / "l4"),
                                   "--target", "cuda", "--gpu", "l4"])
@@ -195,9 +199,7 @@ def test_cross_compile_for_a_named_gpu(tmp_path):
 def test_the_isa_comes_from_the_target_in_one_process(tmp_path):
     """AVX2 kernels compiled in a process whose default ISA may be AVX-512: the sources
     use only 256-bit intrinsics, gcc builds them with AVX2's flags, they verify."""
-    import onnx
-    path = tmp_path / "block.onnx"
-    onnx.save(resnet_block(), path)
+    path = _block_file(tmp_path)
     result = hidetc.compile_model(path, tmp_path / "avx2", target="cpu", cpu_isa="avx2")
     assert result.manifest["cpu_isa"] == "avx2" == result.manifest["machine"]["isa"]
     assert result.manifest["verification"]["status"] == "passed"
