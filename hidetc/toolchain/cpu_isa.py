@@ -12,9 +12,9 @@ fill its register file), gcc's flags (`gcc.flags_for`), the tuning records' key
 refuses to load the artifact instead of dying on an illegal instruction (`runs_here`).
 The reduction kernels stay AVX2 (memory-bound; AVX-512 hosts run AVX2).
 
-Why: ONNX Runtime's MLAS uses AVX-512 wherever the CPU has it; on such a CPU the AVX2
-kernels ran ResNet-50 and Inception-V3 at 1.8x of ORT's latency (2026-12-01, a 2-core
-Xeon with AVX-512): twice the FLOPs per FMA instruction and twice the registers.
+Why AVX-512 where the host has it: ONNX Runtime's MLAS uses it wherever the CPU has it,
+and AVX2 kernels on such a CPU ran far behind it (twice the FLOPs per FMA instruction
+and twice the registers; bench/results/2026-12-01-avx512-cpu.md).
 """
 from __future__ import annotations
 

@@ -25,23 +25,19 @@ accumulation are the GEMM's (`task_shape.blocking`, K blocks a whole number of
 channels); the final store writes each output channel's run of positions (contiguous
 in NCHW), adding the bias.
 
-Measured (2-core Zen 3, prepacked weights, best config of each schedule, kernels alone
-and warm): 0.86x the implicit GEMM's time on ResNet-50's 7x7 3x3 convs, 0.80x on
-Inception-V3's 35->17 stride-2 3x3, 0.90x on 1x1 convs over 7x7 maps, about even on
-14x14 and 28x28, 1.1-1.7x on 56x56 and larger maps and on the 7x7 stride-2 stem. Inside
-models the narrow-panel configs (5 x 16, 6 x 16) lost what they won alone (they re-read
-the input block once per 16 output channels); the wide ones (3 x 32, 4 x 24) held, so
-the tuner's short list tries those first on maps of at most 400 positions
-(`conv.DIRECT_POSITIONS`), and the rest only in a full-space tuning (level 2).
+Where it is offered (measurements: bench/results/2026-12-01-direct-conv.md): it beats
+the implicit GEMM on small maps and loses on large ones, and inside models only its
+wide-panel configs (3 x 32, 4 x 24) keep what they win alone (the narrow ones re-read
+the input block once per 16 output channels), so the tuner's short list tries those
+first on maps of at most `conv.DIRECT_POSITIONS` positions, and the rest only in a
+full-space tuning (level 2).
 
 Channels-last (ConvNHWC, `geo.channels_last`): the same tasks and configs, the K
 along contiguous channels; see `conv_direct_last.py` (KC = 0: the whole K of a
-micro-tile in registers; KC > 0: K blocks in cbuf). Inside ResNet-50 channels-last
-beat the NCHW implicit GEMM and direct kernels (1.06x against 1.17x of ONNX Runtime,
-paired rounds); the K-blocked form is the tuner's pick for big K on small maps
-(ResNet-50's 1x1 2048 -> 512 on 7x7: 0.66 ms against 1.28 ms in registers, kernels
-alone); the NCHW loop on channels-last data (channels innermost under unrolled taps)
-was slower than the GEMM on 3x3 convs (MR x taps broadcast addresses per channel).
+micro-tile in registers; KC > 0: K blocks in cbuf). Channels-last is the cpu layout
+because it beat the NCHW kernels inside ResNet-50; the K-blocked form is for big K on
+small maps; the NCHW loop on channels-last data (channels innermost under unrolled
+taps) lost to the GEMM on 3x3 convs (bench/results/2026-12-01-nhwc-cpu.md).
 The task view both share is `direct_task.DirectTask`.
 
 Guarantees: correct for every config on every conv shape it is built for (not

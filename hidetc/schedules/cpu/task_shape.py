@@ -175,15 +175,13 @@ class _Shape:
         """The cheapest candidate; when that splits the rows at most once per core and
         more than UNEVEN over an even split (13 MC blocks of 64 over 2 cores: 448 +
         336), or not at all (the columns split instead: every core reads the whole
-        input), also the rows split evenly over the cores (ResNet-50's 28x28 1x1
-        convs: 25-30% faster per launch); after a column split over more rows than
-        columns, at any width (Inception-V3's 17x17 7x1/1x7 convs whose configs have
-        NC=96 of 192: ~15% faster; with fewer rows than columns the weights are the
-        bigger read and stay split); and, for `local_rows` (positions or tokens as
-        rows, row tiles outermost), after a split into more row tiles than cores
-        (MobileNet-V2's 28x28 32->192 in MC=256 blocks: 256+256 | 256+16 ran
-        0.079 ms in the model, 392 | 392 0.060). Not offered otherwise: 616 + 609 for
-        640 + 585 measured slower (Inception-V3's 35x35 3x3s, 6%).
+        input), also the rows split evenly over the cores; after a column split over
+        more rows than columns, at any width (with fewer rows than columns the weights
+        are the bigger read and stay split); and, for `local_rows` (positions or tokens
+        as rows, row tiles outermost), after a split into more row tiles than cores.
+        Not offered otherwise: an even split of an uneven pair of MC blocks measured
+        slower. (Each rule's measurements: bench/results/2026-12-01-prefetch-even-rows.md
+        and 2026-12-01-parallel-shares.md.)
 
         For `local_rows`, where the cheapest candidate does not split the rows at all
         (every core reads all rows and writes a slab of columns) and the weights
@@ -194,12 +192,10 @@ class _Shape:
         reads all of them on every core), the rows split evenly whatever the cost
         says: parallel loops give each core the same share of the rows in kernel after
         kernel (`codegen.c`), so a row split keeps a layer's activations in the L2 of
-        the core that uses them. Measured in the models: MobileNet-V2's 14x14 96->576
-        1x1 0.137 -> 0.122 ms, the depthwise conv after it 0.055 -> 0.042; ResNet-50's
-        14x14 1x1s (weights 1-1.2x the activations moved: kept by a factor of 1)
-        0.50-0.53 -> 0.45-0.47 ms, the model 2-5%; BERT-base's 768x768 projections
-        (a factor of 4 takes them) the model 5%. A factor of 8 would also split the
-        rows of GPT-2's 768x50257 head (154 MB of weights read by both cores)."""
+        the core that uses them. REMOTE_ROW_COST = 4 takes ResNet-50's 14x14 1x1s and
+        BERT-base's projections (both faster in the models: bench/results/
+        2026-12-01-parallel-shares.md) and leaves GPT-2's 768x50257 head split by columns
+        (a factor of 8 would split its rows, both cores reading its 154 MB of weights)."""
         def cost(c: tuple[int, int]) -> tuple[float, int]:
             return self.busiest_core(*c), -c[1]
         pick = min(self.candidates(nc), key=cost)

@@ -42,13 +42,10 @@ tiles:
    the bias; the stores past the output (OH or OW not a multiple of m) are skipped, so
    each output element is stored exactly once.
 
-Measured (2-core Sapphire Rapids, AVX-512, weights packed, as the tuner times them):
-ResNet-50's 56x56, 28x28 and 14x14 3x3 convs 0.47-0.61x the best direct config's time
-(F(4x4) won all three), its 7x7 ones and Inception-V3's 8x8 448 -> 384 about 0.8x
-(F(2x2) won). In the models, all the stride-1 3x3 convs tuned to Winograd: ResNet-50
-1.13 -> 1.01x of ONNX Runtime, Inception-V3 1.16 -> 1.02x, and with its 1x7 / 7x1 /
-1x3 / 3x1 convs as well (46 launches tuned to Winograd) 1.03 -> 0.95x (same-process
-A/Bs, both orders), with its 5x5 48 -> 64 convs (0.53x of direct alone) 0.96 -> 0.93x.
+Why it is in the space (bench/results/2026-12-01-winograd-cpu.md): F(4x4) beats the
+best direct config on 3x3 convs over 14x14 and larger maps, F(2x2) on 7x7 and 8x8
+maps, and the one-dimensional and 5x5 forms beat direct on Inception-V3's convs; in
+the models the tuner picks them for every stride-1 conv they apply to.
 
 Numerics: not the direct sum's order of operations. The transforms add and subtract
 (and multiply by small constants: B^T's and A^T's entries up to 5 for F(4x4, 3x3), up
