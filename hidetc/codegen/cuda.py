@@ -19,7 +19,7 @@ What the printer adds to the C printer (`hidetc.codegen.c.CPrinter`, subclassed)
 - warp intrinsics (WARP_INTRINSICS): the IR gives the CUDA operands WITHOUT the mask
   and the printer passes the full mask `0xffffffffu`; with exactly one more operand,
   the first is the mask (and a shuffle's optional width needs an explicit mask).
-- pointer operands (ADDRESS_ARGS): intrinsics that take addresses (atomics, vector
+- pointer operands (CUDA_ADDRESS_ARGS): intrinsics that take addresses (atomics, vector
   copies, cp.async, ldmatrix, mma) get `&buf[i]` for the Load written at that position;
   `Call("address_of", (buf[i],))` is `&buf[i]` anywhere.
 - buffers: shared Allocs print as `__shared__ __align__(16) T name[N];` (constant N,
@@ -55,6 +55,7 @@ from hidetc.codegen.c import (
     const_text,
 )
 from hidetc.tir.functor import Rewriter, collect
+from hidetc.tir.intrinsics import CUDA_ADDRESS_ARGS, WARP_INTRINSICS
 from hidetc.tir.ir import (
     CMP_OPS,
     CUDA_INDEX,
@@ -84,23 +85,6 @@ SHARED_MEMORY_LIMIT = 48 * 1024  # bytes of static shared memory per kernel
 CUDA_TYPES = {**C_TYPES, "float16": "half"}
 F16 = "float16"
 
-# name -> (operands after the mask, optional trailing operands)
-WARP_INTRINSICS: dict[str, tuple[int, int]] = {
-    "__shfl_sync": (2, 1), "__shfl_up_sync": (2, 1), "__shfl_down_sync": (2, 1),
-    "__shfl_xor_sync": (2, 1), "__ballot_sync": (1, 0), "__any_sync": (1, 0),
-    "__all_sync": (1, 0), "__syncwarp": (0, 0),
-}
-_LDMATRIX = {f"hidetc_ldmatrix_x{n}{t}": (0, 1) for n in (1, 2, 4) for t in ("", "_trans")}
-# name -> positions of the operands passed by address (operand 0: the destination)
-ADDRESS_ARGS: dict[str, tuple[int, ...]] = {
-    **{f"atomic{op}": (0,) for op in ("Add", "Sub", "Max", "Min", "Exch", "CAS")},
-    **{f"hidetc_copy{n}": (0, 1) for n in (4, 8, 16)},
-    **{f"hidetc_cp_async{n}": (0, 1) for n in (4, 8, 16)},
-    **_LDMATRIX,
-    "hidetc_ld_f4": (0, 1),
-    "hidetc_mma_m16n8k16_f16f32": (0, 1, 2, 3),
-    "address_of": (0,),
-}
 PASSTHROUGH = frozenset({"__syncthreads", "__threadfence", "__threadfence_block",
                          "__activemask", "__trap", "__popc", "__clz", "__ffs"})
 F16_MATH = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt",
@@ -132,14 +116,14 @@ def _to(e: Expr, dtype: str) -> Expr:
 
 
 class _WrittenThrough(Rewriter):
-    """Buffers an intrinsic writes through an address: operand 0 of every ADDRESS_ARGS
+    """Buffers an intrinsic writes through an address: operand 0 of every CUDA_ADDRESS_ARGS
     intrinsic is its destination (`address_of` counts as written: its use is unknown)."""
 
     def __init__(self) -> None:
         self.buffers: set[Buffer] = set()
 
     def visit_Call(self, e: Call) -> Expr:
-        if e.func in ADDRESS_ARGS and e.args and isinstance(e.args[0], Load):
+        if e.func in CUDA_ADDRESS_ARGS and e.args and isinstance(e.args[0], Load):
             self.buffers.add(e.args[0].buffer)
         return super().visit_Call(e)
 
@@ -215,7 +199,7 @@ class CudaPrinter(CPrinter):
             return self._bitcast(e), PREC_ATOM
         if e.func in WARP_INTRINSICS:
             return self._warp_call(e), PREC_ATOM
-        if e.func in ADDRESS_ARGS:
+        if e.func in CUDA_ADDRESS_ARGS:
             return self._address_call(e), PREC_ATOM
         if e.func in PASSTHROUGH or e.func.startswith("hidetc_"):
             return f"{e.func}({', '.join(self.expr(a) for a in e.args)})", PREC_ATOM
@@ -232,7 +216,7 @@ class CudaPrinter(CPrinter):
         return f"{e.func}({', '.join(args)})"
 
     def _address_call(self, e: Call) -> str:
-        positions = ADDRESS_ARGS[e.func]
+        positions = CUDA_ADDRESS_ARGS[e.func]
         args = []
         for i, a in enumerate(e.args):
             if i not in positions:

@@ -59,7 +59,7 @@ from hidetc.compute.task import task_of
 from hidetc.fusion.partition import FusionGroup
 from hidetc.graph.ir import Graph, Node
 from hidetc.tir.functor import Rewriter, all_names
-from hidetc.tir.intrinsics import X86_INTRINSICS
+from hidetc.tir.intrinsics import ASYNC_COPIES, COPIES, VALUE_FORMS, X86_INTRINSICS
 from hidetc.tir.ir import (
     Buffer,
     Call,
@@ -77,13 +77,6 @@ from hidetc.tir.ir import (
     cast,
     seq,
 )
-
-COPIES = {"hidetc_copy4": 4, "hidetc_copy8": 8, "hidetc_copy16": 16, "hidetc_ld_f4": 16}
-# vector loads from memory -> the same vector built from values (memory order)
-VALUE_FORMS = {"_mm256_broadcast_ss": ("_mm256_set1_ps", 1),
-               "_mm256_loadu_ps": ("_mm256_setr_ps", 8),
-               "_mm512_loadu_ps": ("_mm512_setr_ps", 16)}
-ASYNC_COPIES = {"hidetc_cp_async4": 4, "hidetc_cp_async8": 8, "hidetc_cp_async16": 16}
 
 
 def widen(value: Expr) -> Expr:

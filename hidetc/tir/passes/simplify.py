@@ -23,7 +23,7 @@ this terminates). Rules:
 CUDA built-ins (target "cuda"; the launch attrs ARE the launch shape): `threadIdx.d` in
 [0, block[d]), `blockIdx.d` in [0, grid[d]), `blockDim.d`/`gridDim.d` = block[d]/grid[d].
 
-Side effects: Calls named with IMPURE_PREFIXES (warp collectives, barriers, fences,
+Side effects: Calls that `tir.intrinsics.impure` names (warp collectives, barriers, fences,
 atomics, `hidetc_` helpers writing through pointers) are impure; a rule fires only if
 the result keeps exactly the input's impure calls (`shfl(x) * 0` stays); an empty If
 with an impure condition becomes `Evaluate(cond)`; a loop with an impure extent stays.
@@ -46,6 +46,7 @@ import numpy as np
 
 from hidetc.tir.evaluate import c_div, c_mod
 from hidetc.tir.functor import Rewriter, substitute
+from hidetc.tir.intrinsics import impure
 from hidetc.tir.ir import (
     FLOATS,
     INDEX_DTYPE,
@@ -73,9 +74,6 @@ from hidetc.tir.ir import (
 Range = tuple[Optional[int], Optional[int]]
 _UNKNOWN: Range = (None, None)
 _DIV = ("/", "//")
-IMPURE_PREFIXES = ("__shfl", "__ballot", "__any", "__all", "__activemask", "__syncthreads",
-                   "__syncwarp", "__threadfence", "__trap", "atomic", "hidetc_copy",
-                   "hidetc_cp_async", "hidetc_ld_", "hidetc_ldmatrix", "hidetc_mma")
 _BUILTINS = (("threadIdx", "block", 0), ("blockIdx", "grid", 0), ("blockDim", "block", 1),
              ("gridDim", "grid", 1))  # (name, launch attr, exact: the range is [n, n])
 
@@ -85,7 +83,7 @@ class _Effects(Rewriter):
         self.calls: Counter[Call] = Counter()
 
     def visit_Call(self, e: Call) -> Expr:
-        if e.func.startswith(IMPURE_PREFIXES):
+        if impure(e.func):
             self.calls[e] += 1
         return super().visit_Call(e)
 
