@@ -37,11 +37,9 @@ from hidetc.fusion.graft import FusedKernel, GraftError, graft
 from hidetc.fusion.partition import FusionGroup, partition
 from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
-from hidetc.schedules import cpu
 from hidetc.schedules.cpu import prepack
 from hidetc.schedules.select import SCHEDULES, anchor_template, packed_weights_apply
 from hidetc.target import Target, default_target
-from hidetc.tir.analysis import launch_blocks, parallel_tasks
 from hidetc.tir.ir import Function
 from hidetc.tir.printer import format_function
 
@@ -76,7 +74,7 @@ class ExecutionPlan:
     fusion_fallbacks: list[dict] = field(default_factory=list)
     choices: dict[str, dict] = field(default_factory=dict)   # kernel -> template, config
     in_place: dict[str, str] = field(default_factory=dict)   # output -> value it overwrites
-    facts: dict[str, dict] = field(default_factory=dict)     # kernel -> `kernel_facts`
+    facts: dict[str, dict] = field(default_factory=dict)     # kernel -> flops + backend facts
 
 
 def kernel_name(key) -> str:
@@ -94,10 +92,8 @@ def _check_supported(graph: Graph, target: str) -> None:
     if missing:
         listed = ", ".join(f"{op} (node {name!r})" for op, name in missing.items())
         raise UnsupportedOpError(f"no {target} kernel for: {listed}")
-    if target == "cpu":   # fused members never reach build_kernel's own dtype check
-        for node in graph.nodes:
-            cpu.check_op_dtypes(node.op, (graph.types[v].dtype for v in (*node.inputs,
-                                          *node.outputs) if v), f"node {node.name!r}")
+    for node in graph.nodes:
+        SCHEDULES[target].check_node(node, graph)
 
 
 def _lifetimes(graph: Graph, steps: list[tuple[tuple[str, ...], tuple[str, ...]]]
@@ -307,7 +303,8 @@ def plan_graph(graph: Graph, target: Target | str = "cpu", fuse: bool = True,
                                      for k, v in packed.items()}})
     steps = [(fused.args, written_values(g, nodes)) for g, _, fused in kernels]
     lifetimes = _lifetimes(graph, steps)
-    reuse = _in_place(kernels, nodes, graph, lifetimes) if target == "cpu" else {}
+    reuse = _in_place(kernels, nodes, graph, lifetimes) \
+        if SCHEDULES[target].WRITES_IN_PLACE else {}
     memory = plan_memory(lifetimes, shares=reuse)
     produced = {o for node in graph.nodes for o in node.outputs if o}
     slot_of, sources = _output_sources(graph, produced)
@@ -321,24 +318,12 @@ def plan_graph(graph: Graph, target: Target | str = "cpu", fuse: bool = True,
         launch = Launch(name, tuple(_arg(v, graph, memory, slot_of) for v in fused.args))
         steps.append(PlanLaunch(launch, anchor.name, anchor.op, tuple(fused.args), group))
     weights = {name: graph.constants[name] for name in graph.constants if name in used_constants}
-    facts = {name: kernel_facts(fn, tasks[name], machine) for name, fn in functions.items()}
+    facts = {name: {"flops": task_flops(tasks[name]),
+                    **SCHEDULES[target].kernel_facts(fn, machine)}
+             for name, fn in functions.items()}
     return ExecutionPlan(graph, target, machine, functions, tasks, steps, weights, memory,
                          output_sources=sources, fusion_fallbacks=fallbacks,
                          choices=kernel_choices, in_place=reuse, facts=facts)
-
-
-def kernel_facts(fn: Function, task: Task, machine: Target) -> dict:
-    """What `hidetc inspect --json` says of a kernel besides its schedule: `flops` of
-    one launch (the anchor's, `task_flops`); on the cpu `parallel_tasks` (the parallel
-    loop's task count) and `cores` (what the task shapes were built for); on cuda
-    `grid`, `block` and `blocks` (the grid's product)."""
-    facts: dict = {"flops": task_flops(task)}
-    if machine.kind == "cpu":
-        facts.update(parallel_tasks=parallel_tasks(fn), cores=machine.cores)
-    else:
-        facts.update(grid=list(fn.attr("grid")), block=list(fn.attr("block")),
-                     blocks=launch_blocks(fn))
-    return facts
 
 
 def _in_place(kernels, nodes: dict[str, Node], graph: Graph, lifetimes: list[PlanValue]

@@ -39,6 +39,7 @@ from hidetc.schedules.cpu import (
     topk,
 )
 from hidetc.schedules.template import CpuTarget, Template
+from hidetc.tir.analysis import parallel_tasks
 from hidetc.tir.ir import Function
 
 Builder = Callable[[Task, str], Function]
@@ -80,8 +81,27 @@ NARROW_OK = frozenset(("Cast", "BitCast", "Reshape", "Transpose", "Identity", "C
                        "GatherElements", "GatherND", "ReverseSequence"))
 
 
+# A fused kernel whose epilogue reads a value at the index it stores may write its
+# output over that value (`plan._in_place`): the C kernels store each element once,
+# after their last read of it.
+WRITES_IN_PLACE = True
+
+
 def supports(op: str) -> bool:
     return op in RULES or op in TEMPLATES
+
+
+def check_node(node, graph) -> None:
+    """The plan's per-node refusal (fused members never reach `build_kernel`'s own
+    dtype check): `check_op_dtypes` on the node's values."""
+    check_op_dtypes(node.op, (graph.types[v].dtype for v in (*node.inputs, *node.outputs)
+                              if v), f"node {node.name!r}")
+
+
+def kernel_facts(fn: Function, target: CpuTarget) -> dict:
+    """`parallel_tasks` (the main parallel loop's task count) and the `cores` the task
+    shapes were built for."""
+    return {"parallel_tasks": parallel_tasks(fn), "cores": target.cores}
 
 
 def check_op_dtypes(op: str, dtypes: Iterable[str], where: str = "") -> None:

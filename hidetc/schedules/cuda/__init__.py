@@ -34,6 +34,7 @@ from hidetc.schedules.cuda import (
     topk,
 )
 from hidetc.schedules.template import CudaTarget, Template
+from hidetc.tir.analysis import launch_blocks
 from hidetc.tir.ir import Function
 
 Builder = Callable[[Task, str], Function]
@@ -78,8 +79,21 @@ def template_for(task: Task) -> Template | None:
     return TEMPLATES.get(task.op)
 
 
+WRITES_IN_PLACE = False    # no in-place outputs on cuda yet (see schedules.cpu)
+
+
 def supports(op: str) -> bool:
     return op in RULES or op in TEMPLATES
+
+
+def check_node(node, graph) -> None:
+    """The plan's per-node refusal: nothing beyond `supports` on cuda."""
+
+
+def kernel_facts(fn: Function, target: CudaTarget) -> dict:
+    """The launch shape: `grid`, `block` and `blocks` (the grid's product)."""
+    return {"grid": list(fn.attr("grid")), "block": list(fn.attr("block")),
+            "blocks": launch_blocks(fn)}
 
 
 def build_kernel(task: Task, name: str, target: CudaTarget) -> Function:
