@@ -37,7 +37,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check hidetc tests models bench
 	$(PY) -m pytest -q -p no:cacheprovider tests/architecture
 
-# The ONNX node tests through hidetc's compiled CPU path (hidetc/conformance): prints the
+# The ONNX node tests through hidetc's compiled CPU path (hidetc/tools/conformance): prints the
 # pass/fail/error/crash/skip counts and the failure causes ranked, writes per-case
 # results to $(CONFORMANCE_OUT)/results.json, and compares with
 # tests/conformance/expected_failures.yaml (exit 1 on a regression or an unexpected pass).
@@ -45,7 +45,7 @@ CONFORMANCE_OUT ?= build/conformance
 CONFORMANCE_JOBS ?= 2
 .PHONY: conformance
 conformance: $(STAMP)
-	$(PY) -m hidetc.conformance --jobs $(CONFORMANCE_JOBS) --out $(CONFORMANCE_OUT)
+	$(PY) -m hidetc.tools.conformance --jobs $(CONFORMANCE_JOBS) --out $(CONFORMANCE_OUT)
 
 # The one-shot GPU check (bench/gpu_check.py): on the GPU machine, through the device
 # tool, with the pycuda wheels carried in .whl/ (README, "On a GPU"); results under

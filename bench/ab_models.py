@@ -4,7 +4,7 @@ the A/B check for a kernel or tuning change on a machine whose speed drifts.
     python bench/ab_models.py MODEL.onnx OLD_ARTIFACT NEW_ARTIFACT [--rounds 10]
 
 Every round runs each runner (each artifact, then ORT) after an idle pause
-(`hidetc.bench.BLOCK_PAUSE_S`), one untimed call, then `--calls` timed calls; printed
+(`hidetc.tools.bench.BLOCK_PAUSE_S`), one untimed call, then `--calls` timed calls; printed
 per runner: min, 25th percentile and median ms over all rounds, and the median (and
 quartiles) over rounds of its ratio to ORT in the same round (each runner's best call
 of the round). On the 2-core CI-like
@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 import hidetc
-from hidetc.bench import BLOCK_PAUSE_S
+from hidetc.tools.bench import BLOCK_PAUSE_S
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import models  # noqa: E402  (the repository's models package: sample inputs)

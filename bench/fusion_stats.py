@@ -17,9 +17,9 @@ import json
 from pathlib import Path
 
 import models
+from hidetc.driver.plan import ExecutionPlan, plan_graph
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.graph.pipeline import optimize
-from hidetc.plan import ExecutionPlan, plan_graph
 
 
 def traffic(plan: ExecutionPlan) -> int:

@@ -182,9 +182,9 @@ def plan(run: Run) -> list[Step]:
         ["--budget-s", "{seconds}", "--configs", "4"]
     steps.append(Step("cuda_ops", 120, ops, needs="gpu"))
     for m in MODELS:
-        steps.append(Step(f"cpu_{m}", 60, [py, "-m", "hidetc.cli", "bench", m, "--target", "cpu",
-                                           "--no-tune", "--no-memory", "--repeat", "20",
-                                           "--work", str(run.work / "cpu"),
+        steps.append(Step(f"cpu_{m}", 60, [py, "-m", "hidetc.tools.cli", "bench", m,
+                                           "--target", "cpu", "--no-tune", "--no-memory",
+                                           "--repeat", "20", "--work", str(run.work / "cpu"),
                                            "--json", "{figures}", *run.tiny]))
     return steps
 

@@ -16,7 +16,7 @@ import onnxruntime as ort
 
 import hidetc
 import models
-from hidetc.verify import compare, time_call
+from hidetc.driver.verify import compare, time_call
 
 
 def bench_model(name: str, work: Path, repeat: int) -> dict:

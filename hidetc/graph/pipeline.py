@@ -26,7 +26,7 @@ Reading `PASSES` tells the story:
  11. eliminate_dead_code  sweep everything the passes above orphaned.
 
 Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[precision]`
-(run by `lower_precision`, after `optimize`, by `hidetc.api.compile_model`):
+(run by `lower_precision`, after `optimize`, by `hidetc.driver.api.compile_model`):
   f32: nothing.
   f16: to_float16      float32 tensors -> float16 storage (weights converted), the
                        interface kept float32 by Casts after the inputs and before the

@@ -16,7 +16,7 @@ describes). Lowest first:
 The check reads the source (`ast`), so a module that imports inside a function to
 dodge the order is caught too. The one exemption: the package root (`hidetc/__init__.py`,
 the version, base for its importers) is also the API facade whose `__getattr__` loads
-`hidetc.api` on first use. It stands where an import-linter contract would (`make
+`hidetc.driver.api` on first use. It stands where an import-linter contract would (`make
 lint`), without another dependency; it runs in `make test`, so in CI.
 """
 from __future__ import annotations
@@ -32,10 +32,7 @@ LAYER_OF = {
     "graph": "graph", "frontend": "frontend", "tir": "tir", "compute": "compute",
     "schedules": "schedules", "fusion": "fusion",
     "codegen": "backends", "runtime": "backends", "toolchain": "backends",
-    "tune": "driver", "plan": "driver", "build": "driver", "build_cuda": "driver",
-    "verify": "driver", "config": "driver", "api": "driver", "backend": "driver",
-    "cli": "tools", "bench": "tools", "bench_torch": "tools", "inspect": "tools",
-    "onnx_backend": "tools", "conformance": "tools",
+    "driver": "driver", "tools": "tools",
 }
 
 

@@ -8,7 +8,7 @@ import onnx
 from click.testing import CliRunner
 from helpers.fusion_graphs import resnet_block
 
-from hidetc.cli import main
+from hidetc.tools.cli import main
 
 
 def invoke(*args):
@@ -59,7 +59,7 @@ def test_bench_bad_subject(tmp_path):
 
 
 def test_paired_ratio_is_the_median_of_per_round_ratios():
-    from hidetc.bench import alternate, paired_ratio
+    from hidetc.tools.bench import alternate, paired_ratio
     assert paired_ratio([2.0, 4.0, 9.0], [1.0, 2.0, 3.0]) == 2.0
     timed = alternate({"a": lambda: None, "b": lambda: None}, repeat=6, rounds=3, pause=0)
     assert [len(t["round_best_ms"]) for t in timed.values()] == [3, 3]
@@ -68,7 +68,7 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
 def test_profile_and_table_lines_of_a_cuda_row():
     """A cuda row's profile lines name grid, block, template and config (a rule kernel
     says so), the slowest first; a row that ran without its CUDA graph says why."""
-    from hidetc.bench import format_table, profile_lines
+    from hidetc.tools.bench import format_table, profile_lines
     profile = [{"kernel": "k0", "op": "Relu", "node": "n0", "ms": 0.01, "template": None,
                 "config": None, "grid": [4, 1, 1], "block": [256, 1, 1]},
                {"kernel": "k1", "op": "MatMul", "node": "n1", "ms": 0.03,

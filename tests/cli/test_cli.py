@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from helpers.onnx_util import one_node_model
 from onnx import TensorProto, helper
 
-from hidetc.cli import main
+from hidetc.tools.cli import main
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((5, 3)).astype(np.float32)

@@ -9,8 +9,8 @@ import onnx
 from click.testing import CliRunner
 from helpers.fusion_graphs import resnet_block
 
-from hidetc.cli import main
 from hidetc.schedules.template import MAX_SPACE
+from hidetc.tools.cli import main
 
 
 def invoke(*args):

@@ -14,10 +14,10 @@ import yaml
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from hidetc.cli import main
-from hidetc.config import CompileConfig, load_preset, make_config
+from hidetc.driver.config import CompileConfig, load_preset, make_config
 from hidetc.errors import ConfigError
 from hidetc.runtime.select import gpu_available
+from hidetc.tools.cli import main
 
 RNG = np.random.default_rng(1)
 W = RNG.standard_normal((5, 3)).astype(np.float32)

@@ -9,9 +9,9 @@ import yaml
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
-from hidetc.cli import main
-from hidetc.config import CompileConfig, make_config
+from hidetc.driver.config import CompileConfig, make_config
 from hidetc.errors import ConfigError
+from hidetc.tools.cli import main
 
 B = np.array([1.0, -2.0, 3.0], np.float32)
 

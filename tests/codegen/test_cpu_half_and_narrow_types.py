@@ -17,13 +17,13 @@ from helpers import targets
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from hidetc import onnx_backend
 from hidetc.compute.narrow_types import FLOAT8, NARROW_DTYPES, reference_cast
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.graph.passes import widen_half_cpu
 from hidetc.schedules import cpu
+from hidetc.tools import onnx_backend
 
 ELEM = {np.dtype(n): helper.np_dtype_to_tensor_dtype(np.dtype(n)) for n in
         ("float32", "float16", "bfloat16", "bool", *NARROW_DTYPES)}

@@ -17,9 +17,15 @@ import onnx
 import pytest
 import yaml
 
-from hidetc.conformance import benchmark_ops, compare_expected, load_cases, load_expected, select
-from hidetc.conformance.pool import run_cases
-from hidetc.conformance.report import FAILING, counts_line, summary_text
+from hidetc.tools.conformance import (
+    benchmark_ops,
+    compare_expected,
+    load_cases,
+    load_expected,
+    select,
+)
+from hidetc.tools.conformance.pool import run_cases
+from hidetc.tools.conformance.report import FAILING, counts_line, summary_text
 
 EXPECTED = Path(__file__).with_name("expected_failures.yaml")
 JOBS = min(2, os.cpu_count() or 1)

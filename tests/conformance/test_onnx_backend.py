@@ -1,4 +1,4 @@
-"""hidetc.onnx_backend: the onnx.backend.base.Backend API over compile + run."""
+"""hidetc.tools.onnx_backend: the onnx.backend.base.Backend API over compile + run."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import hidetc.onnx_backend as backend
+import hidetc.tools.onnx_backend as backend
 from hidetc.errors import HidetcError
 from hidetc.runtime.select import gpu_available
 

@@ -7,16 +7,16 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper
 
-from hidetc.conformance.cases import write_case
-from hidetc.conformance.pool import run_cases
-from hidetc.conformance.report import (
+from hidetc.tools.conformance.cases import write_case
+from hidetc.tools.conformance.pool import run_cases
+from hidetc.tools.conformance.report import (
     cause,
     compare_expected,
     counts,
     load_expected,
     write_expected,
 )
-from hidetc.conformance.worker import run_case
+from hidetc.tools.conformance.worker import run_case
 
 HERE = Path(__file__).resolve().parent
 MISBEHAVING = "misbehaving_backend:MisbehavingBackend"
@@ -71,7 +71,7 @@ def test_hidetc_backend_in_process(tmp_path):
 
 
 def _backend():
-    from hidetc.onnx_backend import HidetcBackend
+    from hidetc.tools.onnx_backend import HidetcBackend
     return HidetcBackend
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import hidetc
 import models
-from hidetc.verify import compare, run_onnxruntime
+from hidetc.driver.verify import compare, run_onnxruntime
 
 NAMES = sorted(models.REGISTRY)
 

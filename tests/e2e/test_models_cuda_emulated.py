@@ -10,7 +10,7 @@ import pytest
 
 import hidetc
 import models
-from hidetc.verify import compare, run_onnxruntime
+from hidetc.driver.verify import compare, run_onnxruntime
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 

@@ -13,9 +13,9 @@ from helpers.onnx_util import bitcast_model, one_node_model
 from helpers.op_cases import CASES, N_OUTPUTS
 
 import hidetc
+from hidetc.driver.verify import compare, run_onnxruntime
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.reference import run_graph
-from hidetc.verify import compare, run_onnxruntime
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 

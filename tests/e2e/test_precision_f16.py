@@ -20,12 +20,12 @@ import hidetc
 import models
 from hidetc.codegen.cuda import print_cuda_function
 from hidetc.compute.task import Task
-from hidetc.config import TOLERANCES
+from hidetc.driver.config import TOLERANCES
+from hidetc.driver.verify import compare, run_onnxruntime
 from hidetc.graph.ir import TensorType
 from hidetc.schedules import cuda
 from hidetc.schedules.cuda import matmul_simt, matmul_tc
 from hidetc.tir.pipeline import lower
-from hidetc.verify import compare, run_onnxruntime
 
 F16_RTOL = TOLERANCES["f16"]
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

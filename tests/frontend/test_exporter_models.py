@@ -27,9 +27,9 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import hidetc
-from hidetc.cli import main
 from hidetc.errors import ModelError, ShapeError
 from hidetc.frontend.onnx.importer import load_model
+from hidetc.tools.cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "exporters"
 RTOL, ATOL = 1e-4, 1e-5

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-import hidetc.onnx_backend as backend
+import hidetc.tools.onnx_backend as backend
 from hidetc.errors import ModelError
 from hidetc.frontend import import_model
 from hidetc.graph.reference import run_graph

@@ -14,7 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-import hidetc.onnx_backend as backend
+import hidetc.tools.onnx_backend as backend
 from hidetc.errors import ModelError
 from hidetc.frontend import import_model
 from hidetc.graph.evaluate import evaluate_node

@@ -1,6 +1,6 @@
 """Concat without copies: producers write their results straight into their slices of
 a Concat's output (`FusionGroup.into`, hidetc/fusion/partition.py rule 4, the graft's
-slice store in hidetc/fusion/graft.py, first-writer lifetimes in hidetc/plan.py).
+slice store in hidetc/fusion/graft.py, first-writer lifetimes in hidetc/driver/plan.py).
 
 An Inception-like block (four branches, one of them an inner Concat that
 `flatten_concats` splices into the outer one) is compiled for every store path:
@@ -21,12 +21,12 @@ import pytest
 from helpers.fusion_graphs import inception_block, model
 
 import hidetc
+from hidetc.driver.plan import plan_graph
+from hidetc.driver.verify import compare, run_onnxruntime
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.fusion import graft as graft_module
 from hidetc.fusion.partition import check_partition, partition
 from hidetc.graph.pipeline import lower_precision, optimize
-from hidetc.plan import plan_graph
-from hidetc.verify import compare, run_onnxruntime
 
 NVCC = shutil.which("nvcc")
 

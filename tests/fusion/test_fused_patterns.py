@@ -23,9 +23,9 @@ from helpers.fusion_graphs import (
 )
 
 import hidetc
+from hidetc.driver.verify import compare, run_onnxruntime
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.graph.reference import run_graph
-from hidetc.verify import compare, run_onnxruntime
 
 PATTERNS = {
     # name: (builder, launches after fusion)

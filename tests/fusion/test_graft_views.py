@@ -13,9 +13,9 @@ import onnx
 from helpers.fusion_graphs import const, model
 
 import hidetc
+from hidetc.driver.plan import plan_graph
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.graph.pipeline import lower_precision, optimize
-from hidetc.plan import plan_graph
 
 
 def _proto(transpose: bool) -> onnx.ModelProto:

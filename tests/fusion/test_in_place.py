@@ -1,6 +1,6 @@
 """In-place epilogues: a fused kernel whose epilogue reads a value at the index it
 stores (a residual Add) writes its output over that value when it is the value's last
-reader (hidetc/fusion/graft.py `in_place`, hidetc/plan.py `_in_place`).
+reader (hidetc/fusion/graft.py `in_place`, hidetc/driver/plan.py `_in_place`).
 
 Each graph is compiled for the cpu target (the compile verifies against ONNX Runtime)
 and run against the numpy reference; the manifest says which outputs took which
@@ -17,7 +17,7 @@ from helpers.fusion_graphs import const, model, resnet_block
 import hidetc
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.graph.reference import run_graph
-from hidetc.inspect import describe
+from hidetc.tools.inspect import describe
 
 
 def two_blocks(c: int = 8, hw: int = 6, reread: bool = False) -> onnx.ModelProto:
@@ -124,8 +124,8 @@ def test_a_matmul_epilogue_writes_over_its_residual(tmp_path):
 def test_the_cuda_target_keeps_separate_buffers(tmp_path):
     """In place is a cpu-target plan: cuda kernels still declare every buffer
     __restrict__ (and are not checked for single stores per element)."""
+    from hidetc.driver.plan import plan_graph
     from hidetc.frontend.onnx.importer import import_model as imp
     from hidetc.graph.pipeline import optimize
-    from hidetc.plan import plan_graph
     plan = plan_graph(optimize(imp(two_blocks())), target="cuda")
     assert plan.in_place == {}

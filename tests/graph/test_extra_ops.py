@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import hidetc
-import hidetc.onnx_backend as backend
+import hidetc.tools.onnx_backend as backend
 from hidetc.errors import HidetcError, ModelError
 from hidetc.frontend import import_model
 from hidetc.graph.reference import run_graph

@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from hidetc.driver.verify import compare
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.graph.evaluate import infer_node
 from hidetc.graph.ir import Graph, Node, TensorType
@@ -14,7 +15,6 @@ from hidetc.graph.passes import to_float16
 from hidetc.graph.pipeline import PASSES, lower_precision, optimize
 from hidetc.graph.reference import run_graph
 from hidetc.graph.verify import verify_graph
-from hidetc.verify import compare
 
 RNG = np.random.default_rng(0)
 F32, F16 = "float32", "float16"

@@ -1,6 +1,6 @@
-"""A stand-in measuring worker for tests of the parent side (`hidetc.tune.common`):
+"""A stand-in measuring worker for tests of the parent side (`hidetc.driver.tune.common`):
 `python -m helpers.stall_worker JOB START [BEST_MS]` speaks the worker protocol
-(`hidetc.tune.worker.serve`) without running kernels. A candidate is (time_ms, how):
+(`hidetc.driver.tune.worker.serve`) without running kernels. A candidate is (time_ms, how):
 how "stalled" reports 8 ms in the first pass (the job's full `repeat`) and its own time
 after; "flaky" reports a wrong result in the second pass; "plain" its time always;
 "blas" its time times the worker's OPENBLAS_NUM_THREADS (unset: 100)."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from hidetc.tune.worker import serve
+from hidetc.driver.tune.worker import serve
 
 FULL_REPEAT = 20
 

@@ -390,8 +390,8 @@ def test_channels_last_7_row_tiles_only_where_8_pads_many_rows(tmp_path):
     """On AVX-512 a 7x7 map (8-row tiles compute 56 rows for 49) gets the 7 x 48 configs
     in its space and first in its short list; a 14x14 map (2% padded) and a 56x56 map
     do not. On AVX2 there are none. The 7-row kernels are right on a 7x7 conv."""
+    from hidetc.driver.tune.search import candidates
     from hidetc.schedules.cpu import conv_direct
-    from hidetc.tune.search import candidates
 
     template = TEMPLATES["ConvNHWC"]
     small = nhwc_task((1, 40, 7, 7), (72, 40, 3, 3), True, pads=[1, 1, 1, 1])

@@ -18,8 +18,8 @@ from helpers import targets
 from helpers.fusion_graphs import resnet_block
 
 import hidetc
-from hidetc.cli import main
 from hidetc.compute.task import Task
+from hidetc.driver.tune.records import cpu_arch
 from hidetc.errors import ConfigError
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cpu.microkernel import GemmConfig, default_gemm
@@ -34,7 +34,7 @@ from hidetc.target import (
     host_caches,
     target_from_facts,
 )
-from hidetc.tune.records import cpu_arch
+from hidetc.tools.cli import main
 
 CORES = (1, 2, 16, 64)
 # (M, N, K, batch): BERT-base's projections and attention, GPT-2's head, ResNet-50's

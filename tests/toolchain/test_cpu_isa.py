@@ -96,7 +96,7 @@ def test_a_forced_isa_the_host_lacks_cross_compiles(tmp_path, monkeypatch):
     from helpers.fusion_graphs import resnet_block
 
     import hidetc
-    from hidetc.backend import CpuBackend
+    from hidetc.driver.backend import CpuBackend
     monkeypatch.setattr(CpuBackend, "runs_kernels", staticmethod(lambda machine: False))
     path = tmp_path / "m.onnx"
     onnx.save(resnet_block(), path)

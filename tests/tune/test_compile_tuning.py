@@ -15,10 +15,10 @@ from helpers import targets
 from helpers.fusion_graphs import graph_of, resnet_block
 
 import hidetc
-from hidetc.cli import main
+from hidetc.driver.tune.records import CandidateResult, RecordStore
+from hidetc.driver.tune.search import anchor_tasks, candidates, tune_graph
 from hidetc.target import cuda_target
-from hidetc.tune.records import CandidateResult, RecordStore
-from hidetc.tune.search import anchor_tasks, candidates, tune_graph
+from hidetc.tools.cli import main
 
 
 @pytest.fixture
@@ -46,7 +46,8 @@ def test_tuned_then_reused(block, tmp_path):
 def test_two_compiles_share_one_store(block, tmp_path):
     records = tmp_path / "shared.sqlite"
     env = {**os.environ, "HIDETC_TUNE": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "hidetc.cli", "compile", str(block), "-o",
+    procs = [subprocess.Popen([sys.executable, "-m", "hidetc.tools.cli", "compile", str(block),
+                               "-o",
                                str(tmp_path / f"out{i}"), "--tune", "--space", "1",
                                "--records", str(records), "--no-verify"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -92,8 +93,8 @@ def test_direct_conv_from_records_compiles_fused_and_verified(block, tmp_path):
     full-space tuning whose stand-in measurement ranks its configs first): the plan
     packs the weights as W^T panels, the epilogues (Add, Relu) graft onto its
     transposed store, and the artifact passes verification against ONNX Runtime."""
+    from hidetc.driver.tune.records import cpu_arch, cpu_device, toolchain_version
     from hidetc.schedules.cpu.conv_direct import DirectConfig
-    from hidetc.tune.records import cpu_arch, cpu_device, toolchain_version
 
     graph = graph_of(resnet_block(c=8, hw=5))
 

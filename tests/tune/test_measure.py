@@ -1,4 +1,4 @@
-"""Measuring candidates in isolation (`hidetc.tune.measure`), cpu target: a real MatMul
+"""Measuring candidates in isolation (`hidetc.driver.tune.measure`), cpu target: a real MatMul
 template measured and ranked; a fake template whose candidates fault (segfault, integer
 division by zero), hang, compute wrong values or fail to build -- each dropped with
 its reason in one call while the good ones are still measured; a second call is served
@@ -10,13 +10,13 @@ from dataclasses import dataclass
 import pytest
 
 from hidetc.compute.task import Task
+from hidetc.driver.tune.measure import CandidateResult, MeasureStats, best, measure_candidates
 from hidetc.errors import HidetcError
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cpu import TEMPLATES
 from hidetc.schedules.cpu.microkernel import GemmConfig
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import cast, maximum
-from hidetc.tune.measure import CandidateResult, MeasureStats, best, measure_candidates
 
 F32 = "float32"
 N = 4096
@@ -144,7 +144,7 @@ def test_bad_candidates_are_dropped_with_reasons(tmp_path, monkeypatch):
 def test_failing_compile_drops_only_that_candidate(tmp_path, monkeypatch):
     """A kernel gcc rejects (here: its C gets an `#error`, marked by the constant the
     "wrong" kernel adds) makes its unit fail; the unit is retried kernel by kernel."""
-    import hidetc.tune.measure as measure
+    import hidetc.driver.tune.measure as measure
 
     monkeypatch.setenv("HIDETC_CACHE_DIR", str(tmp_path / "cache"))
     plain = measure._unit_source
@@ -177,8 +177,8 @@ def test_worker_rotates_copies_of_constant_weights_alone():
     Other tasks small enough for L2 rotate copies of every input."""
     import numpy as np
 
+    from hidetc.driver.tune.worker import Measurer, rotation_copies
     from hidetc.schedules.cpu.prepack import Prepacked
-    from hidetc.tune.worker import Measurer, rotation_copies
     assert rotation_copies(1 << 20, 32 << 20) == 64
     assert rotation_copies(100 << 20, 32 << 20) == 1
     assert rotation_copies(4, 32 << 20, most=8) == 8
@@ -195,14 +195,14 @@ def test_worker_rotates_copies_of_constant_weights_alone():
 
 
 def test_second_pass_undoes_a_stall_and_drops_a_flaky_candidate(monkeypatch):
-    """The cpu measurer's rematch (hidetc.tune.common._rematch), with a stand-in worker
+    """The cpu measurer's rematch (hidetc.driver.tune.common._rematch), with a stand-in worker
     (tests/helpers/stall_worker.py): the fastest candidate, stalled through its whole
     first pass, still wins; one that fails only in the second pass is dropped."""
     from pathlib import Path
 
     from helpers.stall_worker import FULL_REPEAT
 
-    from hidetc.tune.common import measure_built
+    from hidetc.driver.tune.common import measure_built
 
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
     configs = ["stalled", "plain", "flaky", "slow"]
@@ -228,7 +228,7 @@ def test_workers_run_numpy_blas_on_one_thread(monkeypatch):
 
     from helpers.stall_worker import FULL_REPEAT
 
-    from hidetc.tune.common import measure_built
+    from hidetc.driver.tune.common import measure_built
 
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "8")

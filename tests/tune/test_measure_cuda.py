@@ -1,4 +1,4 @@
-"""Measuring candidates for the cuda target (`hidetc.tune.measure_cuda`) without a GPU:
+"""Measuring candidates for the cuda target (`hidetc.driver.tune.measure_cuda`) without a GPU:
 every measuring test runs the emulator backend (nvcc still compiles every unit for
 sm_80, so the cubins a GPU would load are built and cached too).
 
@@ -24,15 +24,15 @@ import numpy as np
 import pytest
 
 from hidetc.compute.task import Task
+from hidetc.driver.tune import worker_cuda
+from hidetc.driver.tune.measure import MeasureStats, best, measure_candidates, prebuild
+from hidetc.driver.tune.worker import Fault
 from hidetc.errors import HidetcError
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cuda import TEMPLATES
 from hidetc.target import cuda_target
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import block_idx, maximum, syncthreads, thread_idx
-from hidetc.tune import worker_cuda
-from hidetc.tune.measure import MeasureStats, best, measure_candidates, prebuild
-from hidetc.tune.worker import Fault
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 
@@ -149,7 +149,7 @@ def test_failing_compile_drops_only_that_candidate(tmp_path, monkeypatch):
     """A kernel nvcc rejects (its unit gets an `#error`, marked by the constant the
     "wrong" kernel adds) fails its unit; the unit is retried kernel by kernel and only
     that kernel is dropped."""
-    import hidetc.tune.measure_cuda as measure_cuda
+    import hidetc.driver.tune.measure_cuda as measure_cuda
 
     monkeypatch.setenv("HIDETC_CACHE_DIR", str(tmp_path / "cache"))
     plain = measure_cuda.print_cuda_module

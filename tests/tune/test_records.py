@@ -16,12 +16,8 @@ import pytest
 from click.testing import CliRunner
 from helpers import targets
 
-from hidetc.cli import main
 from hidetc.compute.task import Task
-from hidetc.errors import RecordsError
-from hidetc.graph.ir import TensorType, freeze_attr
-from hidetc.schedules.cpu import TEMPLATES
-from hidetc.tune.records import (
+from hidetc.driver.tune.records import (
     CandidateResult,
     RecordKey,
     RecordStore,
@@ -31,6 +27,10 @@ from hidetc.tune.records import (
     resolve_config,
     task_digest,
 )
+from hidetc.errors import RecordsError
+from hidetc.graph.ir import TensorType, freeze_attr
+from hidetc.schedules.cpu import TEMPLATES
+from hidetc.tools.cli import main
 
 
 def _matmul(m: int = 64, k: int = 48, n: int = 32) -> Task:
@@ -86,7 +86,7 @@ def test_resave_replaces(tmp_path):
 def test_digest_is_stable_across_processes_and_normalized():
     task = _matmul()
     code = ("from hidetc.graph.ir import TensorType as T; from hidetc.compute.task import "
-            "Task; from hidetc.tune.records import task_digest; f='float32'; "
+            "Task; from hidetc.driver.tune.records import task_digest; f='float32'; "
             "print(task_digest(Task('MatMul', (T(f, (64, 48)), T(f, (48, 32))), "
             "(T(f, (64, 32)),), (), (None, None))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -104,7 +104,7 @@ def test_digest_is_stable_across_processes_and_normalized():
 
 WRITER = textwrap.dedent("""
     import sys
-    from hidetc.tune.records import CandidateResult, RecordKey, RecordStore
+    from hidetc.driver.tune.records import CandidateResult, RecordKey, RecordStore
     path, who = sys.argv[1], sys.argv[2]
     with RecordStore(path) as store:
         for i in range(50):

@@ -7,9 +7,9 @@ from helpers import targets
 from helpers.fusion_graphs import graph_of, resnet_block
 from helpers.tasks import nhwc_task
 
+from hidetc.driver.tune.records import CandidateResult, RecordStore
+from hidetc.driver.tune.search import SHORT_LIST, anchor_tasks, candidates, tune_graph
 from hidetc.schedules.cpu import TEMPLATES
-from hidetc.tune.records import CandidateResult, RecordStore
-from hidetc.tune.search import SHORT_LIST, anchor_tasks, candidates, tune_graph
 
 DEVICE, ARCH, TOOLS = "cpu:test", "x86-64-avx2", "gcc test"
 
@@ -122,8 +122,8 @@ def test_all_candidates_failing_keeps_the_default(tmp_path):
 
 
 def _key(task, choice):
-    from hidetc.tune.records import key_for
-    from hidetc.tune.search import space_digest
+    from hidetc.driver.tune.records import key_for
+    from hidetc.driver.tune.search import space_digest
     return key_for(task, choice.template.name, DEVICE, ARCH, TOOLS,
                    space_digest(choice.template, task, targets.CPU))
 

@@ -106,7 +106,7 @@ def kernel_facts(fn: Function, target: CpuTarget) -> dict:
 
 def check_op_dtypes(op: str, dtypes: Iterable[str], where: str = "") -> None:
     """Refuse cleanly (UnsupportedOpError) float16/bfloat16 tensors of the float32-only
-    templates and narrow-typed tensors of ops that would compute on them. `hidetc.plan`
+    templates and narrow-typed tensors of ops that would compute on them. `hidetc.driver.plan`
     runs it on every node (fused members never reach `build_kernel`); `where` names the
     node in the message."""
     label = f"{where} ({op})" if where else op

@@ -9,7 +9,7 @@ from typing import Mapping
 
 from hidetc.codegen.c import print_c_module
 from hidetc.codegen.launcher import Arg, Launch, entry_wrapper, launcher_source
-from hidetc.plan import ExecutionPlan
+from hidetc.driver.plan import ExecutionPlan
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.gcc import build_shared_library, flags_for
 

@@ -17,7 +17,7 @@ Per task, in order:
 2. tuning (when on): the candidates of the space level -- 0: the template's default;
    1: a short list (the default, the template's `short_list` if it has one, then a
    seeded sample, SHORT_LIST in all); 2: the whole
-   hardware-centric space -- measured in isolation (`hidetc.tune.measure`), every
+   hardware-centric space -- measured in isolation (`hidetc.driver.tune.measure`), every
    result and the winner saved to the records. A task whose candidates all fail keeps
    the default (and says so).
 3. otherwise the template's default.
@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from hidetc.compute.task import Task, task_of
+from hidetc.driver.tune.measure import best, measure_candidates, prebuild
+from hidetc.driver.tune.records import RecordStore, key_for, resolve_config
 from hidetc.fusion.partition import partition
 from hidetc.graph.ir import Graph
 from hidetc.schedules.select import anchor_template
 from hidetc.target import Target, default_target
-from hidetc.tune.measure import best, measure_candidates, prebuild
-from hidetc.tune.records import RecordStore, key_for, resolve_config
 
 SHORT_LIST = 8
 
@@ -130,7 +130,7 @@ def _kernel_key(template, task: Task, target: Target) -> Callable[[Any], Any]:
 
 
 class LocalMeasurer:
-    """Candidates built and timed on this machine (`hidetc.tune.measure`): what tuning
+    """Candidates built and timed on this machine (`hidetc.driver.tune.measure`): what tuning
     uses unless a caller (a test) passes another `measure(task, template, configs, *,
     target, progress)`. `prebuild` compiles every task's candidates ahead, in parallel."""
 

@@ -1,6 +1,6 @@
-"""The cuda measuring worker: `python -m hidetc.tune.worker_cuda JOB START [BEST_MS]`.
+"""The cuda measuring worker: `python -m hidetc.driver.tune.worker_cuda JOB START [BEST_MS]`.
 
-The protocol is the cpu worker's (`hidetc.tune.worker`: the same JOB pickle, START,
+The protocol is the cpu worker's (`hidetc.driver.tune.worker`: the same JOB pickle, START,
 BEST_MS, JSON lines, `serve` loop and early-stopping `timed_runs`); here a candidate is
 (module path, kernel name, grid, block) and JOB["backend"] says how it runs:
 
@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from hidetc.tune import worker as cpu_worker
-from hidetc.tune.worker import Fault, make_inputs, mismatch, serve, timed_runs
+from hidetc.driver.tune import worker as cpu_worker
+from hidetc.driver.tune.worker import Fault, make_inputs, mismatch, serve, timed_runs
 
 ROTATE_L2_FACTOR = cpu_worker.ROTATE_CACHE_FACTOR
 ROTATE_MAX = 8

@@ -1,4 +1,4 @@
-"""`python -m hidetc.conformance`: run the ONNX node tests through a backend, print the
+"""`python -m hidetc.tools.conformance`: run the ONNX node tests through a backend, print the
 counts and the failure causes, write per-case results to JSON, and compare with the
 expected-failure list.
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import onnx
 
-from hidetc.conformance.cases import benchmark_ops, load_cases, select
-from hidetc.conformance.pool import run_cases
-from hidetc.conformance.report import (
+from hidetc.tools.conformance.cases import benchmark_ops, load_cases, select
+from hidetc.tools.conformance.pool import run_cases
+from hidetc.tools.conformance.report import (
     FAILING,
     compare_expected,
     load_expected,
@@ -33,7 +33,7 @@ DEFAULT_EXPECTED = Path("tests/conformance/expected_failures.yaml")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hidetc.conformance", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m hidetc.tools.conformance", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-j", "--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="worker processes (default: 2, or 1 on one core)")

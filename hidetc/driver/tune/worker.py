@@ -1,7 +1,7 @@
-"""The measuring worker: `python -m hidetc.tune.worker JOB START BEST_MS FAILED`.
+"""The measuring worker: `python -m hidetc.driver.tune.worker JOB START BEST_MS FAILED`.
 
 One process measures candidate kernels of one task so that a kernel that faults or
-hangs takes down this process, never the compiler (`hidetc.tune.measure` runs it,
+hangs takes down this process, never the compiler (`hidetc.driver.tune.measure` runs it,
 watches it and restarts it after the failing candidate).
 
 Input: JOB is a pickle written by the parent: {"task": Task, "candidates": [(so_path,
@@ -9,7 +9,7 @@ symbol), ...], "repeat", "warmup", "seed", "budget_s"} and optionally "prepare" 
 template whose `prepare_inputs(task, config, inputs)` gives the inputs a candidate
 reads: weights packed at compile time) with "configs" (per candidate), and "passes"
 (default 1; 2: positions n..2n-1 measure the candidates again in reverse order with
-half the repeats, skipping those that failed: `hidetc.tune.common._second_pass`);
+half the repeats, skipping those that failed: `hidetc.driver.tune.common._second_pass`);
 START is the first position to measure (a restarted worker resumes after the one that
 killed its predecessor); BEST_MS the best time (fastest run) measured so far (for
 pruning), "-" if none; FAILED the positions that failed before (comma-separated; their
@@ -27,11 +27,11 @@ Per candidate: its library is loaded, `<symbol>_entry(void **args)` gets the buf
 (the task's buffer inputs in order, then the outputs). Correctness first: outputs are
 filled with NaN (ints: a sentinel), one call, then each output against the numpy
 reference (`get_op(task.op).reference`) on the same inputs, the task's real shapes:
-floats by norm-wise relative error <= `RTOL[dtype]` (the metric of `hidetc.verify`),
+floats by norm-wise relative error <= `RTOL[dtype]` (the metric of `hidetc.driver.verify`),
 ints and bools exactly; a mismatch is "wrong result: ...". Then timing: `warmup` calls,
 then up to `repeat` calls each timed alone with `time.perf_counter_ns` (monotonic);
 the result is the median and the fastest run (the parent ranks by the fastest:
-`hidetc.tune.common`). Caches as in a model: a task whose weights are a graph
+`hidetc.driver.tune.common`). Caches as in a model: a task whose weights are a graph
 constant (the job's `prepare` template packs them) rotates copies of the packed
 weights alone, enough to cover twice the last-level cache (`rotation_copies`,
 `llc_bytes` from sysfs), so every call reads its weights from DRAM -- in a model the
@@ -48,7 +48,7 @@ would overrun the budget gets no warm-up and may stop after one timed call), and
 candidate whose fastest of its first MIN_TIMED calls is PRUNE_FACTOR x slower than the
 best fastest run so far is cut there (its median is over those calls; it cannot win).
 
-Shared with the cuda worker (`hidetc.tune.worker_cuda`): the protocol loop `serve`
+Shared with the cuda worker (`hidetc.driver.tune.worker_cuda`): the protocol loop `serve`
 (there a candidate may also raise `Fault`: it is reported as "fault: ..." and the
 process exits at once, because its device is unusable), the timing loop `timed_runs`,
 `make_inputs` and `mismatch`.

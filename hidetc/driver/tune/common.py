@@ -3,7 +3,7 @@ ranking, the default build parallelism, and the supervision of the measuring wor
 processes.
 
 `run_workers(module, job, n, ...)` runs `python -m <module> JOB START BEST_MS FAILED` (the
-protocol is in `hidetc.tune.worker`) over candidates 0..n-1: one process at a time,
+protocol is in `hidetc.driver.tune.worker`) over candidates 0..n-1: one process at a time,
 its JSON lines read with a deadline -- `timeout_s` from a candidate's "start" to its
 result, STARTUP_TIMEOUT_S plus `timeout_s` for the worker to start -- so a hanging
 candidate is killed ("timeout after Xs"), a dead worker names its signal ("fault:
@@ -53,9 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from hidetc.tune.records import CandidateResult
+from hidetc.driver.tune.records import CandidateResult
 
-log = logging.getLogger("hidetc.tune")
+log = logging.getLogger("hidetc.driver.tune")
 
 UNIT_SIZE = 16
 BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}   # in the workers
@@ -120,7 +120,7 @@ class WorkerProcess:
         self._log = open(log_path, "ab")
         env = dict(os.environ)          # the worker imports this very hidetc
         env.update(BLAS_THREADS)        # see the module docstring
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(Path(__file__).resolve().parents[3])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=self._log, env=env)

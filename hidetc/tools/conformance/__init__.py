@@ -1,7 +1,7 @@
 """The ONNX node-test conformance run: every node test of the installed onnx package
-through hidetc's compiled CPU path (`hidetc.onnx_backend`), each case isolated.
+through hidetc's compiled CPU path (`hidetc.tools.onnx_backend`), each case isolated.
 
-    python -m hidetc.conformance [--jobs 2] [-k REGEX] [--benchmark-ops]
+    python -m hidetc.tools.conformance [--jobs 2] [-k REGEX] [--benchmark-ops]
                                  [--expected tests/conformance/expected_failures.yaml]
                                  [--out DIR] [--write-expected FILE]
 
@@ -13,9 +13,9 @@ Statuses: pass, fail (outputs differ), error (prepare/run raised: a clean `Hidet
 unless marked internal), crash (the worker died or timed out), skip (not run: training
 ops).
 """
-from hidetc.conformance.cases import Case, benchmark_ops, load_cases, select
-from hidetc.conformance.pool import run_cases
-from hidetc.conformance.report import (
+from hidetc.tools.conformance.cases import Case, benchmark_ops, load_cases, select
+from hidetc.tools.conformance.pool import run_cases
+from hidetc.tools.conformance.report import (
     cause,
     compare_expected,
     counts,

@@ -1,7 +1,7 @@
 """hidetc as an ONNX backend (`onnx.backend.base.Backend`), so the official backend test
 suite and any ONNX tooling can drive it:
 
-    import hidetc.onnx_backend as backend
+    import hidetc.tools.onnx_backend as backend
     rep = backend.prepare(model_proto, "CPU")      # compiles an artifact
     outputs = rep.run([x, y])                       # graph outputs, in graph order
 
@@ -63,7 +63,7 @@ import onnx.inliner
 from onnx import helper, numpy_helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
-from hidetc.config import CompileConfig
+from hidetc.driver.config import CompileConfig
 from hidetc.errors import HidetcError
 
 # Runner-side keywords the official suite passes to `prepare` (tolerances of ITS
@@ -159,7 +159,7 @@ def dynamic_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
 
 @dataclasses.dataclass
 class _Variant:
-    model: Any          # the loaded artifact (hidetc.api.Model)
+    model: Any          # the loaded artifact (hidetc.driver.api.Model)
     directory: Path     # model.onnx and artifact/
 
 
@@ -322,7 +322,7 @@ def _check_bound(info: onnx.ValueInfoProto, array: np.ndarray) -> None:
 def _compile(model: onnx.ModelProto, directory: Path, target: str,
              options: dict[str, Any]) -> Any:
     """Save `model` under `directory`, compile it to directory/artifact and load it."""
-    from hidetc.api import compile_model, load
+    from hidetc.driver.api import compile_model, load
     path = directory / "model.onnx"
     try:
         onnx.save_model(model, str(path))

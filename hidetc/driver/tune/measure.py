@@ -3,7 +3,7 @@ time each in a separate worker process, drop the bad ones with the reason.
 
 `measure_candidates(task, template, configs)` returns one `CandidateResult` per config,
 in order (`config` is `repr(config)`); `best(results)` is the fastest without error.
-Errors (the candidate is dropped, logged on the `hidetc.tune` logger, and the rest go
+Errors (the candidate is dropped, logged on the `hidetc.driver.tune` logger, and the rest go
 on): "build: ..." (the template or lowering raised), "compile: ..." (gcc or nvcc
 rejected its code), "fault: signal N" (the worker died running it; cuda also "fault:
 <CUDA error>"), "timeout after Xs", "wrong result: output K: rel err X" / "... N
@@ -27,12 +27,12 @@ A template with `prepare_inputs` (`hidetc.schedules.cpu.prepack.Prepacked`: weig
 packed at compile time) gets each candidate's inputs through it in the worker, the
 reference still computed from the plain inputs.
 
-Measurement (cpu): `python -m hidetc.tune.worker` (see that module for the protocol
+Measurement (cpu): `python -m hidetc.driver.tune.worker` (see that module for the protocol
 and the timing discipline: the check on the real shapes, warm-up, median of `repeat`
 monotonic-clock runs, rotated input copies, early stopping), one process at a time
 and only after every unit is built (compiling beside it would disturb the timings);
 then every candidate that measured is measured once more, in reverse order, and keeps
-its faster pass (`hidetc.tune.common`: a stall of the machine costs a candidate one
+its faster pass (`hidetc.driver.tune.common`: a stall of the machine costs a candidate one
 pass, not its rank).
 The parent reads its JSON lines with a deadline: `timeout_s` from a candidate's
 "start" to its result (the worker's own timing budget is half of that), so a hanging
@@ -53,11 +53,11 @@ both; a faulting, hanging or wrong candidate never stops the call, and no worker
 outlives it (it is killed, and dies with the parent).
 
 Targets: `MEASURERS` dispatches on `target`: "cpu" here; "cuda" in
-`hidetc.tune.measure_cuda` (nvcc cubins measured by `python -m hidetc.tune.worker_cuda`
-with pycuda and CUDA events on a GPU, or with the emulator where there is none: the
-`backend` keyword). `arch` (the cuda architecture) and `backend` are ignored by the
-cpu measurer. The worker supervision, the stats and the result assembly shared by both
-live in `hidetc.tune.common`.
+`hidetc.driver.tune.measure_cuda` (nvcc cubins measured by
+`python -m hidetc.driver.tune.worker_cuda` with pycuda and CUDA events on a GPU, or
+with the emulator where there is none: the `backend` keyword). `arch` (the cuda
+architecture) and `backend` are ignored by the cpu measurer. The worker supervision,
+the stats and the result assembly shared by both live in `hidetc.driver.tune.common`.
 """
 from __future__ import annotations
 
@@ -70,6 +70,21 @@ from typing import Any, Callable, Optional, Sequence
 from hidetc.codegen.c import print_c_module
 from hidetc.codegen.launcher import entry_wrapper
 from hidetc.compute.task import Task
+from hidetc.driver.tune.common import (
+    NOISY,
+    SEED,
+    STARTUP_TIMEOUT_S,
+    UNIT_SIZE,
+    WARMUP,
+    MeasureStats,
+    best,
+    build_error,
+    default_jobs,
+    log,
+    measure_built,
+)
+from hidetc.driver.tune.measure_cuda import measure_cuda, prebuild_cuda
+from hidetc.driver.tune.records import CandidateResult
 from hidetc.errors import HidetcError, ToolchainError
 from hidetc.schedules.template import Config
 from hidetc.target import CpuTarget, Target, default_target
@@ -85,21 +100,6 @@ from hidetc.toolchain.gcc import (
     flags_for,
     link_shared,
 )
-from hidetc.tune.common import (
-    NOISY,
-    SEED,
-    STARTUP_TIMEOUT_S,
-    UNIT_SIZE,
-    WARMUP,
-    MeasureStats,
-    best,
-    build_error,
-    default_jobs,
-    log,
-    measure_built,
-)
-from hidetc.tune.measure_cuda import measure_cuda, prebuild_cuda
-from hidetc.tune.records import CandidateResult
 
 __all__ = ["CandidateResult", "MeasureStats", "best", "measure_candidates", "prebuild",
            "NOISY", "STARTUP_TIMEOUT_S"]
@@ -164,7 +164,7 @@ def _link_cached(sources: Sequence[str], cache: BuildCache, flags: Sequence[str]
     returned in its slot. The bool says the library came from the cache."""
     cc = find_compiler()
     key = cache_key([*sources, "\0".join(flags), "\0".join(LINK_FLAGS),
-                     "\0".join(LINK_LIBS), compiler_identity(cc), "hidetc.tune unit"])
+                     "\0".join(LINK_LIBS), compiler_identity(cc), "hidetc.driver.tune unit"])
     so = cache.root / "tune" / key[:2] / f"{key}.so"
     if so.is_file():
         return so, [None] * len(sources), True
@@ -251,7 +251,7 @@ def _measure_cpu(task: Task, template, configs: list, *, repeat: int, timeout_s:
     if hasattr(template, "prepare_inputs"):   # weights packed per config (cpu.prepack)
         job["prepare"] = template
         job["configs"] = [configs[i] for i in index]
-    return measure_built(configs, errors, index, module="hidetc.tune.worker", job=job,
+    return measure_built(configs, errors, index, module="hidetc.driver.tune.worker", job=job,
                          timeout_s=timeout_s, progress=progress, stats=stats, rematch=True)
 
 

@@ -27,7 +27,7 @@ CPU_ISAS = ("avx2", "avx512")      # auto: the target's layout pass (NHWC convol
 # norm-wise relative error bound vs ONNX Runtime (f32), per precision, when `rtol` is unset
 TOLERANCES = {"f32": 1e-4, "f16": 1e-2}
 SPACE_DEFAULT = {"cpu": 1, "cuda": 2}
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Run many cases in isolated, reusable worker processes with per-case timeouts.
 
-What: `run_cases` keeps `jobs` worker processes (`hidetc.conformance.worker`), each in
+What: `run_cases` keeps `jobs` worker processes (`hidetc.tools.conformance.worker`), each in
 its own session (process group) with OMP_NUM_THREADS=1 and HIDETC_TUNE=0 unless the
 environment sets them, and feeds them cases one at a time. A worker serves case after
 case (imports and the loaded backend are paid once); when it dies (a segfault in a
@@ -32,7 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
-from hidetc.conformance.cases import Case
+from hidetc.tools.conformance.cases import Case
 
 LOG_TAIL = 1500
 
@@ -55,7 +55,7 @@ class WorkerProcess:
     def _start(self) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hidetc.conformance.worker"], stdin=subprocess.PIPE,
+                [sys.executable, "-m", "hidetc.tools.conformance.worker"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=log, env=self.env, start_new_session=True)
         self._buffer = b""
 

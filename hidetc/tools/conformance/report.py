@@ -166,8 +166,8 @@ def compare_expected(results: Iterable[Mapping], expected: Mapping[str, str],
 HEADER = """\
 # Node tests of the installed onnx that hidetc's compiled CPU path does not pass yet,
 # grouped by cause (the first line of the error, normalized; see
-# hidetc/conformance/report.py). Written from an actual run by
-#   python -m hidetc.conformance --write-expected tests/conformance/expected_failures.yaml
+# hidetc/tools/conformance/report.py). Written from an actual run by
+#   python -m hidetc.tools.conformance --write-expected tests/conformance/expected_failures.yaml
 # then reviewed. `make conformance` and tests/conformance/ fail on a failure missing
 # from this list (a regression) AND on a listed case that passes (remove it), so the
 # list stays honest. Skipped cases (training ops) are not listed. A group's `note` (the

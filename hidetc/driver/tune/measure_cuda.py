@@ -1,5 +1,5 @@
 """Measuring tuning candidates for the cuda target (`MEASURERS["cuda"]` of
-`hidetc.tune.measure`, which states the contract: one result per config, in order, the
+`hidetc.driver.tune.measure`, which states the contract: one result per config, in order, the
 same error strings, the same progress and stats).
 
 Build: each config's kernel is built as `tune_k<j>` (j: its position in its unit;
@@ -15,7 +15,7 @@ drops alone ("compile: ..."). `stats.units_cached` counts the units for which no
 compiler ran (seen through the build cache: nvcc and gcc ask it for a build
 directory only on a miss).
 
-Backends (`backend`; the worker runs one, see `hidetc.tune.worker_cuda`):
+Backends (`backend`; the worker runs one, see `hidetc.driver.tune.worker_cuda`):
 - "pycuda": GPU 0 through pycuda, the cubins loaded with `module_from_buffer`, timed
   with CUDA events. The default wherever `hidetc.runtime.select.gpu_available()`;
   elsewhere `backend=None` is a HidetcError. A cubin for an `arch` this GPU cannot run
@@ -25,8 +25,8 @@ Backends (`backend`; the worker runs one, see `hidetc.tune.worker_cuda`):
   clock: meaningless as a ranking, but the whole protocol (check, faults, hangs,
   restarts) runs on machines without a GPU, which is what the tests need.
 
-Measurement: `python -m hidetc.tune.worker_cuda`, supervised exactly as the cpu worker
-(`hidetc.tune.common.run_workers`: per-candidate timeout, a killed or dead worker is
+Measurement: `python -m hidetc.driver.tune.worker_cuda`, supervised exactly as the cpu worker
+(`hidetc.driver.tune.common.run_workers`: per-candidate timeout, a killed or dead worker is
 restarted after its candidate). A kernel fault on a GPU poisons the CUDA context, so
 the worker reports "fault: <CUDA error>" and exits; the next candidate gets a fresh
 worker. The emulator backend does the same on an EmulatorError; a segfaulting emulated
@@ -48,13 +48,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.compute.task import Task
-from hidetc.errors import HidetcError, ToolchainError
-from hidetc.target import CudaTarget
-from hidetc.tir.ir import Buffer, Function
-from hidetc.tir.pipeline import lower
-from hidetc.toolchain.cache import BuildCache
-from hidetc.toolchain.nvcc import arch_number, compile_cubins, default_arch, parse_archs
-from hidetc.tune.common import (
+from hidetc.driver.tune.common import (
     SEED,
     UNIT_SIZE,
     WARMUP,
@@ -62,12 +56,18 @@ from hidetc.tune.common import (
     build_error,
     measure_built,
 )
-from hidetc.tune.records import CandidateResult
+from hidetc.driver.tune.records import CandidateResult
+from hidetc.errors import HidetcError, ToolchainError
+from hidetc.target import CudaTarget
+from hidetc.tir.ir import Buffer, Function
+from hidetc.tir.pipeline import lower
+from hidetc.toolchain.cache import BuildCache
+from hidetc.toolchain.nvcc import arch_number, compile_cubins, default_arch, parse_archs
 
-log = logging.getLogger("hidetc.tune")
+log = logging.getLogger("hidetc.driver.tune")
 
 BACKENDS = ("pycuda", "emulator")
-WORKER = "hidetc.tune.worker_cuda"
+WORKER = "hidetc.driver.tune.worker_cuda"
 NO_GPU = "tuning for cuda needs a CUDA GPU here (or backend='emulator' for tests)"
 
 

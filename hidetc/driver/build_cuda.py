@@ -12,9 +12,9 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from hidetc.build import resolve_weight_args
 from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
-from hidetc.plan import ExecutionPlan
+from hidetc.driver.build import resolve_weight_args
+from hidetc.driver.plan import ExecutionPlan
 from hidetc.tir.pipeline import lower
 from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
 

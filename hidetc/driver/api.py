@@ -18,17 +18,17 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from hidetc import __version__
-from hidetc.backend import BACKENDS
-from hidetc.config import CompileConfig, make_config
+from hidetc.driver.backend import BACKENDS
+from hidetc.driver.config import CompileConfig, make_config
+from hidetc.driver.plan import ExecutionPlan, plan_graph
+from hidetc.driver.verify import compare, load_sample, reference_outputs, sample_inputs
 from hidetc.errors import ArtifactError, ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.pipeline import lower_precision, optimize
-from hidetc.plan import ExecutionPlan, plan_graph
 from hidetc.runtime.artifact import FORMAT_VERSION, ArtifactWriter, check_output_dir, read_manifest
 from hidetc.runtime.select import gpu_available, make_executor
 from hidetc.runtime.weights import write_weights
 from hidetc.target import Target
-from hidetc.verify import compare, load_sample, reference_outputs, sample_inputs
 
 
 @dataclass
@@ -99,11 +99,11 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
 def _tune(graph, backend, machine: Target, cfg: CompileConfig, progress
           ) -> tuple[dict, dict]:
     """The configs of the anchors (records, tuning or defaults) and the manifest's
-    `tuning` record (see hidetc.tune.search). Tuning measures only where `machine` is
+    `tuning` record (see hidetc.driver.tune.search). Tuning measures only where `machine` is
     this host (`backend.on_this_machine`): asked for elsewhere, a one-line ConfigError;
     a cross-compile takes records measured on a matching machine, else the defaults."""
-    from hidetc.tune.records import RecordStore, toolchain_version
-    from hidetc.tune.search import tune_graph
+    from hidetc.driver.tune.records import RecordStore, toolchain_version
+    from hidetc.driver.tune.search import tune_graph
     target = machine.kind
     present = backend.on_this_machine(machine)
     tune, level = cfg.tuning(target, present)

@@ -15,7 +15,7 @@ per runtime loads the model, runs one inference and reports its own peak RSS
 (VmHWM: ru_maxrss would include the forking parent's), both children importing the
 same libraries. Peers: ONNX
 Runtime's CPU provider on the cpu target, its CUDA provider where onnxruntime-gpu is
-installed on the cuda target; PyTorch with `--vs torch` (`hidetc.bench_torch`). Where
+installed on the cuda target; PyTorch with `--vs torch` (`hidetc.tools.bench_torch`). Where
 ONNX Runtime cannot load or run the model (an op or type it lacks), hidetc is timed
 alone and the table says why under the row (`onnxruntime_note`).
 
@@ -159,7 +159,7 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
                   log: Callable[[str], None] = lambda s: None, **compile_options) -> dict:
     """One row of the table (see the module docstring)."""
     import hidetc
-    from hidetc.verify import compare, ort_errors, ort_reason
+    from hidetc.driver.verify import compare, ort_errors, ort_reason
     name, onnx_path, artifact = _subject(arg, work, tiny)
     row: dict = {"model": name, "precision": precision}
     if artifact is None:
@@ -206,7 +206,7 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
         row["ratio_onnxruntime_paired"] = paired_ratio(timed["hidetc"]["round_best_ms"],
                                                        timed["onnxruntime"]["round_best_ms"])
     if vs_torch and onnx_path is not None:
-        from hidetc.bench_torch import torch_peers
+        from hidetc.tools.bench_torch import torch_peers
         for peer, ms in torch_peers(name, model.target, precision, inputs, repeat).items():
             row[f"{peer}_ms"] = ms
             row[f"ratio_{peer}"] = row["hidetc_ms"] / ms if ms else None

@@ -1,4 +1,4 @@
-"""The command line: a thin layer over `hidetc.api`.
+"""The command line: a thin layer over `hidetc.driver.api`.
 
 Every user-caused error (`HidetcError`) prints one line `hidetc: error: ...` and exits
 with code 2; `--debug` shows the traceback instead.
@@ -17,14 +17,15 @@ from pathlib import Path
 import click
 import numpy as np
 
-from hidetc import __version__, api
-from hidetc.config import LAYOUTS, PRECISIONS
+from hidetc import __version__
+from hidetc.driver import api
+from hidetc.driver.config import LAYOUTS, PRECISIONS
+from hidetc.driver.tune.records import cpu_device
+from hidetc.driver.verify import compare, load_sample, ort_session, run_onnxruntime, time_call
 from hidetc.errors import ConfigError, HidetcError, InputError
-from hidetc.inspect import describe, summary_json
 from hidetc.schedules.catalog import format_spaces, template_spaces
 from hidetc.toolchain.cpu_isa import current as current_isa
-from hidetc.tune.records import cpu_device
-from hidetc.verify import compare, load_sample, ort_session, run_onnxruntime, time_call
+from hidetc.tools.inspect import describe, summary_json
 
 
 def _handle_errors(fn):
@@ -257,7 +258,7 @@ def _compare_with_ort(model_path: Path, model, inputs, outputs, target: str,
     runtimes alternate in rounds after an idle pause (`bench.alternate`), so neither
     is timed while the other's worker threads still spin, and a slow moment of the
     machine hurts both."""
-    from hidetc.bench import alternate
+    from hidetc.tools.bench import alternate
     if not model_path.is_file():
         raise InputError(f"{model_path}: no such file")
     reference = run_onnxruntime(model_path, inputs)
@@ -316,7 +317,7 @@ def bench_cmd(subjects, target, precision, repeat, tiny, peers, profile, no_memo
     import platform
 
     import models
-    from hidetc.bench import bench_subject, format_table, plot, profile_lines
+    from hidetc.tools.bench import bench_subject, format_table, plot, profile_lines
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     click.echo(format_table([]))
@@ -393,7 +394,7 @@ _RECORDS_OPTION = click.option(
 
 
 def _store_path(records_path: Path | None) -> Path:
-    from hidetc.tune.records import RecordStore
+    from hidetc.driver.tune.records import RecordStore
     return Path(records_path) if records_path else RecordStore.default_path()
 
 
@@ -403,7 +404,7 @@ def _store_path(records_path: Path | None) -> Path:
 @_handle_errors
 def records_list_cmd(records_path, as_json):
     """List the records: one line per anchor task and machine."""
-    from hidetc.tune.records import RecordStore
+    from hidetc.driver.tune.records import RecordStore
     path = _store_path(records_path)
     if not path.exists():
         entries = []
@@ -428,7 +429,7 @@ def records_list_cmd(records_path, as_json):
 @_handle_errors
 def records_export_cmd(file, records_path):
     """Write every record to FILE (JSON Lines)."""
-    from hidetc.tune.records import RecordStore
+    from hidetc.driver.tune.records import RecordStore
     with RecordStore(_store_path(records_path), create=False) as store:
         count = store.export(file)
     click.echo(f"exported {count} records from {store.path} to {file}")
@@ -441,7 +442,7 @@ def records_export_cmd(file, records_path):
 def records_import_cmd(file, records_path):
     """Merge the records of FILE (from `hidetc records export`) into the store; they
     replace records with the same key."""
-    from hidetc.tune.records import RecordStore
+    from hidetc.driver.tune.records import RecordStore
     with RecordStore(_store_path(records_path)) as store:
         count = store.import_file(file)
     click.echo(f"imported {count} records from {file} into {store.path}")

@@ -1,5 +1,5 @@
 """Run node test cases in this process: one case (`run_case`), or as the isolated worker
-the pool starts (`python -m hidetc.conformance.worker`).
+the pool starts (`python -m hidetc.tools.conformance.worker`).
 
 What: prepare the case's model with a backend, run every data set, compare with the
 expected outputs through the official runner's own `Runner.assert_similar_outputs`
@@ -29,10 +29,10 @@ from typing import Any, Callable
 import onnx
 from onnx.backend.test.runner import Runner
 
-from hidetc.conformance.cases import Case, load_data
 from hidetc.errors import HidetcError
+from hidetc.tools.conformance.cases import Case, load_data
 
-BACKENDS = {"hidetc": "hidetc.onnx_backend:HidetcBackend",
+BACKENDS = {"hidetc": "hidetc.tools.onnx_backend:HidetcBackend",
             "onnxruntime": "onnxruntime.backend.backend:OnnxRuntimeBackend"}
 MAX_REASON = 400
 
