@@ -45,10 +45,13 @@ import numpy as np
 
 from hidetc.driver.tune import worker as cpu_worker
 from hidetc.driver.tune.worker import Fault, make_inputs, mismatch, serve, timed_runs
+from hidetc.target import KNOWN_GPUS
 
 ROTATE_L2_FACTOR = cpu_worker.ROTATE_CACHE_FACTOR
 ROTATE_MAX = 8
-H200_L2_BYTES = 60 * 1024 * 1024   # when the driver does not report the L2 size
+# when the driver does not report the L2 size: the largest of the known GPUs', so the
+# rotation that keeps inputs out of L2 errs towards rotating too much
+FALLBACK_L2_BYTES = max(gpu.l2_bytes for gpu in KNOWN_GPUS.values())
 EMULATED_L2_BYTES = 1 << 20        # the emulator has no cache: a size that keeps rotation cheap
 
 
@@ -142,7 +145,7 @@ class PyCudaBackend:
         self.start, self.end = drv.Event(), drv.Event()
         attr = getattr(drv.device_attribute, "L2_CACHE_SIZE", None)
         l2 = int(self.session.device.get_attribute(attr)) if attr is not None else 0
-        self.l2_bytes = l2 or H200_L2_BYTES
+        self.l2_bytes = l2 or FALLBACK_L2_BYTES
         self.scratch_bytes = ROTATE_L2_FACTOR * self.l2_bytes
         self.scratch = drv.mem_alloc(self.scratch_bytes)
         self.modules: dict[str, Any] = {}

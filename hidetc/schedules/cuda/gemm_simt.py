@@ -82,8 +82,8 @@ from hidetc.tir.ir import (
 )
 from hidetc.tir.mapping import Repeat, TaskMapping, repeat, spatial
 
-MAX_THREADS = 1024
-SHARED_LIMIT = 48 * 1024       # bytes of static shared memory
+MAX_THREADS = 1024             # threads per block on every GPU of sm_80 and newer
+SHARED_LIMIT = 48 * 1024       # static __shared__ bytes: the CUDA limit on every GPU (no opt-in)
 REGISTER_BUDGET = 200          # estimated registers per thread (ptxas max 255: margin)
 REGISTER_OVERHEAD = 40         # addresses, indices, predicates, loop counters
 TILES = (32, 64, 128)

@@ -98,8 +98,8 @@ from hidetc.tir.ir import (
     thread_idx,
 )
 
-MAX_THREADS = 1024
-SHARED_LIMIT = 48 * 1024
+MAX_THREADS = 1024             # threads per block on every GPU of sm_80 and newer
+SHARED_LIMIT = 48 * 1024       # static __shared__ bytes: the CUDA limit on every GPU (no opt-in)
 THREADS_PER_ROW = (32, 64, 128, 256, 512, 1024)
 ROWS_PER_BLOCK = (1, 2, 4, 8, 16, 32)
 VECTORS = (1, 2, 4, 8)
