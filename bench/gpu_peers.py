@@ -32,7 +32,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hidetc.tools.bench_torch import cuda_median_ms  # noqa: E402
 
 VISION = ("resnet50", "inception_v3", "mobilenet_v2")
 MIN_SECONDS = {"compile": 25.0}     # an item is started only with this much time left
@@ -60,18 +63,7 @@ def torch_model(name: str, torch):
 
 def time_fn(fn, torch, repeat: int) -> float:
     """Median device ms of `fn()` between two CUDA events, after WARMUP calls."""
-    for _ in range(WARMUP):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return float(np.median(times))
+    return cuda_median_ms(fn, torch, repeat, warmup=WARMUP)
 
 
 def graphed(fn, torch):

@@ -96,7 +96,9 @@ class CudaBackend:
         return cuda_target(arch=archs[0])
 
     def on_this_machine(self, machine: CudaTarget) -> bool:
-        return gpu_available() and machine.name == gpu_name() and machine.arch == default_arch()
+        """The visible GPU is the machine: its own reported target equals this one (a
+        name from nvidia-smi could be spelled otherwise than pycuda's)."""
+        return gpu_available() and machine == cuda_target(device=gpu_limits())
 
     def why_not_here(self, machine: CudaTarget) -> str:
         if not gpu_available():

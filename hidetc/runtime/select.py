@@ -39,6 +39,7 @@ def gpu_limits() -> dict:
     return session().limits()
 
 
+@functools.lru_cache(maxsize=1)
 def gpu_name() -> str:
     """The first GPU's name as nvidia-smi reports it ("none" when there is none): the
     device part of a tuning record's key."""

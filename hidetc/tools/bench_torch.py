@@ -44,23 +44,29 @@ def _module(name: str, torch):
     return None
 
 
+def cuda_median_ms(fn: Callable[[], object], torch, repeat: int, warmup: int = 3) -> float:
+    """Median device ms of `fn()` between two CUDA events, after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(np.median(times))
+
+
 def _timer(torch, device: str, repeat: int) -> Callable[[Callable[[], object]], float]:
     def timed(fn: Callable[[], object]) -> float:
         with torch.no_grad():
+            if device == "cuda":
+                return cuda_median_ms(fn, torch, repeat)
             for _ in range(3):
                 fn()
-            if device == "cuda":
-                torch.cuda.synchronize()
-                times = []
-                for _ in range(repeat):
-                    start, end = torch.cuda.Event(enable_timing=True), \
-                        torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    fn()
-                    end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end))
-                return float(np.median(times))
             times = []
             for _ in range(repeat):
                 t = time.perf_counter()

@@ -106,6 +106,27 @@ def build_error(exc: BaseException) -> str:
     return f"build: {type(exc).__name__}: {exc}".splitlines()[0]
 
 
+def build_in_units(configs: Sequence, build: Callable, new_unit: Callable,
+                   stats: "MeasureStats", errors: dict) -> list:
+    """Each config's kernel, `build(config, j)` with j its place in its unit, grouped into
+    units of at most UNIT_SIZE (`new_unit(n)` makes the n-th, with a `kernels` list of
+    (config index, function)); a config whose build raises is recorded in `errors` by
+    index and left out (any template bug drops one candidate), the others counted in
+    `stats.built`. Units left empty are dropped."""
+    units: list = []
+    for i, config in enumerate(configs):
+        if not units or len(units[-1].kernels) == UNIT_SIZE:
+            units.append(new_unit(len(units)))
+        try:
+            fn = build(config, len(units[-1].kernels))
+        except Exception as exc:  # noqa: BLE001
+            errors[i] = build_error(exc)
+            continue
+        units[-1].kernels.append((i, fn))
+        stats.built += 1
+    return [u for u in units if u.kernels]
+
+
 # ---------------------------------------------------------------- the worker process
 
 

@@ -74,11 +74,10 @@ from hidetc.driver.tune.common import (
     NOISY,
     SEED,
     STARTUP_TIMEOUT_S,
-    UNIT_SIZE,
     WARMUP,
     MeasureStats,
     best,
-    build_error,
+    build_in_units,
     default_jobs,
     log,
     measure_built,
@@ -207,18 +206,8 @@ def _build_unit(unit: _Unit, cache: BuildCache, flags: Sequence[str]
 def _build_cpu(task: Task, template, configs: list, jobs: int, stats: MeasureStats,
                errors: dict[int, str], machine: CpuTarget) -> list[_Unit]:
     clock = time.perf_counter()
-    units: list[_Unit] = []
-    for i, config in enumerate(configs):
-        if not units or len(units[-1].kernels) == UNIT_SIZE:
-            units.append(_Unit([]))
-        try:
-            fn = _build_one(task, template, config, len(units[-1].kernels), machine)
-        except Exception as exc:  # noqa: BLE001 -- any template bug drops one candidate
-            errors[i] = build_error(exc)
-            continue
-        units[-1].kernels.append((i, fn))
-        stats.built += 1
-    units = [u for u in units if u.kernels]
+    units = build_in_units(configs, lambda c, j: _build_one(task, template, c, j, machine),
+                           lambda n: _Unit([]), stats, errors)
     stats.units = len(units)
     stats.build_s = time.perf_counter() - clock
     clock = time.perf_counter()

@@ -50,10 +50,9 @@ from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.compute.task import Task
 from hidetc.driver.tune.common import (
     SEED,
-    UNIT_SIZE,
     WARMUP,
     MeasureStats,
-    build_error,
+    build_in_units,
     measure_built,
 )
 from hidetc.driver.tune.records import CandidateResult
@@ -167,18 +166,8 @@ def _build_units(task: Task, template, configs: Sequence, stats: MeasureStats,
                  errors: dict[int, str], machine: CudaTarget, prefix: str = "unit"
                  ) -> list[_Unit]:
     clock = time.perf_counter()
-    units: list[_Unit] = []
-    for i, config in enumerate(configs):
-        if not units or len(units[-1].kernels) == UNIT_SIZE:
-            units.append(_Unit(f"{prefix}{len(units)}", []))
-        try:
-            fn = _build_one(task, template, config, len(units[-1].kernels), machine)
-        except Exception as exc:  # noqa: BLE001 -- any template bug drops one candidate
-            errors[i] = build_error(exc)
-            continue
-        units[-1].kernels.append((i, fn))
-        stats.built += 1
-    units = [u for u in units if u.kernels]
+    units = build_in_units(configs, lambda c, j: _build_one(task, template, c, j, machine),
+                           lambda n: _Unit(f"{prefix}{n}", []), stats, errors)
     stats.units += len(units)
     stats.build_s += time.perf_counter() - clock
     return units
