@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
 from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
 from hidetc.graph.passes.choose_layout import CHANNEL_CHUNK
@@ -44,7 +45,6 @@ from hidetc.schedules.cuda import conv_gemm, conv_tc, matmul_simt, matmul_tc
 from hidetc.target import cuda_target
 from hidetc.tir.ir import Buffer
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
 
 DTYPES = {"f16": "float16", "f32": "float32"}
 NUMPY = {"f16": np.float16, "f32": np.float32}

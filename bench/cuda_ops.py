@@ -67,7 +67,7 @@ from cuda_cases import (  # noqa: E402
 )
 from gpu_peers import open_torch  # noqa: E402
 
-from hidetc.toolchain.nvcc import default_arch, parse_archs  # noqa: E402
+from hidetc.backends.toolchain.nvcc import default_arch, parse_archs  # noqa: E402
 
 PEER = {"matmul": "torch.matmul (cuBLAS)", "conv": "torch conv2d (cuDNN)"}
 

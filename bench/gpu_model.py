@@ -41,11 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import models  # noqa: E402
+from hidetc.backends.runtime.artifact import read_manifest  # noqa: E402
+from hidetc.backends.runtime.cuda import CudaExecutor  # noqa: E402
+from hidetc.backends.runtime.emulated import EmulatedCudaExecutor  # noqa: E402
 from hidetc.driver.api import profile_rows  # noqa: E402
 from hidetc.driver.verify import compare, run_onnxruntime  # noqa: E402
-from hidetc.runtime.artifact import read_manifest  # noqa: E402
-from hidetc.runtime.cuda import CudaExecutor  # noqa: E402
-from hidetc.runtime.emulated import EmulatedCudaExecutor  # noqa: E402
 
 BUILD_OPTIONS = {"gpt2": {"lm_head": False}}
 TOLERANCE = {"f16": 1e-2, "f32": 1e-4}

@@ -41,8 +41,8 @@ from cuda_cases import (  # noqa: E402
     rel_error,
 )
 
-from hidetc.runtime.cuda.kernel_module import DeviceModule  # noqa: E402
-from hidetc.runtime.emulator import EmulatedModule, build_emulated  # noqa: E402
+from hidetc.backends.runtime.cuda.kernel_module import DeviceModule  # noqa: E402
+from hidetc.backends.runtime.emulator import EmulatedModule, build_emulated  # noqa: E402
 
 PICKS = [("f16", "bert qkv/proj 128x768x768"), ("f16", "bert ffn1 128x3072x768"),
          ("f16", "bert ffn2 128x768x3072"), ("f16", "resnet50 conv1 7x7 s2"),

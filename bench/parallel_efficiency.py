@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import models  # noqa: E402
+from hidetc import cpu_isa  # noqa: E402
 from hidetc.driver.plan import plan_graph  # noqa: E402
 from hidetc.frontend.onnx.importer import load_model  # noqa: E402
 from hidetc.graph.pipeline import lower_precision, optimize  # noqa: E402
 from hidetc.target import CpuTarget  # noqa: E402
-from hidetc.toolchain import cpu_isa  # noqa: E402
 
 
 def efficiency(tasks: int, cores: int) -> float:

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Mapping, Optional
 
+from hidetc import cpu_isa
 from hidetc.errors import ConfigError
-from hidetc.toolchain import cpu_isa
 
 KIB, MIB = 1024, 1024 * 1024
 # Cache sizes assumed where sysfs does not say (a container without /sys, another OS):

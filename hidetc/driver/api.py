@@ -18,6 +18,14 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from hidetc import __version__
+from hidetc.backends.runtime.artifact import (
+    FORMAT_VERSION,
+    ArtifactWriter,
+    check_output_dir,
+    read_manifest,
+)
+from hidetc.backends.runtime.select import gpu_available, make_executor
+from hidetc.backends.runtime.weights import write_weights
 from hidetc.driver.backend import BACKENDS
 from hidetc.driver.config import CompileConfig, make_config
 from hidetc.driver.plan import ExecutionPlan, plan_graph
@@ -25,9 +33,6 @@ from hidetc.driver.verify import compare, load_sample, reference_outputs, sample
 from hidetc.errors import ArtifactError, ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.pipeline import lower_precision, optimize
-from hidetc.runtime.artifact import FORMAT_VERSION, ArtifactWriter, check_output_dir, read_manifest
-from hidetc.runtime.select import gpu_available, make_executor
-from hidetc.runtime.weights import write_weights
 from hidetc.target import Target
 
 

@@ -15,16 +15,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Optional
 
+from hidetc import cpu_isa
+from hidetc.backends.runtime.select import gpu_available, gpu_limits, gpu_name
+from hidetc.backends.toolchain.nvcc import default_arch, parse_archs
 from hidetc.driver.build import build_cpu_library
 from hidetc.driver.build_cuda import build_cuda_modules
 from hidetc.driver.config import CompileConfig
 from hidetc.driver.plan import ExecutionPlan
 from hidetc.driver.tune.records import cpu_arch, cpu_device
 from hidetc.errors import ConfigError
-from hidetc.runtime.select import gpu_available, gpu_limits, gpu_name
 from hidetc.target import CpuTarget, CudaTarget, cuda_target, detect_cpu, usable_cores
-from hidetc.toolchain import cpu_isa
-from hidetc.toolchain.nvcc import default_arch, parse_archs
 
 
 class CpuBackend:

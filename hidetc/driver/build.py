@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from hidetc.codegen.c import print_c_module
-from hidetc.codegen.launcher import Arg, Launch, entry_wrapper, launcher_source
+from hidetc.backends.codegen.c import print_c_module
+from hidetc.backends.codegen.launcher import Arg, Launch, entry_wrapper, launcher_source
+from hidetc.backends.toolchain.gcc import build_shared_library, flags_for
 from hidetc.driver.plan import ExecutionPlan
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.gcc import build_shared_library, flags_for
 
 
 def resolve_weight_args(plan: ExecutionPlan, entries: Mapping) -> list[Launch]:

@@ -1,7 +1,7 @@
 """Build the CUDA side of an execution plan: lower every kernel, print them as CUDA C in
 a few translation units, let nvcc build a .cubin per architecture (plus PTX for newer
 GPUs), and describe the forward pass as the manifest's `cuda` section (see
-`hidetc.runtime.cuda.manifest`).
+`hidetc.backends.runtime.cuda.manifest`).
 
 Kernels are grouped into translation units of at most `KERNELS_PER_UNIT`, by sorted
 name, so nvcc runs a few times in parallel and equal units hit the build cache.
@@ -12,11 +12,11 @@ import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
 from hidetc.driver.build import resolve_weight_args
 from hidetc.driver.plan import ExecutionPlan
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
 
 KERNELS_PER_UNIT = 16
 

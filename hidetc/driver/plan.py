@@ -30,13 +30,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from hidetc.codegen.launcher import Arg, Launch
+from hidetc.backends.codegen.launcher import Arg, Launch
+from hidetc.backends.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
 from hidetc.compute.task import Task, task_flops, task_of
 from hidetc.errors import UnsupportedOpError
 from hidetc.fusion.graft import FusedKernel, GraftError, graft
 from hidetc.fusion.partition import FusionGroup, partition
 from hidetc.graph.ir import Graph, Node, TensorType
-from hidetc.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
 from hidetc.schedules.cpu import prepack
 from hidetc.schedules.select import SCHEDULES, anchor_template, packed_weights_apply
 from hidetc.target import Target, default_target

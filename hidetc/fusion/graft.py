@@ -43,7 +43,8 @@ store of that element), and the function's `may_alias` attr names both parameter
 the C printer does not declare them `restrict`.
 
 Refuses (GraftError, and the planner keeps the group unfused) when the kernel reads its
-own output back, or passes a grafted buffer to any other call. Guarantees: every
+own output back, or passes a grafted buffer's address to a call other than a vector copy
+(`tir.intrinsics`: the records' address operands; value operands are grafted). Guarantees: every
 element the anchor stored is stored exactly once to the group's output, with the value
 the unfused kernels would have produced (same expressions, same order of operations).
 """
@@ -58,8 +59,8 @@ from hidetc.compute.injective import COMPUTE, linearize, unravel
 from hidetc.compute.task import task_of
 from hidetc.fusion.partition import FusionGroup
 from hidetc.graph.ir import Graph, Node
+from hidetc.tir import intrinsics
 from hidetc.tir.functor import Rewriter, all_names
-from hidetc.tir.intrinsics import ASYNC_COPIES, COPIES, VALUE_FORMS, X86_INTRINSICS
 from hidetc.tir.ir import (
     Buffer,
     Call,
@@ -224,7 +225,8 @@ class _Graft(Rewriter):
         return self.value_at(value, to_logical(idx, e.buffer.shape, shape))
 
     def visit_Call(self, e: Call) -> Expr:
-        value_form = VALUE_FORMS.get(e.func)
+        record = intrinsics.lookup(e.func)
+        value_form = record.value_form if record is not None else None
         if value_form and isinstance(e.args[0], Load) and e.args[0].buffer in self.prologue:
             func, width = value_form
             src = e.args[0]
@@ -233,10 +235,8 @@ class _Graft(Rewriter):
                                                                    width))))
                      for k in range(width)]
             return Call(func, tuple(lanes), e.dtype)
-        by_value = e.func in X86_INTRINSICS    # only the table's positions are addresses
-        for i, arg in enumerate(e.args):
-            if by_value and i not in X86_INTRINSICS[e.func]:
-                continue
+        for i in intrinsics.address_args(e.func):   # the other operands are values
+            arg = e.args[i]
             if isinstance(arg, Load) and (arg.buffer in self.prologue or
                                           arg.buffer is self.out_buffer):
                 raise GraftError(f"{e.func} takes the address of a fused buffer")
@@ -326,8 +326,9 @@ class _Graft(Rewriter):
         grafted_dst = dst.buffer is self.out_buffer
         if not (grafted_src or grafted_dst):
             return super().visit_Evaluate(s)
-        nbytes = COPIES.get(call.func) or ASYNC_COPIES.get(call.func)
-        if nbytes is None:
+        record = intrinsics.lookup(call.func)
+        nbytes = record.copy_bytes if record is not None else 0
+        if not nbytes:
             raise GraftError(f"{call.func} takes the address of a fused buffer")
         width = nbytes // np.dtype(src.buffer.dtype).itemsize
         dst_idx, src_idx = self.exprs(dst.indices), self.exprs(src.indices)
@@ -344,7 +345,7 @@ class _Graft(Rewriter):
             else:
                 stores.append(Store(dst.buffer, tuple(d), element))
                 zeros.append(Store(dst.buffer, tuple(d), Const(0, dst.buffer.dtype)))
-        if call.func in ASYNC_COPIES:
+        if record.asynchronous:
             return If(self.expr(call.args[2]), seq(*stores), seq(*zeros))
         return seq(*stores)
 

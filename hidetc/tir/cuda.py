@@ -1,6 +1,6 @@
 """Typed constructors for the CUDA intrinsics kernel templates use.
 
-Each returns the IR the CUDA printer (`hidetc.codegen.cuda`) and the device header
+Each returns the IR the CUDA printer (`hidetc.backends.codegen.cuda`) and the device header
 (`codegen/cuda_include/hidetc_cuda.h`) agree on, so templates never spell a raw
 `Call("hidetc_...")`:
 
@@ -11,6 +11,7 @@ Each returns the IR the CUDA printer (`hidetc.codegen.cuda`) and the device head
   address operands are buffer elements (`Load`s, printed as `&buf[i]`); operand 0 is
   always the destination:
     `copy(dst, src, nbytes)`               hidetc_copy{4,8,16}: one vector load + store
+    `load_f4(dst, src)`                    hidetc_ld_f4: the same for 4 float32
     `cp_async(dst, src, nbytes, pred)`     hidetc_cp_async{4,8,16}: global -> shared,
                                            asynchronous; `pred` false zero-fills dst
     `cp_async_commit()`, `cp_async_wait(n)` (n pending groups may remain), `cp_async_wait_all()`
@@ -48,7 +49,7 @@ from hidetc.tir.ir import (
 
 __all__ = [
     "WARP_SIZE", "address_of", "all_sync", "any_sync", "ballot", "block_idx", "copy",
-    "cp_async", "cp_async_commit", "cp_async_wait", "cp_async_wait_all", "ldmatrix",
+    "cp_async", "cp_async_commit", "cp_async_wait", "cp_async_wait_all", "ldmatrix", "load_f4",
     "mma_m16n8k16", "shfl", "shfl_down", "shfl_up", "shfl_xor", "syncthreads",
     "thread_idx",
 ]
@@ -146,6 +147,17 @@ def copy(dst: Expr, src: Expr, nbytes: int) -> Evaluate:
     scopes = ("global", "shared", "local")
     return _void(f"hidetc_copy{n}", _element(dst, "copy destination", scopes),
                  _element(src, "copy source", scopes))
+
+
+def load_f4(dst: Expr, src: Expr) -> Evaluate:
+    """`hidetc_ld_f4(&dst, &src)`: four float32 as one 16-byte-aligned `float4` load and
+    store (the SIMT GEMM's fetch into registers)."""
+    operands = [_element(op, what, ("global", "shared", "local"))
+                for op, what in ((dst, "ld_f4 destination"), (src, "ld_f4 source"))]
+    for op in operands:
+        if op.dtype != "float32":
+            raise ValueError(f"ld_f4 moves float32, got buffer {op.buffer.name} of {op.dtype}")
+    return _void("hidetc_ld_f4", *operands)
 
 
 def cp_async(dst: Expr, src: Expr, nbytes: int, pred: ExprLike = True) -> Evaluate:

@@ -1,67 +1,130 @@
-"""Facts about the intrinsic calls kernels make (`Call(name, ...)` with a name that is
-not an IR operator), in one place for every pass that reads them: the simplifier
-(purity), grafting (address operands, copies to expand, value forms), and the C and
-CUDA printers (address operands, warp collectives). The printers' spellings and the
-emulator's implementations (`runtime/emulator/hidetc_emu.h`) stay with them; what an
-intrinsic *is* lives here.
+"""The intrinsic registry: one record per intrinsic call kernels make (`Call(name, ...)`
+with a name that is not an IR operator or a math function), read by every pass that
+must know what the call is: the simplifier (purity), grafting (address operands, the
+copies it expands into element loads, value forms), the C and CUDA printers (address
+operands, the warp collectives' mask, which names they accept) and the tests that hold
+the emulator to it (tests/tir/test_intrinsics.py: every CUDA record is defined where it
+says, in `codegen/cuda_include/hidetc_cuda.h` for nvcc and the emulator alike, or among
+the CUDA built-ins the emulator implements in `runtime/emulator/hidetc_emu.h`).
 
-- `IMPURE_PREFIXES`: calls with effects or a result that depends on other threads
-  (warp collectives, barriers, fences, atomics, copies, cp.async, ldmatrix, mma): the
-  simplifier never duplicates, drops or merges them (`impure`).
-- `X86_INTRINSICS`: the AVX2/FMA and AVX-512F intrinsics the CPU micro-kernels call
-  (`schedules/cpu/avx2.py`), and gcc's software prefetch, with the positions of the
-  operands passed by address (the C printer prints those as `&x`; grafting leaves them
-  as loads of the buffer they point into). `VALUE_FORMS`: a vector load's twin built
-  from values, for a grafted prologue that computes instead of loads.
-- `CUDA_ADDRESS_ARGS`: the CUDA device helpers' address operands (operand 0: the
-  destination); `WARP_INTRINSICS`: the warp collectives' operand counts after the mask.
-- `COPIES` / `ASYNC_COPIES`: the vector copies (bytes each), which grafting expands into
-  element loads when it rewrites their source.
+Decides:
+- `Intrinsic.address_args`: operand positions passed by address. The IR gives them as
+  buffer elements (`Load`s); the printers print `&buf[i]`; grafting refuses to fuse a
+  buffer whose address is taken (it cannot compute an address), except for the copies.
+- `pure`: False for calls with effects or a result that depends on other threads (vector
+  stores, prefetches, warp collectives, barriers, fences, atomics, copies, cp.async,
+  ldmatrix, mma): the
+  simplifier never duplicates, drops or merges them. An unregistered name that looks
+  like an intrinsic (`__`, `_mm`, `atomic`, `hidetc_` prefixes) counts as impure too,
+  and the printers refuse it, so a new intrinsic is registered before it is used.
+- `copy_bytes`: a vector copy `(dst, src[, pred])` of that many bytes; grafting expands
+  it into element loads and stores when it rewrites either side. `asynchronous`: a
+  cp.async (completes at a wait; `pred` false zero-fills dst).
+- `value_form`: a vector load's twin built from `width` values (memory order), for a
+  grafted prologue that computes instead of loads.
+- `warp_operands`: (operands after the mask, optional trailing operands); the IR omits
+  the mask and the CUDA printer passes the full one.
+- `printer`: which printer spells it ("c" or "cuda"), `defined_in` where its spelling
+  comes from ("immintrin.h", "gcc", "hidetc_cuda.h", "cuda": a CUDA built-in).
 """
 from __future__ import annotations
 
-# AVX2/FMA and AVX-512F intrinsic -> positions of its operands passed by address (a Load)
-X86_INTRINSICS: dict[str, tuple[int, ...]] = {
-    "_mm256_loadu_ps": (0,), "_mm256_storeu_ps": (0,), "_mm256_broadcast_ss": (0,),
-    "_mm256_fmadd_ps": (), "_mm256_add_ps": (), "_mm256_max_ps": (),
-    "_mm256_sub_ps": (), "_mm256_mul_ps": (), "_mm512_sub_ps": (), "_mm512_mul_ps": (),
-    "_mm256_setzero_ps": (), "_mm256_set1_ps": (), "_mm256_setr_ps": (),
-    "_mm512_loadu_ps": (0,), "_mm512_storeu_ps": (0,), "_mm512_fmadd_ps": (),
-    "_mm512_add_ps": (), "_mm512_setzero_ps": (), "_mm512_set1_ps": (), "_mm512_setr_ps": (),
-    "__builtin_prefetch": (0,),   # (&x, rw, locality): gcc's software prefetch
-}
+from dataclasses import dataclass
+from typing import Optional
 
 
-IMPURE_PREFIXES = ("__shfl", "__ballot", "__any", "__all", "__activemask", "__syncthreads",
-                   "__syncwarp", "__threadfence", "__trap", "atomic", "hidetc_copy",
-                   "hidetc_cp_async", "hidetc_ld_", "hidetc_ldmatrix", "hidetc_mma")
+@dataclass(frozen=True)
+class Intrinsic:
+    name: str
+    printer: str                           # "c" | "cuda"
+    defined_in: str                        # "immintrin.h" | "gcc" | "hidetc_cuda.h" | "cuda"
+    address_args: tuple[int, ...] = ()
+    pure: bool = True
+    copy_bytes: int = 0
+    asynchronous: bool = False
+    value_form: Optional[tuple[str, int]] = None
+    warp_operands: Optional[tuple[int, int]] = None
+
+
+def _x86(name: str, address_args: tuple[int, ...] = (), pure: bool = True,
+         value_form: Optional[tuple[str, int]] = None) -> Intrinsic:
+    return Intrinsic(name, "c", "immintrin.h", address_args, pure, value_form=value_form)
+
+
+def _cuda(name: str, address_args: tuple[int, ...] = (), pure: bool = False,
+          defined_in: str = "hidetc_cuda.h", **facts) -> Intrinsic:
+    return Intrinsic(name, "cuda", defined_in, address_args, pure, **facts)
+
+
+_RECORDS: list[Intrinsic] = [
+    # AVX2/FMA and AVX-512F (schedules/cpu/avx2.py), and gcc's software prefetch
+    *(_x86(f"_mm{bits}_{op}_ps") for bits in (256, 512)
+      for op in ("fmadd", "add", "sub", "mul", "max", "setzero", "set1", "setr")),
+    _x86("_mm256_loadu_ps", (0,), value_form=("_mm256_setr_ps", 8)),
+    _x86("_mm512_loadu_ps", (0,), value_form=("_mm512_setr_ps", 16)),
+    _x86("_mm256_storeu_ps", (0,), pure=False), _x86("_mm512_storeu_ps", (0,), pure=False),
+    _x86("_mm256_broadcast_ss", (0,), value_form=("_mm256_set1_ps", 1)),
+    Intrinsic("__builtin_prefetch", "c", "gcc", (0,), pure=False),   # (&x, rw, locality)
+    # CUDA built-ins (the emulator's hidetc_emu.h implements each)
+    *(_cuda(name, defined_in="cuda", warp_operands=(2, 1))
+      for name in ("__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync")),
+    *(_cuda(name, defined_in="cuda", warp_operands=(1, 0))
+      for name in ("__ballot_sync", "__any_sync", "__all_sync")),
+    _cuda("__syncwarp", defined_in="cuda", warp_operands=(0, 0)),
+    *(_cuda(name, defined_in="cuda")
+      for name in ("__syncthreads", "__threadfence", "__threadfence_block", "__activemask",
+                   "__trap")),
+    *(_cuda(name, defined_in="cuda", pure=True) for name in ("__popc", "__clz", "__ffs")),
+    *(_cuda(f"atomic{op}", (0,), defined_in="cuda")
+      for op in ("Add", "Sub", "Max", "Min", "Exch", "CAS")),
+    # hidetc's device helpers (hidetc_cuda.h; typed constructors in tir/cuda.py)
+    *(_cuda(f"hidetc_copy{n}", (0, 1), copy_bytes=n) for n in (4, 8, 16)),
+    *(_cuda(f"hidetc_cp_async{n}", (0, 1), copy_bytes=n, asynchronous=True)
+      for n in (4, 8, 16)),
+    _cuda("hidetc_cp_async_commit"), _cuda("hidetc_cp_async_wait_all"),
+    _cuda("hidetc_cp_async_wait_group"),
+    *(_cuda(f"hidetc_ldmatrix_x{n}{t}", (0, 1)) for n in (1, 2, 4) for t in ("", "_trans")),
+    _cuda("hidetc_ld_f4", (0, 1), copy_bytes=16),
+    _cuda("hidetc_mma_m16n8k16_f16f32", (0, 1, 2, 3)),
+    # `&x` of a buffer element (the printer prints the address itself, no call)
+    Intrinsic("address_of", "cuda", "cuda", (0,), pure=True),
+]
+REGISTRY: dict[str, Intrinsic] = {r.name: r for r in _RECORDS}
+assert len(REGISTRY) == len(_RECORDS), "an intrinsic registered twice"
+
+# names that can only be intrinsics: unregistered, they are impure and refused
+_INTRINSIC_PREFIXES = ("__", "_mm", "atomic", "hidetc_")
+
+
+def lookup(name: str, printer: Optional[str] = None) -> Optional[Intrinsic]:
+    """The record of `name` (for `printer`, when given), or None: an operator or a math
+    function."""
+    record = REGISTRY.get(name)
+    if record is None or (printer is not None and record.printer != printer):
+        return None
+    return record
+
+
+def looks_intrinsic(name: str) -> bool:
+    return name.startswith(_INTRINSIC_PREFIXES)
 
 
 def impure(name: str) -> bool:
-    return name.startswith(IMPURE_PREFIXES)
+    """Whether the simplifier must keep every call of `name` as written."""
+    record = REGISTRY.get(name)
+    return not record.pure if record is not None else looks_intrinsic(name)
 
 
-COPIES = {"hidetc_copy4": 4, "hidetc_copy8": 8, "hidetc_copy16": 16, "hidetc_ld_f4": 16}
-# vector loads from memory -> the same vector built from values (memory order)
-VALUE_FORMS = {"_mm256_broadcast_ss": ("_mm256_set1_ps", 1),
-               "_mm256_loadu_ps": ("_mm256_setr_ps", 8),
-               "_mm512_loadu_ps": ("_mm512_setr_ps", 16)}
-ASYNC_COPIES = {"hidetc_cp_async4": 4, "hidetc_cp_async8": 8, "hidetc_cp_async16": 16}
+def address_args(name: str) -> tuple[int, ...]:
+    record = REGISTRY.get(name)
+    return record.address_args if record is not None else ()
 
-# name -> (operands after the mask, optional trailing operands)
-WARP_INTRINSICS: dict[str, tuple[int, int]] = {
-    "__shfl_sync": (2, 1), "__shfl_up_sync": (2, 1), "__shfl_down_sync": (2, 1),
-    "__shfl_xor_sync": (2, 1), "__ballot_sync": (1, 0), "__any_sync": (1, 0),
-    "__all_sync": (1, 0), "__syncwarp": (0, 0),
-}
-_LDMATRIX = {f"hidetc_ldmatrix_x{n}{t}": (0, 1) for n in (1, 2, 4) for t in ("", "_trans")}
-# name -> positions of the operands passed by address (operand 0: the destination)
-CUDA_ADDRESS_ARGS: dict[str, tuple[int, ...]] = {
-    **{f"atomic{op}": (0,) for op in ("Add", "Sub", "Max", "Min", "Exch", "CAS")},
-    **{f"hidetc_copy{n}": (0, 1) for n in (4, 8, 16)},
-    **{f"hidetc_cp_async{n}": (0, 1) for n in (4, 8, 16)},
-    **_LDMATRIX,
-    "hidetc_ld_f4": (0, 1),
-    "hidetc_mma_m16n8k16_f16f32": (0, 1, 2, 3),
-    "address_of": (0,),
-}
+
+def require(name: str, printer: str) -> Intrinsic:
+    """The record a printer spells `name` from; a ValueError names an unregistered (or
+    other printer's) intrinsic."""
+    record = lookup(name, printer)
+    if record is None:
+        raise ValueError(f"intrinsic {name!r} is not registered for the {printer} printer "
+                         f"(hidetc/tir/intrinsics.py)")
+    return record

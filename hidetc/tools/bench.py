@@ -68,7 +68,7 @@ def _subject(arg: str, work: Path, tiny: bool) -> tuple[str, Optional[Path], Opt
     """(name, onnx path or None, artifact dir or None) of a bench subject."""
     path = Path(arg)
     if path.is_dir() and (path / "manifest.yaml").is_file():
-        from hidetc.runtime.artifact import read_manifest
+        from hidetc.backends.runtime.artifact import read_manifest
         model_file = path.parent / read_manifest(path)["model"]["file"]
         return path.name, (model_file if model_file.is_file() else None), path
     if path.suffix == ".onnx" or path.exists():

@@ -18,13 +18,13 @@ import click
 import numpy as np
 
 from hidetc import __version__
+from hidetc.cpu_isa import current as current_isa
 from hidetc.driver import api
 from hidetc.driver.config import LAYOUTS, PRECISIONS
 from hidetc.driver.tune.records import cpu_device
 from hidetc.driver.verify import compare, load_sample, ort_session, run_onnxruntime, time_call
 from hidetc.errors import ConfigError, HidetcError, InputError
 from hidetc.schedules.catalog import format_spaces, template_spaces
-from hidetc.toolchain.cpu_isa import current as current_isa
 from hidetc.tools.inspect import describe, summary_json
 
 

@@ -425,7 +425,7 @@ class HidetcBackend(Backend):
             return False
         if target == "cpu":
             return True
-        from hidetc.runtime.select import gpu_available
+        from hidetc.backends.runtime.select import gpu_available
         return gpu_available()
 
 

@@ -14,9 +14,9 @@ import yaml
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
+from hidetc.backends.runtime.select import gpu_available
 from hidetc.driver.config import CompileConfig, load_preset, make_config
 from hidetc.errors import ConfigError
-from hidetc.runtime.select import gpu_available
 from hidetc.tools.cli import main
 
 RNG = np.random.default_rng(1)

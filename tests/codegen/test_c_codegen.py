@@ -5,7 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from hidetc.codegen.c import MATH_FUNCTIONS, const_text, print_c_function, print_c_module
+from hidetc.backends.codegen.c import MATH_FUNCTIONS, const_text, print_c_function, print_c_module
+from hidetc.backends.toolchain.cache import BuildCache
+from hidetc.backends.toolchain.gcc import build_shared_library
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.evaluate import run_function
 from hidetc.tir.ir import (
@@ -24,8 +26,6 @@ from hidetc.tir.ir import (
 )
 from hidetc.tir.mapping import repeat, spatial
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.cache import BuildCache
-from hidetc.toolchain.gcc import build_shared_library
 
 F32 = "float32"
 UNARY = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "erf",

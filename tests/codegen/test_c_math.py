@@ -1,4 +1,4 @@
-"""The cpu target's vectorizable float32 math (hidetc/codegen/c_math.py), through the C
+"""The cpu target's vectorizable float32 math (hidetc/backends/codegen/c_math.py), through the C
 printer: float32 exp/tanh/erf/log/sigmoid print as the inline helpers (float64 and the
 CUDA table keep libm), a loop calling each compiles to AVX2 code with no libm call,
 and each is within its ulp bound of float64 numpy over ~1e6 points spanning the
@@ -14,13 +14,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from hidetc.codegen.c import MATH_FUNCTIONS, print_c_module
-from hidetc.codegen.c_math import FAST_FLOAT32
-from hidetc.codegen.cuda import print_cuda_function
+from hidetc.backends.codegen.c import MATH_FUNCTIONS, print_c_module
+from hidetc.backends.codegen.c_math import FAST_FLOAT32
+from hidetc.backends.codegen.cuda import print_cuda_function
+from hidetc.backends.toolchain.gcc import build_shared_library, find_compiler, host_flags
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import call, thread_idx
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.gcc import build_shared_library, find_compiler, host_flags
 
 F32 = "float32"
 N = 1 << 20

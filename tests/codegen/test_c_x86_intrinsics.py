@@ -8,11 +8,11 @@ import ctypes
 import numpy as np
 import pytest
 
-from hidetc.codegen.c import print_c_module
+from hidetc.backends.codegen.c import print_c_module
+from hidetc.backends.toolchain.gcc import build_shared_library
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Call, Const
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.gcc import build_shared_library
 
 V = "float32x8"
 

@@ -297,12 +297,12 @@ def test_float8_saturation_table():
 def test_bitcast_in_the_ir_interpreter_and_in_c(src, dst):
     """`compute.bitcast.bitcast` run by the IR interpreter and compiled by gcc: both the
     numpy view, bit for bit (signed zeros, infinities, NaN payloads)."""
-    from hidetc.codegen.c import print_c_module
+    from hidetc.backends.codegen.c import print_c_module
+    from hidetc.backends.toolchain.gcc import build_shared_library
     from hidetc.compute.bitcast import bitcast
     from hidetc.tir.builder import KernelBuilder
     from hidetc.tir.evaluate import run_function
     from hidetc.tir.pipeline import lower
-    from hidetc.toolchain.gcc import build_shared_library
 
     raw = np.array([0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7F800001,
                     0xFFC00000, 0x3FF0000000000000], np.uint64)

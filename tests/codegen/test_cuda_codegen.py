@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from helpers.kernel_device import kernel_module
 
-from hidetc.codegen.cuda import (
+from hidetc.backends.codegen.cuda import (
     CUDA_INCLUDE_DIR,
     F16_MATH,
     print_cuda_function,
     print_cuda_module,
 )
+from hidetc.backends.toolchain.nvcc import compile_cubins
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     Call,
@@ -29,7 +30,6 @@ from hidetc.tir.ir import (
     thread_idx,
 )
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.nvcc import compile_cubins
 
 F32, F16, I32 = "float32", "float16", "int32"
 NVCC = shutil.which("nvcc")

@@ -4,15 +4,15 @@ import threading
 
 import pytest
 
-from hidetc.errors import ToolchainError
-from hidetc.toolchain.cache import BuildCache, cache_key, default_cache_dir
-from hidetc.toolchain.gcc import (
+from hidetc.backends.toolchain.cache import BuildCache, cache_key, default_cache_dir
+from hidetc.backends.toolchain.gcc import (
     build_shared_library,
     compile_object,
     compile_objects,
     host_flags,
     link_shared,
 )
+from hidetc.errors import ToolchainError
 
 GOOD = """
 #include <stdint.h>

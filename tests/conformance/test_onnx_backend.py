@@ -7,8 +7,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import hidetc.tools.onnx_backend as backend
+from hidetc.backends.runtime.select import gpu_available
 from hidetc.errors import HidetcError
-from hidetc.runtime.select import gpu_available
 
 
 def _model(op: str = "Add", opset: int = 17) -> onnx.ModelProto:

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hidetc
 import models
-from hidetc.codegen.cuda import print_cuda_function
+from hidetc.backends.codegen.cuda import print_cuda_function
 from hidetc.compute.task import Task
 from hidetc.driver.config import TOLERANCES
 from hidetc.driver.verify import compare, run_onnxruntime

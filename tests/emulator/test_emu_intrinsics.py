@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from helpers.kernel_device import kernel_module
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR
-from hidetc.toolchain.nvcc import compile_cubins
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR
+from hidetc.backends.toolchain.nvcc import compile_cubins
 
 NVCC = shutil.which("nvcc")
 RNG = np.random.default_rng(1)

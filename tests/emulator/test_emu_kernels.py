@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from helpers.kernel_device import kernel_module
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.toolchain.nvcc import compile_cubins
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     Call,
@@ -28,7 +29,6 @@ from hidetc.tir.ir import (
 )
 from hidetc.tir.mapping import repeat, spatial
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.nvcc import compile_cubins
 
 F32, F16, I32, U32 = "float32", "float16", "int32", "uint32"
 NVCC = shutil.which("nvcc")

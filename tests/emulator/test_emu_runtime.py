@@ -7,9 +7,9 @@ import time
 import numpy as np
 import pytest
 
+from hidetc.backends.runtime.emulator import EmulatedModule, EmulatorError, build_emulated
+from hidetc.backends.toolchain.cache import BuildCache
 from hidetc.errors import ToolchainError
-from hidetc.runtime.emulator import EmulatedModule, EmulatorError, build_emulated
-from hidetc.toolchain.cache import BuildCache
 
 SOURCE = r"""
 #include "hidetc_cuda.h"

@@ -26,8 +26,10 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import hidetc
-from hidetc.codegen.c import print_c_module
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.c import print_c_module
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.toolchain.gcc import build_shared_library
+from hidetc.backends.toolchain.nvcc import compile_cubins
 from hidetc.compute.task import Task
 from hidetc.errors import ModelError, ShapeError
 from hidetc.frontend.onnx.importer import import_model
@@ -36,8 +38,6 @@ from hidetc.graph.ops.registry import get_op
 from hidetc.graph.reference import run_graph
 from hidetc.schedules import cpu, cuda
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.gcc import build_shared_library
-from hidetc.toolchain.nvcc import compile_cubins
 
 R = np.random.default_rng(11)
 MODES = ("linear", "nearest", "cubic")

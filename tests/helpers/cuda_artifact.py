@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hidetc.runtime.weights import write_weights
+from hidetc.backends.runtime.weights import write_weights
 
 N = 16384                     # floats: relu_reverse stages them in 64 KiB of shared memory
 

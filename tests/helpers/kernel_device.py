@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from hidetc.runtime.cuda.kernel_module import DeviceModule
-from hidetc.runtime.emulator import EmulatedModule, build_emulated
+from hidetc.backends.runtime.cuda.kernel_module import DeviceModule
+from hidetc.backends.runtime.emulator import EmulatedModule, build_emulated
 
 ENV = "HIDETC_KERNEL_DEVICE"
 

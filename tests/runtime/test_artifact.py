@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from hidetc.errors import ArtifactError
-from hidetc.runtime.artifact import (
+from hidetc.backends.runtime.artifact import (
     FORMAT_VERSION,
     MANIFEST,
     REQUIRED_KEYS,
@@ -17,8 +16,9 @@ from hidetc.runtime.artifact import (
     sha256_file,
     utc_now,
 )
-from hidetc.runtime.memory_plan import PlanValue, plan_memory
-from hidetc.runtime.weights import read_weights, write_weights
+from hidetc.backends.runtime.memory_plan import PlanValue, plan_memory
+from hidetc.backends.runtime.weights import read_weights, write_weights
+from hidetc.errors import ArtifactError
 
 
 def _manifest(entries=None, library="kernels.so", **extra):

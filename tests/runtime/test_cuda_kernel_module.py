@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from hidetc.backends.runtime.cuda import kernel_module
+from hidetc.backends.runtime.cuda.driver import CudaSession
 from hidetc.errors import ArtifactError
-from hidetc.runtime.cuda import kernel_module
-from hidetc.runtime.cuda.driver import CudaSession
 from hidetc.target import cuda_target
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from helpers.cuda_artifact import N, artifact, expected, launch, pipeline
 
+from hidetc.backends.runtime.cuda import driver
+from hidetc.backends.runtime.cuda import executor as cuda_executor
+from hidetc.backends.runtime.cuda.executor import CudaExecutor
+from hidetc.backends.runtime.cuda.manifest import ModuleSpec, pack_args, parse_section, select_image
 from hidetc.errors import ArtifactError, InputError
-from hidetc.runtime.cuda import driver
-from hidetc.runtime.cuda import executor as cuda_executor
-from hidetc.runtime.cuda.executor import CudaExecutor
-from hidetc.runtime.cuda.manifest import ModuleSpec, pack_args, parse_section, select_image
 
 # ---------------------------------------------------------------- manifest (pure)
 

@@ -1,5 +1,5 @@
 """The CUDA runtime on a real GPU (`pytest -m gpu`; the GPU check's runtime step):
-hand-written kernels compiled by hidetc.toolchain.nvcc, run through CudaExecutor and
+hand-written kernels compiled by hidetc.backends.toolchain.nvcc, run through CudaExecutor and
 compared with numpy: graph capture and replay, dynamic shared memory above 48 KB, the
 per-launch profile, module load per arch (cubin and PTX JIT), fault location, errors."""
 import json
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from helpers.cuda_artifact import N, artifact, expected, launch, pipeline
 
+from hidetc.backends.runtime.cuda import driver
+from hidetc.backends.runtime.cuda.executor import CudaExecutor
+from hidetc.backends.toolchain.cache import BuildCache
+from hidetc.backends.toolchain.nvcc import compile_cubins
 from hidetc.errors import ArtifactError
-from hidetc.runtime.cuda import driver
-from hidetc.runtime.cuda.executor import CudaExecutor
-from hidetc.toolchain.cache import BuildCache
-from hidetc.toolchain.nvcc import compile_cubins
 
 ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -71,7 +71,7 @@ import json, sys
 from pathlib import Path
 import numpy as np
 from hidetc.errors import HidetcError
-from hidetc.runtime.cuda import CudaExecutor
+from hidetc.backends.runtime.cuda import CudaExecutor
 try:
     ex = CudaExecutor(Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()))
     for _ in range(2):

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from hidetc.runtime.memory_plan import MemoryPlan, PlanValue, check_plan, plan_memory
+from hidetc.backends.runtime.memory_plan import MemoryPlan, PlanValue, check_plan, plan_memory
 
 
 def _aligned_total(values, alignment=64):

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
+from hidetc.backends.runtime.weights import WeightEntry, read_weights, write_weights
 from hidetc.errors import ArtifactError
-from hidetc.runtime.weights import WeightEntry, read_weights, write_weights
 
 
 def _arrays():

@@ -14,14 +14,14 @@ import pytest
 from helpers import targets
 from helpers.tasks import matmul_task, nhwc_task, task_reference
 
-from hidetc.codegen.c import print_c_module
+from hidetc.backends.codegen.c import print_c_module
+from hidetc.backends.toolchain.gcc import build_shared_library
 from hidetc.schedules.cpu import TEMPLATES, conv_direct_last
 from hidetc.schedules.cpu import conv as cpu_conv
 from hidetc.schedules.cpu import matmul as cpu_matmul
 from hidetc.schedules.cpu.conv_direct import DirectConfig
 from hidetc.schedules.cpu.microkernel import GemmConfig
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.gcc import build_shared_library
 
 COUNTING = r"""
 static const char *pf_lo, *pf_hi;

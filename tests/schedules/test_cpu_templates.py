@@ -18,7 +18,8 @@ import pytest
 from helpers import targets
 from helpers.tasks import conv_task, matmul_task, nhwc_task, task_reference
 
-from hidetc.codegen.c import print_c_module
+from hidetc.backends.codegen.c import print_c_module
+from hidetc.backends.toolchain.gcc import build_shared_library, find_compiler, host_flags
 from hidetc.compute.task import Task
 from hidetc.schedules.cpu import TEMPLATES, avx2, build_kernel, conv_direct, winograd
 from hidetc.schedules.cpu import conv as cpu_conv
@@ -32,7 +33,6 @@ from hidetc.schedules.cpu.task_shape import blocking
 from hidetc.schedules.cpu.winograd import WinogradConfig
 from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.gcc import build_shared_library, find_compiler, host_flags
 
 RNG = np.random.default_rng(0)
 # weights packed at compile time

@@ -23,7 +23,8 @@ import pytest
 from helpers import targets
 from helpers.kernel_device import kernel_module
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
 from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
@@ -32,7 +33,6 @@ from hidetc.schedules.cuda.conv_gemm import TEMPLATE
 from hidetc.schedules.cuda.gemm_simt import SimtConfig, config_space, default_config
 from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
 
 NVCC = shutil.which("nvcc")
 CUDA = targets.CUDA

@@ -26,7 +26,8 @@ import pytest
 from helpers import targets
 from helpers.kernel_device import kernel_module
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.toolchain.nvcc import compile_cubins, find_nvcc, ptxas_resources
 from hidetc.compute.task import Task
 from hidetc.errors import ToolchainError, UnsupportedOpError
 from hidetc.graph.ir import TensorType
@@ -37,7 +38,6 @@ from hidetc.schedules.cuda.matmul_tc import DEFAULTS
 from hidetc.schedules.cuda.tc_common import B_NK_X4, TcConfig, copy_width
 from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.nvcc import compile_cubins, find_nvcc, ptxas_resources
 
 ARCHS = ("sm_80",)
 TARGET = targets.CUDA

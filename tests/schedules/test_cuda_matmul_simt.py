@@ -18,7 +18,8 @@ import pytest
 from helpers import targets
 from helpers.kernel_device import kernel_module
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
 from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cuda import TEMPLATES, build_kernel
@@ -37,7 +38,6 @@ from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.evaluate import run_function
 from hidetc.tir.ir import cast
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
 
 NVCC = shutil.which("nvcc")
 CUDA = targets.CUDA

@@ -24,7 +24,8 @@ import pytest
 from helpers import targets
 from helpers.kernel_device import kernel_module
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.toolchain.nvcc import compile_cubins, find_nvcc, ptxas_resources
 from hidetc.compute.task import Task
 from hidetc.errors import ToolchainError
 from hidetc.graph.ir import TensorType
@@ -32,7 +33,6 @@ from hidetc.graph.ops import get_op
 from hidetc.schedules import cuda
 from hidetc.schedules.cuda import depthwise_nhwc
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.nvcc import compile_cubins, find_nvcc, ptxas_resources
 
 try:
     NVCC = find_nvcc()

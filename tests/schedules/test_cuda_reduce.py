@@ -24,7 +24,8 @@ import pytest
 from helpers import targets
 from helpers.kernel_device import kernel_module
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
 from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.catalog import representative_tasks
@@ -41,7 +42,6 @@ from hidetc.schedules.cuda.reduce_template import (
 )
 from hidetc.schedules.template import MAX_SPACE
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.nvcc import compile_cubins, ptxas_resources
 
 NVCC = shutil.which("nvcc")
 CUDA = targets.CUDA

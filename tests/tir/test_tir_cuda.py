@@ -3,7 +3,7 @@ device header expect (helper names, operand order, `&buf[i]` address operands, t
 mask added to warp intrinsics) and reject bad operands when the kernel is built."""
 import pytest
 
-from hidetc.codegen.cuda import print_cuda_function
+from hidetc.backends.codegen.cuda import print_cuda_function
 from hidetc.tir import cuda
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Const, Evaluate

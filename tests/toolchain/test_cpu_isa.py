@@ -1,4 +1,4 @@
-"""The CPU vector ISA (hidetc/toolchain/cpu_isa.py): HIDETC_CPU_ISA picks AVX2 or
+"""The CPU vector ISA (hidetc/cpu_isa.py): HIDETC_CPU_ISA picks AVX2 or
 AVX-512 per process (auto: what the host has); the micro-kernels' vector widths cover
 every NR (AVX-512 panels of 24 columns: a zmm and a ymm); a small CNN + MatMul model
 compiles, runs and verifies against ONNX Runtime with each ISA the host can run (each
@@ -14,8 +14,8 @@ import textwrap
 
 import pytest
 
+from hidetc import cpu_isa
 from hidetc.schedules.cpu import avx2
-from hidetc.toolchain import cpu_isa
 
 X86 = "avx2" in cpu_isa.host_flags()
 
@@ -28,10 +28,10 @@ def _python(code: str, isa: str) -> subprocess.CompletedProcess:
 
 def test_env_picks_the_isa_and_bad_values_fail_cleanly():
     for isa in ("avx512", "avx2"):
-        out = _python("from hidetc.toolchain.cpu_isa import current; print(current().name)",
+        out = _python("from hidetc.cpu_isa import current; print(current().name)",
                       isa)
         assert out.returncode == 0 and out.stdout.strip() == isa, out.stderr
-    bad = _python("from hidetc.toolchain.cpu_isa import current; current()", "sse9")
+    bad = _python("from hidetc.cpu_isa import current; current()", "sse9")
     assert bad.returncode != 0 and "HIDETC_CPU_ISA='sse9'" in bad.stderr
 
 

@@ -4,10 +4,10 @@ import shutil
 
 import pytest
 
+from hidetc.backends.toolchain import nvcc
+from hidetc.backends.toolchain.cache import BuildCache
+from hidetc.backends.toolchain.nvcc import compile_cubins, parse_archs, ptxas_resources
 from hidetc.errors import ConfigError, ToolchainError
-from hidetc.toolchain import nvcc
-from hidetc.toolchain.cache import BuildCache
-from hidetc.toolchain.nvcc import compile_cubins, parse_archs, ptxas_resources
 
 TWO_KERNELS = r"""
 #include "scale.cuh"

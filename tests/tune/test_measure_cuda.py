@@ -188,7 +188,7 @@ def test_f16_tensor_core_matmul_checked_at_1e_2(tmp_path, monkeypatch):
 
 
 def test_backend_choice():
-    from hidetc.runtime.select import gpu_available
+    from hidetc.backends.runtime.select import gpu_available
     with pytest.raises(HidetcError, match="unknown cuda measuring backend 'tpu'"):
         measure_candidates(relu_task(), FakeReluTemplate(), [FakeConfig("good")],
                            target="cuda", backend="tpu")
@@ -271,7 +271,7 @@ class FakeDriver:
 
 
 def test_pycuda_backend_flow_on_a_fake_driver(tmp_path, monkeypatch):
-    from hidetc.runtime.cuda import driver as cuda_driver
+    from hidetc.backends.runtime.cuda import driver as cuda_driver
     fake = FakeDriver()
     device = SimpleNamespace(get_attribute=lambda attr: 1 << 20)
     session = SimpleNamespace(drv=fake, device=device, describe=lambda: "Fake GPU (sm_90)")

@@ -67,8 +67,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from hidetc.codegen.c import print_c_module
-from hidetc.codegen.launcher import entry_wrapper
+from hidetc.backends.codegen.c import print_c_module
+from hidetc.backends.codegen.launcher import entry_wrapper
+from hidetc.backends.toolchain.cache import BuildCache, cache_key
+from hidetc.backends.toolchain.gcc import (
+    LINK_FLAGS,
+    LINK_LIBS,
+    compile_object,
+    compiler_identity,
+    find_compiler,
+    flags_for,
+    link_shared,
+)
 from hidetc.compute.task import Task
 from hidetc.driver.tune.common import (
     NOISY,
@@ -89,16 +99,6 @@ from hidetc.schedules.template import Config
 from hidetc.target import CpuTarget, Target, default_target
 from hidetc.tir.ir import Buffer, Function
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.cache import BuildCache, cache_key
-from hidetc.toolchain.gcc import (
-    LINK_FLAGS,
-    LINK_LIBS,
-    compile_object,
-    compiler_identity,
-    find_compiler,
-    flags_for,
-    link_shared,
-)
 
 __all__ = ["CandidateResult", "MeasureStats", "best", "measure_candidates", "prebuild",
            "NOISY", "STARTUP_TIMEOUT_S"]

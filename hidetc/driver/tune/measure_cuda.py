@@ -17,7 +17,7 @@ directory only on a miss).
 
 Backends (`backend`; the worker runs one, see `hidetc.driver.tune.worker_cuda`):
 - "pycuda": GPU 0 through pycuda, the cubins loaded with `module_from_buffer`, timed
-  with CUDA events. The default wherever `hidetc.runtime.select.gpu_available()`;
+  with CUDA events. The default wherever `hidetc.backends.runtime.select.gpu_available()`;
   elsewhere `backend=None` is a HidetcError. A cubin for an `arch` this GPU cannot run
   (another major version, or an `a` variant of another one) is measured as built for
   the GPU's own architecture instead (with a warning): the timings are of this device.
@@ -46,7 +46,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.toolchain.cache import BuildCache
+from hidetc.backends.toolchain.nvcc import arch_number, compile_cubins, default_arch, parse_archs
 from hidetc.compute.task import Task
 from hidetc.driver.tune.common import (
     SEED,
@@ -60,8 +62,6 @@ from hidetc.errors import HidetcError, ToolchainError
 from hidetc.target import CudaTarget
 from hidetc.tir.ir import Buffer, Function
 from hidetc.tir.pipeline import lower
-from hidetc.toolchain.cache import BuildCache
-from hidetc.toolchain.nvcc import arch_number, compile_cubins, default_arch, parse_archs
 
 log = logging.getLogger("hidetc.driver.tune")
 
@@ -78,7 +78,7 @@ def resolve_backend(backend: Optional[str], strict: bool = True) -> Optional[str
             raise HidetcError(f"unknown cuda measuring backend {backend!r} (expected one "
                               f"of {', '.join(BACKENDS)})")
         return backend
-    from hidetc.runtime.select import gpu_available
+    from hidetc.backends.runtime.select import gpu_available
     if gpu_available():
         return "pycuda"
     if strict:
@@ -181,7 +181,7 @@ def _compile_module(name: str, source: str, arch: str, backend: Optional[str],
                             jobs=1, cache=cache, ptx=False)
     if backend != "emulator":
         return cubins[arch][name]
-    from hidetc.runtime.emulator import build_emulated
+    from hidetc.backends.runtime.emulator import build_emulated
     return build_emulated({name: source}, cache=cache)
 
 

@@ -11,7 +11,7 @@ version, or of another space, are kept but never matched. The task's readable
 signature is stored beside the key for listing; it is not part of the key.
 
 Default file: `<cache dir>/records.sqlite` (`HIDETC_CACHE_DIR`, see
-`hidetc.toolchain.cache`). Concurrency: WAL journal, a 30 s busy timeout and every
+`hidetc.backends.toolchain.cache`). Concurrency: WAL journal, a 30 s busy timeout and every
 write in one `BEGIN IMMEDIATE` transaction, so processes compiling at once (or a
 `records import` during a compile) never corrupt or lose records; a `save` replaces one
 key's candidates and winner atomically. Assumes a local file system (WAL needs shared
@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from hidetc import __version__
+from hidetc.backends.toolchain.cache import atomic_write, default_cache_dir
 from hidetc.compute.task import Task
 from hidetc.errors import RecordsError
 from hidetc.graph.ir import freeze_attr
 from hidetc.schedules.template import Config, Target, Template
 from hidetc.target import CpuTarget
-from hidetc.toolchain.cache import atomic_write, default_cache_dir
 
 SCHEMA_VERSION = 1
 EXPORT_FORMAT = 1
@@ -120,11 +120,11 @@ def toolchain_version(target: str) -> str:
     """gcc's first `--version` line (cpu) or nvcc's release line (cuda); the compiler's
     path is left out so machines with the compiler installed elsewhere match."""
     if target == "cpu":
-        from hidetc.toolchain.gcc import compiler_identity, find_compiler
+        from hidetc.backends.toolchain.gcc import compiler_identity, find_compiler
         lines = compiler_identity(find_compiler()).splitlines()[1:]
         prefix, pick = "", (lines[0] if lines else "")
     elif target == "cuda":
-        from hidetc.toolchain.nvcc import nvcc_identity
+        from hidetc.backends.toolchain.nvcc import nvcc_identity
         lines = nvcc_identity().splitlines()[1:]
         release = [ln for ln in lines if "release" in ln]
         prefix, pick = "nvcc: ", (release or [ln for ln in lines if ln.strip()] or [""])[-1]

@@ -4,7 +4,7 @@ The protocol is the cpu worker's (`hidetc.driver.tune.worker`: the same JOB pick
 BEST_MS, JSON lines, `serve` loop and early-stopping `timed_runs`); here a candidate is
 (module path, kernel name, grid, block) and JOB["backend"] says how it runs:
 
-- "pycuda": GPU 0's primary context (`hidetc.runtime.cuda.driver.session`), each cubin
+- "pycuda": GPU 0's primary context (`hidetc.backends.runtime.cuda.driver.session`), each cubin
   loaded once with `module_from_buffer`, kernels launched with the prepared-call API
   on one stream, 0 bytes of dynamic shared memory (templates use static shared memory).
   A kernel whose block exceeds its MAX_THREADS_PER_BLOCK (registers) is "load: ...".
@@ -94,7 +94,7 @@ class EmulatorBackend:
     """Buffers are numpy arrays; kernels run in the CUDA emulator."""
 
     def __init__(self):
-        from hidetc.runtime.emulator import EmulatedModule, EmulatorError
+        from hidetc.backends.runtime.emulator import EmulatedModule, EmulatorError
         self._module_type, self._error = EmulatedModule, EmulatorError
         self.l2_bytes = EMULATED_L2_BYTES
         self.modules: dict[str, Any] = {}
@@ -138,7 +138,7 @@ class PyCudaBackend:
     """Buffers are device allocations on GPU 0; CUDA events time each launch."""
 
     def __init__(self):
-        from hidetc.runtime.cuda.driver import session
+        from hidetc.backends.runtime.cuda.driver import session
         self.session = session()
         self.drv = drv = self.session.drv
         self.stream = drv.Stream()

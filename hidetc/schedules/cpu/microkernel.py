@@ -48,12 +48,12 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from hidetc.cpu_isa import ISAS
 from hidetc.schedules.cpu import avx2
 from hidetc.schedules.cpu.task_shape import Blocking
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, eq, minimum
 from hidetc.tir.mapping import spatial
-from hidetc.toolchain.cpu_isa import ISAS
 
 # per ISA name (`CpuTarget.isa`): the MR x NR micro-tiles that fill its register file
 MICRO_SHAPES = {name: isa.micro_shapes for name, isa in ISAS.items()}

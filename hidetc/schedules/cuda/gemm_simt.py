@@ -63,10 +63,10 @@ from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
 from hidetc.schedules.cuda.common import WARP, ceil_div
+from hidetc.tir import cuda as tc
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     Buffer,
-    Call,
     Const,
     Expr,
     ExprLike,
@@ -345,7 +345,7 @@ class SimtGemm:
         kb, (src, idx, ok) = self.kb, element
         with kb.if_then(ok):
             if width == 4:
-                kb.evaluate(Call("hidetc_ld_f4", (dst[slot, 0], src[idx]), "void"))
+                kb.emit(tc.load_f4(dst[slot, 0], src[idx]))
             else:
                 kb.store(dst, (slot, 0), src[idx])
         with kb.otherwise():
@@ -402,7 +402,7 @@ class SimtGemm:
                     if bias is not None:
                         for e in range(4):
                             kb.store(self.acc, (u, v * 4 + e), self.acc[u, v * 4 + e] + bias)
-                    kb.evaluate(Call("hidetc_copy16", (buf[idx], self.acc[u, v * 4]), "void"))
+                    kb.emit(tc.copy(buf[idx], self.acc[u, v * 4], 16))
                 else:
                     value = self.acc[u, v] if bias is None else self.acc[u, v] + bias
                     kb.store(buf, idx, cast(value, self.dt))

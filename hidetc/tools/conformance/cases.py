@@ -31,7 +31,7 @@ from typing import Iterable, Sequence
 
 import onnx
 
-from hidetc.toolchain.cache import default_cache_dir
+from hidetc.backends.toolchain.cache import default_cache_dir
 
 INDEX = "index.json"
 DEFAULT_DOMAINS = ("", "ai.onnx")

@@ -2,7 +2,7 @@
 the whole forward pass captured once into a CUDA graph and replayed per inference.
 
 Assumes: the manifest was read (checksums checked) by `runtime.artifact`; its `cuda`
-section follows `hidetc.runtime.cuda.manifest`; every kernel is `extern "C"` and takes
+section follows `hidetc.backends.runtime.cuda.manifest`; every kernel is `extern "C"` and takes
 its launch's args in order. The executor is used by one thread at a time (a thread
 other than the one that opened the CUDA session pushes the context for each call).
 
@@ -24,7 +24,7 @@ Guarantees:
   the events, i.e. the forward pass without the copies.
 - A kernel fault during a replay is sticky (the context is unusable afterwards), so it
   is located in a child process that reruns the launches one by one with a synchronize
-  after each (`hidetc.runtime.cuda.locate`); the error names the kernel, and this
+  after each (`hidetc.backends.runtime.cuda.locate`); the error names the kernel, and this
   executor refuses further runs. Out-of-memory names the bytes requested and free.
 """
 from __future__ import annotations
@@ -44,18 +44,18 @@ from typing import Any, Mapping, Optional
 import ml_dtypes  # noqa: F401  (registers the "bfloat16" dtype name with numpy)
 import numpy as np
 
-from hidetc.errors import ArtifactError
-from hidetc.runtime.artifact import to_plain
-from hidetc.runtime.cuda.driver import STREAM_NON_BLOCKING, GraphError, session
-from hidetc.runtime.cuda.manifest import (
+from hidetc.backends.runtime.artifact import to_plain
+from hidetc.backends.runtime.cuda.driver import STREAM_NON_BLOCKING, GraphError, session
+from hidetc.backends.runtime.cuda.manifest import (
     CudaSection,
     LaunchSpec,
     pack_args,
     parse_section,
     select_image,
 )
-from hidetc.runtime.executor import check_inputs, collect_outputs
-from hidetc.runtime.weights import read_weights
+from hidetc.backends.runtime.executor import check_inputs, collect_outputs
+from hidetc.backends.runtime.weights import read_weights
+from hidetc.errors import ArtifactError
 
 log = logging.getLogger(__name__)
 ALIGN = 256                    # bytes: every device buffer starts at a multiple of this
@@ -64,7 +64,7 @@ LOCATE_PREFIX = "hidetc-locate: "
 LOCATE_TIMEOUT_S = 300
 _ZERO_CHUNK = 1 << 30
 _WARNED: set[str] = set()
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[4])
 
 
 def _warn_once(message: str) -> None:
@@ -451,7 +451,7 @@ def locate_failure(path: Path, manifest: dict, inputs: Mapping[str, np.ndarray],
         paths = [_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")]
         env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1",
                    PYTHONPATH=os.pathsep.join(p for p in paths if p))
-        cmd = [sys.executable, "-m", "hidetc.runtime.cuda.locate", str(path),
+        cmd = [sys.executable, "-m", "hidetc.backends.runtime.cuda.locate", str(path),
                str(manifest_path), str(inputs_path)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

@@ -5,7 +5,7 @@ What: branch-free `static inline float` replacements for glibc's scalar `expf`,
 call per element); these are plain arithmetic, integer bit manipulation (through a
 union) and selects, so gcc inlines them and vectorizes the loop around them (8 lanes
 of AVX2; `tests/codegen/test_c_math.py` checks the assembly). The C printer
-(`hidetc/codegen/c.py`) maps the IR's float32 `exp`, `tanh`, `erf`, `log` calls to
+(`hidetc/backends/codegen/c.py`) maps the IR's float32 `exp`, `tanh`, `erf`, `log` calls to
 them by `FAST_FLOAT32` and puts `MATH_SOURCE` in every cpu translation unit's helper
 prelude; its float32 `sigmoid` helper uses `hidetc_expf`. float64 keeps libm, and the
 CUDA printer does not use these names (its math table is `c.MATH_FUNCTIONS`).
@@ -60,7 +60,7 @@ FAST_FLOAT32: dict[str, str] = {
 }
 
 MATH_SOURCE = """\
-/* vectorizable float32 math (hidetc/codegen/c_math.py) */
+/* vectorizable float32 math (hidetc/backends/codegen/c_math.py) */
 typedef union { float f; uint32_t u; } hidetc_f32bits;
 static inline uint32_t hidetc_f2u(float f) { hidetc_f32bits b; b.f = f; return b.u; }
 static inline float hidetc_u2f(uint32_t u) { hidetc_f32bits b; b.u = u; return b.f; }

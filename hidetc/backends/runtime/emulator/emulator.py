@@ -5,7 +5,7 @@
 built-ins, and swaps every inline-PTX helper for its emulated twin), adds the runtime
 (`hidetc_emu.cpp`: the scheduler; `hidetc_emu_resolve.cpp`: the collectives' results),
 and links one shared library. Objects are cached by content in the
-hidetc build cache (`hidetc.toolchain.cache`): the key covers the source, the flags (which
+hidetc build cache (`hidetc.backends.toolchain.cache`): the key covers the source, the flags (which
 carry a digest of the headers, so editing a header rebuilds) and the compiler identity.
 A compile failure raises ToolchainError with the command that reproduces it.
 
@@ -30,9 +30,9 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR, HEADER_NAME
-from hidetc.toolchain.cache import BuildCache, cache_key
-from hidetc.toolchain.gcc import compile_objects, link_shared
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, HEADER_NAME
+from hidetc.backends.toolchain.cache import BuildCache, cache_key
+from hidetc.backends.toolchain.gcc import compile_objects, link_shared
 
 EMULATOR_DIR = Path(__file__).resolve().parent
 RUNTIME_SOURCES = {"hidetc_emu_runtime": EMULATOR_DIR / "hidetc_emu.cpp",

@@ -13,6 +13,6 @@
 Importing this package never imports pycuda: machines without it (or without a GPU)
 import hidetc fine and get a one-line error only when they build a `CudaExecutor`.
 """
-from hidetc.runtime.cuda.executor import CudaExecutor
+from hidetc.backends.runtime.cuda.executor import CudaExecutor
 
 __all__ = ["CudaExecutor"]

@@ -22,10 +22,10 @@ from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
-from hidetc.codegen.cuda import CUDA_INCLUDE_DIR
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR
+from hidetc.backends.runtime.cuda.driver import session
+from hidetc.backends.toolchain.nvcc import compile_cubins
 from hidetc.errors import ArtifactError
-from hidetc.runtime.cuda.driver import session
-from hidetc.toolchain.nvcc import compile_cubins
 
 Dims = Union[int, Sequence[int]]
 

@@ -1,6 +1,6 @@
 """Child-process entry that finds which kernel launch of a CUDA artifact fails.
 
-    python -m hidetc.runtime.cuda.locate ARTIFACT_DIR MANIFEST.json INPUTS.npz
+    python -m hidetc.backends.runtime.cuda.locate ARTIFACT_DIR MANIFEST.json INPUTS.npz
 
 Run by `CudaExecutor` after a failed graph replay: a kernel fault leaves the parent's
 CUDA context unusable, so the search needs a fresh process. It builds the executor
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hidetc.backends.runtime.cuda.executor import LOCATE_PREFIX, CudaExecutor
 from hidetc.errors import HidetcError
-from hidetc.runtime.cuda.executor import LOCATE_PREFIX, CudaExecutor
 
 
 def main(argv: list[str]) -> int:

@@ -28,18 +28,19 @@ STACK_ALLOC_LIMIT bytes, else taken from the thread's scratch stack (`hidetc_mem
 yet) and given back at the end of its block, in reverse order; both are 64-byte aligned
 (whole cache lines: the GEMM's packed rows must not straddle lines).
 Math Calls are mapped per argument dtype by `MATH_FUNCTIONS`, except float32 `exp`, `tanh`,
-`erf` and `log`, which call the vectorizable inline helpers of `hidetc.codegen.c_math`
+`erf` and `log`, which call the vectorizable inline helpers of `hidetc.backends.codegen.c_math`
 (`FAST_FLOAT32`; their C is part of every module's helpers, and they are within 1-2 ulp,
 see that module) instead of glibc's scalar functions, which keep a loop from
 vectorizing; the float32 sigmoid helper uses `hidetc_expf` too. Constants print exactly:
 float32 as the shortest decimal that round-trips with an `f` suffix, float64 as
 Python's repr, non-finite values as INFINITY/NAN; int64/uint* with suffixes.
 
-x86 vector intrinsics (X86_INTRINSICS, for the CPU GEMM micro-kernel): the dtypes
-"float32x8" / "float32x16" are `__m256` / `__m512`; a Call named in X86_INTRINSICS
-prints as that AVX2/FMA or AVX-512F intrinsic, its pointer operands (the table's
-positions) as `&buf[i]` of the Load written there; a module using any gets `#include
-<immintrin.h>` (gcc builds with the ISA's flags, `hidetc.toolchain.cpu_isa`). They
+x86 vector intrinsics (the registry's printer "c" records, `hidetc.tir.intrinsics`, for
+the CPU micro-kernels): the dtypes "float32x8" / "float32x16" are `__m256` / `__m512`; a
+registered Call prints as that AVX2/FMA or AVX-512F intrinsic (or gcc built-in), its
+pointer operands (the record's `address_args`) as `&buf[i]` of the Load written there
+(an unregistered `_mm`/`__` name is a ValueError); a module using any gets `#include
+<immintrin.h>` (gcc builds with the ISA's flags, `hidetc.cpu_isa`). They
 compute exactly what they say (`_mm256_fmadd_ps` is the fused multiply-add,
 `_mm256_add_ps` a rounded add), so `-ffp-contract=off` semantics hold.
 
@@ -53,7 +54,7 @@ the result; constants print exactly. Narrow types (`hidetc.compute.narrow_types`
 uint8_t bytes: a Call of one of its conversion helpers prints as itself (their C is in
 every module's helpers), a plain Cast from a narrow type decodes it, a plain Cast to one
 is refused (it needs the ONNX Cast attributes: `narrow_types.convert`).
-Types, constants and the helper functions every unit carries: `hidetc.codegen.c_types`.
+Types, constants and the helper functions every unit carries: `hidetc.backends.codegen.c_types`.
 Identifiers that collide with C keywords or the library names used here get a `_`
 suffix. Assumes `hidetc.tir.pipeline.lower` ran (it verifies).
 """
@@ -65,8 +66,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from hidetc.codegen.c_math import FAST_FLOAT32
-from hidetc.codegen.c_types import (  # noqa: F401  (re-exported: the CUDA printer, tests)
+from hidetc.backends.codegen.c_math import FAST_FLOAT32
+from hidetc.backends.codegen.c_types import (  # noqa: F401  (re-exported: the CUDA printer, tests)
     C_TYPES,
     CPU_TYPES,
     HALF,
@@ -78,8 +79,8 @@ from hidetc.compute.bitcast import bits_text
 from hidetc.compute.narrow_types import C_FUNCTIONS as NARROW_FUNCTIONS
 from hidetc.compute.narrow_types import NARROW_DTYPES, cast_function
 from hidetc.compute.narrow_types import decode as narrow_decode
+from hidetc.tir import intrinsics
 from hidetc.tir.functor import collect
-from hidetc.tir.intrinsics import X86_INTRINSICS
 from hidetc.tir.ir import (
     FLOATS,
     Alloc,
@@ -184,7 +185,7 @@ class CPrinter:
     def __init__(self, fn: Function):
         self.fn = fn
         self.malloced: set[Buffer] = set()
-        self.uses_x86 = False  # set when an X86_INTRINSICS call was printed
+        self.uses_x86 = False  # set when a registered C intrinsic was printed
 
     # per-target hooks --------------------------------------------------------------------
     def ctype(self, dtype: str) -> str:
@@ -254,10 +255,13 @@ class CPrinter:
     def _call(self, e: Call) -> tuple[str, int]:
         if e.func == "bitcast":
             return self._bitcast(e), _ATOM
-        if e.func in X86_INTRINSICS:
-            return self._x86_call(e), _ATOM
+        record = intrinsics.lookup(e.func, "c")
+        if record is not None:
+            return self._x86_call(e, record.address_args), _ATOM
         if e.func in NARROW_FUNCTIONS:
             return f"{e.func}({', '.join(self.expr(a) for a in e.args)})", _ATOM
+        if intrinsics.looks_intrinsic(e.func):
+            intrinsics.require(e.func, "c")            # raises: unregistered
         arg_dtype = e.args[0].dtype if e.args else e.dtype
         if arg_dtype in HALF:
             return self._half_call(e)
@@ -288,11 +292,11 @@ class CPrinter:
             return f"hidetc_f2bf({text})", _ATOM
         return text, _ATOM
 
-    def _x86_call(self, e: Call) -> str:
+    def _x86_call(self, e: Call, positions: tuple[int, ...]) -> str:
         self.uses_x86 = True
         args = []
         for i, a in enumerate(e.args):
-            if i not in X86_INTRINSICS[e.func]:
+            if i not in positions:
                 args.append(self.expr(a))
             elif isinstance(a, Load):
                 args.append(f"&{self.expr(a)}")

@@ -9,13 +9,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from hidetc import cpu_isa
+from hidetc.backends.runtime.cuda.driver import session
+from hidetc.backends.runtime.cuda.executor import CudaExecutor
+from hidetc.backends.runtime.emulated import EmulatedCudaExecutor
+from hidetc.backends.runtime.executor import CpuExecutor
 from hidetc.errors import ArtifactError
-from hidetc.runtime.cuda.driver import session
-from hidetc.runtime.cuda.executor import CudaExecutor
-from hidetc.runtime.emulated import EmulatedCudaExecutor
-from hidetc.runtime.executor import CpuExecutor
 from hidetc.target import usable_cores
-from hidetc.toolchain import cpu_isa
 
 log = logging.getLogger("hidetc")
 

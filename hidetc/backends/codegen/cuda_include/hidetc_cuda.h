@@ -6,7 +6,7 @@
  * twin with the same semantics, the warp-collective ones computed per the PTX ISA
  * fragment layouts by the emulator's scheduler).
  *
- * Helpers (names the CUDA printer emits, see hidetc/codegen/cuda.py):
+ * Helpers (names the CUDA printer emits, see hidetc/backends/codegen/cuda.py):
  *   hidetc_{min,max}_<dtype>(a, b)       NaN-propagating for floats (numpy semantics)
  *   hidetc_{sigmoid,rsqrt}_<float dtype>  exact: 1/(1+exp(-x)), 1/sqrt(x)
  *   hidetc_<fn>_float16(...)             float16 math: computed in float, rounded once

@@ -18,9 +18,9 @@ from typing import Mapping
 
 import numpy as np
 
+from hidetc.backends.runtime.weights import WeightEntry, read_weights
+from hidetc.backends.toolchain.cache import default_cache_dir
 from hidetc.errors import ArtifactError, InputError
-from hidetc.runtime.weights import WeightEntry, read_weights
-from hidetc.toolchain.cache import default_cache_dir
 
 
 def check_inputs(specs: list[dict], inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:

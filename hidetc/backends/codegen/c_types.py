@@ -1,4 +1,4 @@
-"""C types, constants and helper functions of the cpu printer (`hidetc.codegen.c`).
+"""C types, constants and helper functions of the cpu printer (`hidetc.backends.codegen.c`).
 
 `C_TYPES` (shared with the CUDA printer) and the cpu-only `CPU_TYPES` (float16 as gcc's
 `_Float16`, bfloat16 as its uint16_t bits, a narrow type as its byte); `c_type(dtype)`;
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hidetc.codegen.c_math import FAST_FLOAT32, MATH_SOURCE
+from hidetc.backends.codegen.c_math import FAST_FLOAT32, MATH_SOURCE
 from hidetc.compute.narrow_types import C_SOURCE as NARROW_SOURCE
 from hidetc.compute.narrow_types import NARROW_DTYPES
 from hidetc.tir.ir import FLOATS, Const

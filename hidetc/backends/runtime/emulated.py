@@ -14,10 +14,10 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from hidetc.runtime.cuda.manifest import parse_section
-from hidetc.runtime.emulator.emulator import EmulatedModule, build_emulated
-from hidetc.runtime.executor import check_inputs, collect_outputs
-from hidetc.runtime.weights import WeightEntry, read_weights
+from hidetc.backends.runtime.cuda.manifest import parse_section
+from hidetc.backends.runtime.emulator.emulator import EmulatedModule, build_emulated
+from hidetc.backends.runtime.executor import check_inputs, collect_outputs
+from hidetc.backends.runtime.weights import WeightEntry, read_weights
 
 
 class EmulatedCudaExecutor:

@@ -20,7 +20,7 @@ Guarantees: `compile_cubins` runs nvcc in parallel, bounded by the CPU cores and
 free memory (`MemAvailable`, about 1 GiB per nvcc/ptxas job). Every product is cached by
 sha256(kind, source, flags, architecture, nvcc identity, contents of the include dirs)
 under `<cache>/cuda/<k[:2]>/<k>.cubin|.ptx` (plus `<k>.log`, the compiler output),
-written atomically (see `hidetc.toolchain.cache`), then copied into the output
+written atomically (see `hidetc.backends.toolchain.cache`), then copied into the output
 directory. A failure is one-line ToolchainError: the first error, the exact command to
 reproduce it and the log path (the source is kept beside the log). A missing nvcc is a
 ToolchainError saying how to get one.
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
+from hidetc.backends.toolchain.cache import BuildCache, atomic_write, cache_key, temp_path_beside
 from hidetc.errors import ConfigError, ToolchainError
-from hidetc.toolchain.cache import BuildCache, atomic_write, cache_key, temp_path_beside
 
 DEFAULT_NVCC_FLAGS: tuple[str, ...] = ("-O3", "-std=c++17", "-lineinfo", "--fmad=true",
                                        "-Xptxas=-v")

@@ -1,6 +1,6 @@
 """The CUDA emulator: generated CUDA C compiled by g++ and run on the CPU with
 cooperative fibers per thread block (see emulator.py and hidetc_emu.cpp)."""
-from hidetc.runtime.emulator.emulator import (
+from hidetc.backends.runtime.emulator.emulator import (
     EmulatedModule,
     EmulatorError,
     build_emulated,

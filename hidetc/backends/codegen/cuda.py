@@ -12,14 +12,15 @@ unless the kernel stores to it or an intrinsic writes through it; a scalar is pa
 by value. The emulator entry is `extern "C" void NAME_emu_entry(void **args)`: args[i]
 is the i-th parameter's pointer, or a pointer to the scalar's value.
 
-What the printer adds to the C printer (`hidetc.codegen.c.CPrinter`, subclassed):
+What the printer adds to the C printer (`hidetc.backends.codegen.c.CPrinter`, subclassed):
 - built-ins: `Call("threadIdx.x")` etc. print as `(int32_t)threadIdx.x` (CUDA's are
-  unsigned); `__syncthreads` and the names in PASSTHROUGH and every `hidetc_*` header
-  helper print as calls; a void Call statement prints as `f(...);`.
-- warp intrinsics (WARP_INTRINSICS): the IR gives the CUDA operands WITHOUT the mask
+  unsigned); the registered CUDA intrinsics (`hidetc.tir.intrinsics`, printer "cuda")
+  print as calls (an unregistered `__`/`hidetc_`/`atomic` name is a ValueError); a void
+  Call statement prints as `f(...);`.
+- warp intrinsics (records with `warp_operands`): the IR gives the operands WITHOUT the mask
   and the printer passes the full mask `0xffffffffu`; with exactly one more operand,
   the first is the mask (and a shuffle's optional width needs an explicit mask).
-- pointer operands (CUDA_ADDRESS_ARGS): intrinsics that take addresses (atomics, vector
+- pointer operands (records' `address_args`): intrinsics that take addresses (atomics, vector
   copies, cp.async, ldmatrix, mma) get `&buf[i]` for the Load written at that position;
   `Call("address_of", (buf[i],))` is `&buf[i]` anywhere.
 - buffers: shared Allocs print as `__shared__ __align__(16) T name[N];` (constant N,
@@ -45,7 +46,7 @@ from typing import Sequence
 
 import numpy as np
 
-from hidetc.codegen.c import (
+from hidetc.backends.codegen.c import (
     C_TYPES,
     MATH_FUNCTIONS,
     PREC_ATOM,
@@ -54,8 +55,8 @@ from hidetc.codegen.c import (
     c_name,
     const_text,
 )
+from hidetc.tir import intrinsics
 from hidetc.tir.functor import Rewriter, collect
-from hidetc.tir.intrinsics import CUDA_ADDRESS_ARGS, WARP_INTRINSICS
 from hidetc.tir.ir import (
     CMP_OPS,
     CUDA_INDEX,
@@ -85,8 +86,6 @@ SHARED_MEMORY_LIMIT = 48 * 1024  # bytes of static shared memory per kernel
 CUDA_TYPES = {**C_TYPES, "float16": "half"}
 F16 = "float16"
 
-PASSTHROUGH = frozenset({"__syncthreads", "__threadfence", "__threadfence_block",
-                         "__activemask", "__trap", "__popc", "__clz", "__ffs"})
 F16_MATH = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt",
                       "erf", "tanh", "sinh", "cosh", "asinh", "acosh", "atanh", "floor",
                       "ceil", "trunc", "sin", "cos", "tan", "asin", "acos", "atan", "abs",
@@ -116,14 +115,14 @@ def _to(e: Expr, dtype: str) -> Expr:
 
 
 class _WrittenThrough(Rewriter):
-    """Buffers an intrinsic writes through an address: operand 0 of every CUDA_ADDRESS_ARGS
-    intrinsic is its destination (`address_of` counts as written: its use is unknown)."""
+    """Buffers an intrinsic writes through an address: operand 0 of every intrinsic with
+    address operands is its destination (`address_of` counts as written: its use is unknown)."""
 
     def __init__(self) -> None:
         self.buffers: set[Buffer] = set()
 
     def visit_Call(self, e: Call) -> Expr:
-        if e.func in CUDA_ADDRESS_ARGS and e.args and isinstance(e.args[0], Load):
+        if intrinsics.address_args(e.func) and e.args and isinstance(e.args[0], Load):
             self.buffers.add(e.args[0].buffer)
         return super().visit_Call(e)
 
@@ -197,16 +196,19 @@ class CudaPrinter(CPrinter):
             return f"({self.ctype(e.dtype)}){e.func}", PREC_UNARY
         if e.func == "bitcast":
             return self._bitcast(e), PREC_ATOM
-        if e.func in WARP_INTRINSICS:
-            return self._warp_call(e), PREC_ATOM
-        if e.func in CUDA_ADDRESS_ARGS:
-            return self._address_call(e), PREC_ATOM
-        if e.func in PASSTHROUGH or e.func.startswith("hidetc_"):
-            return f"{e.func}({', '.join(self.expr(a) for a in e.args)})", PREC_ATOM
-        return self._math_call(e)
+        record = intrinsics.lookup(e.func, "cuda")
+        if record is None:
+            if intrinsics.looks_intrinsic(e.func):
+                intrinsics.require(e.func, "cuda")    # raises: unregistered
+            return self._math_call(e)
+        if record.warp_operands is not None:
+            return self._warp_call(e, record.warp_operands), PREC_ATOM
+        if record.address_args:
+            return self._address_call(e, record.address_args), PREC_ATOM
+        return f"{e.func}({', '.join(self.expr(a) for a in e.args)})", PREC_ATOM
 
-    def _warp_call(self, e: Call) -> str:
-        required, optional = WARP_INTRINSICS[e.func]
+    def _warp_call(self, e: Call, operands: tuple[int, int]) -> str:
+        required, optional = operands
         args = [self.expr(a) for a in e.args]
         if len(args) == required:
             args.insert(0, FULL_MASK)
@@ -215,8 +217,7 @@ class CudaPrinter(CPrinter):
                              f"{required}..{required + optional} operands, got {len(args)}")
         return f"{e.func}({', '.join(args)})"
 
-    def _address_call(self, e: Call) -> str:
-        positions = CUDA_ADDRESS_ARGS[e.func]
+    def _address_call(self, e: Call, positions: tuple[int, ...]) -> str:
         args = []
         for i, a in enumerate(e.args):
             if i not in positions:

@@ -3,7 +3,7 @@
 The flags (`flags_for(isa)`: the kernels' ISA, the target's; `host_flags()` for code
 built to run on this host, the default), and why:
 - `-O3 -mavx2 -mfma` (+ `-mavx512f` for kernels built for AVX-512,
-  `hidetc.toolchain.cpu_isa`): a fixed ISA baseline rather than -march=native, so an
+  `hidetc.cpu_isa`): a fixed ISA baseline rather than -march=native, so an
   artifact built on one machine runs on any machine with that ISA and the cache key
   does not depend on the build host's exact CPU;
 - `-ffp-contract=off`: no implicit a*b+c -> fma contraction, so float results are the
@@ -16,7 +16,7 @@ No -ffast-math: NaN/inf semantics and reassociation must match the reference.
 
 `compile_objects` compiles every source to an object in parallel (a thread pool of
 min(cpu_count, len(sources)) running gcc processes), each cached by
-sha256(source, flags, compiler identity) -- see `hidetc.toolchain.cache`. A failure raises
+sha256(source, flags, compiler identity) -- see `hidetc.backends.toolchain.cache`. A failure raises
 ToolchainError with one line: the first error, the exact command to reproduce it, and
 the log path (the source is kept beside the log). A missing gcc raises ToolchainError
 naming how to install it.
@@ -32,10 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
+from hidetc.backends.toolchain.cache import BuildCache, atomic_write, cache_key, temp_path_beside
+from hidetc.cpu_isa import ISAS
+from hidetc.cpu_isa import current as current_isa
 from hidetc.errors import ToolchainError
-from hidetc.toolchain.cache import BuildCache, atomic_write, cache_key, temp_path_beside
-from hidetc.toolchain.cpu_isa import ISAS
-from hidetc.toolchain.cpu_isa import current as current_isa
 
 BASE_FLAGS: tuple[str, ...] = ("-std=c99", "-O3", "-fopenmp", "-fPIC", "-ffp-contract=off",
                                "-fno-math-errno")
