@@ -106,7 +106,8 @@ def test_the_typed_cuda_constructors_name_registered_intrinsics():
     regs = kb.alloc("r", "uint32", (4,), scope="local")
     acc = kb.alloc("c", "float32", (4,), scope="local")
     floats = kb.buffer("f", "float32", (64,))
-    made = [tc.load_f4(acc[0], floats[4]), tc.copy(smem[0], gmem[0], 16), tc.cp_async(smem[0], gmem[0], 16, True),
+    made = [tc.load_f4(acc[0], floats[4]), tc.copy(smem[0], gmem[0], 16),
+            tc.cp_async(smem[0], gmem[0], 16, True),
             tc.cp_async_commit(), tc.cp_async_wait(1), tc.cp_async_wait_all(),
             tc.ldmatrix(regs[0], smem[0], 4), tc.ldmatrix(regs[0], smem[0], 2, trans=True),
             tc.mma_m16n8k16(acc[0], regs[0], regs[2]), tc.syncthreads(),
