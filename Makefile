@@ -35,7 +35,6 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hidetc tests models bench
-	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q -p no:cacheprovider tests/architecture
 
 # The ONNX node tests through hidetc's compiled CPU path (hidetc/tools/conformance): prints the

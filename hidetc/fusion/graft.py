@@ -235,9 +235,9 @@ class _Graft(Rewriter):
                                                                    width))))
                      for k in range(width)]
             return Call(func, tuple(lanes), e.dtype)
-        for i in intrinsics.address_args(e.func):   # the other operands are values
-            arg = e.args[i]
-            if isinstance(arg, Load) and (arg.buffer in self.prologue or
+        addresses = intrinsics.address_args(e.func)   # the other operands are values
+        for i, arg in enumerate(e.args):
+            if i in addresses and isinstance(arg, Load) and (arg.buffer in self.prologue or
                                           arg.buffer is self.out_buffer):
                 raise GraftError(f"{e.func} takes the address of a fused buffer")
         return super().visit_Call(e)

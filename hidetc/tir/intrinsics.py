@@ -15,8 +15,9 @@ Decides:
   stores, prefetches, warp collectives, barriers, fences, atomics, copies, cp.async,
   ldmatrix, mma): the
   simplifier never duplicates, drops or merges them. An unregistered name that looks
-  like an intrinsic (`__`, `_mm`, `atomic`, `hidetc_` prefixes) counts as impure too,
-  and the printers refuse it, so a new intrinsic is registered before it is used.
+  like an intrinsic (`__`, `_mm`, `atomic`, `hidetc_` prefixes, but not the narrow
+  types' `hidetc_decode_`/`hidetc_encode_` conversions) counts as impure too, and the
+  printers refuse it, so a new intrinsic is registered before it is used.
 - `copy_bytes`: a vector copy `(dst, src[, pred])` of that many bytes; grafting expands
   it into element loads and stores when it rewrites either side. `asynchronous`: a
   cp.async (completes at a wait; `pred` false zero-fills dst).
@@ -94,6 +95,9 @@ assert len(REGISTRY) == len(_RECORDS), "an intrinsic registered twice"
 
 # names that can only be intrinsics: unregistered, they are impure and refused
 _INTRINSIC_PREFIXES = ("__", "_mm", "atomic", "hidetc_")
+# ... except the narrow types' byte conversions (`compute.narrow_types.C_FUNCTIONS`: pure
+# functions of their operands, which the C printer prints as they are)
+_PURE_HELPER_PREFIXES = ("hidetc_decode_", "hidetc_encode_")
 
 
 def lookup(name: str, printer: Optional[str] = None) -> Optional[Intrinsic]:
@@ -106,7 +110,7 @@ def lookup(name: str, printer: Optional[str] = None) -> Optional[Intrinsic]:
 
 
 def looks_intrinsic(name: str) -> bool:
-    return name.startswith(_INTRINSIC_PREFIXES)
+    return name.startswith(_INTRINSIC_PREFIXES) and not name.startswith(_PURE_HELPER_PREFIXES)
 
 
 def impure(name: str) -> bool:

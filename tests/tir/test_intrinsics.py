@@ -11,6 +11,7 @@ import pytest
 from hidetc.backends.codegen.c import print_c_module
 from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.backends.runtime.emulator.emulator import EMULATOR_DIR
+from hidetc.compute.narrow_types import C_FUNCTIONS as NARROW_FUNCTIONS
 from hidetc.tir import cuda as tc
 from hidetc.tir import intrinsics
 from hidetc.tir.builder import KernelBuilder
@@ -123,6 +124,7 @@ def test_unregistered_intrinsics_are_impure_and_math_is_pure():
     assert intrinsics.impure("hidetc_not_registered") and intrinsics.impure("__nope")
     assert not intrinsics.impure("exp") and not intrinsics.impure("_mm256_fmadd_ps")
     assert not intrinsics.impure("__popc")
+    assert not any(intrinsics.impure(name) for name in NARROW_FUNCTIONS)
 
 
 def _kernel(target: str, call: Call):

@@ -257,7 +257,8 @@ class CPrinter:
             return self._bitcast(e), _ATOM
         record = intrinsics.lookup(e.func, "c")
         if record is not None:
-            return self._x86_call(e, record.address_args), _ATOM
+            self.uses_x86 = True
+            return self._intrinsic_call(e, record.address_args), _ATOM
         if e.func in NARROW_FUNCTIONS:
             return f"{e.func}({', '.join(self.expr(a) for a in e.args)})", _ATOM
         if intrinsics.looks_intrinsic(e.func):
@@ -292,8 +293,9 @@ class CPrinter:
             return f"hidetc_f2bf({text})", _ATOM
         return text, _ATOM
 
-    def _x86_call(self, e: Call, positions: tuple[int, ...]) -> str:
-        self.uses_x86 = True
+    def _intrinsic_call(self, e: Call, positions: tuple[int, ...]) -> str:
+        """`func(args)` of a registered intrinsic, the operands at `positions` (its
+        record's `address_args`) printed as `&buf[i]` of the Load written there."""
         args = []
         for i, a in enumerate(e.args):
             if i not in positions:

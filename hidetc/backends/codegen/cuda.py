@@ -203,9 +203,10 @@ class CudaPrinter(CPrinter):
             return self._math_call(e)
         if record.warp_operands is not None:
             return self._warp_call(e, record.warp_operands), PREC_ATOM
-        if record.address_args:
-            return self._address_call(e, record.address_args), PREC_ATOM
-        return f"{e.func}({', '.join(self.expr(a) for a in e.args)})", PREC_ATOM
+        text = self._intrinsic_call(e, record.address_args)
+        if e.func == "address_of":                    # `&buf[i]` itself, no call
+            return text[len("address_of"):], PREC_ATOM
+        return text, PREC_ATOM
 
     def _warp_call(self, e: Call, operands: tuple[int, int]) -> str:
         required, optional = operands
@@ -215,21 +216,6 @@ class CudaPrinter(CPrinter):
         elif not required + 1 <= len(args) <= required + 1 + optional:
             raise ValueError(f"{e.func} takes {required} operands (full mask) or a mask and "
                              f"{required}..{required + optional} operands, got {len(args)}")
-        return f"{e.func}({', '.join(args)})"
-
-    def _address_call(self, e: Call, positions: tuple[int, ...]) -> str:
-        args = []
-        for i, a in enumerate(e.args):
-            if i not in positions:
-                args.append(self.expr(a))
-            elif isinstance(a, Load):
-                args.append(f"&{self.expr(a)}")
-            else:
-                raise ValueError(f"{self.fn.name}: operand {i} of {e.func} is passed by "
-                                 f"address and must be a buffer element (a Load), got "
-                                 f"{type(a).__name__}")
-        if e.func == "address_of":
-            return f"({args[0]})"
         return f"{e.func}({', '.join(args)})"
 
     def _math_call(self, e: Call) -> tuple[str, int]:
