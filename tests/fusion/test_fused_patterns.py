@@ -106,9 +106,9 @@ def test_f16_nhwc_block_cuda_emulated(tmp_path):
 
 def _winograd_default(monkeypatch, m: int) -> None:
     """Make the Winograd conv (F(m, .)) the cpu conv template's default where it applies."""
+    from hidetc.schedules.common.conv_geometry import conv_geometry
     from hidetc.schedules.cpu import conv as cpu_conv
     from hidetc.schedules.cpu import winograd
-    from hidetc.schedules.cpu.conv_geometry import conv_geometry
     base = cpu_conv.ConvTemplate.default
 
     def default(self, task, target):

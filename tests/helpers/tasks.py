@@ -7,7 +7,7 @@ import numpy as np
 from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
-from hidetc.schedules.cpu.conv_geometry import conv_geometry
+from hidetc.schedules.common.conv_geometry import conv_geometry
 
 
 def matmul_task(a_shape, b_shape) -> Task:

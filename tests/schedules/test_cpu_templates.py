@@ -21,11 +21,11 @@ from helpers.tasks import conv_task, matmul_task, nhwc_task, task_reference
 from hidetc.backends.codegen.c import print_c_module
 from hidetc.backends.toolchain.gcc import build_shared_library, find_compiler, host_flags
 from hidetc.compute.task import Task
+from hidetc.schedules.common.conv_geometry import conv_geometry
 from hidetc.schedules.cpu import TEMPLATES, avx2, build_kernel, conv_direct, winograd
 from hidetc.schedules.cpu import conv as cpu_conv
 from hidetc.schedules.cpu import matmul as cpu_matmul
 from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig
-from hidetc.schedules.cpu.conv_geometry import conv_geometry
 from hidetc.schedules.cpu.depthwise import DepthwiseConfig
 from hidetc.schedules.cpu.depthwise_nhwc import DepthwiseNHWCConfig
 from hidetc.schedules.cpu.microkernel import GemmConfig

@@ -8,7 +8,7 @@ the graph passes before this.
 `TEMPLATES` maps the ops that have a schedule template (space / default / build, see
 `hidetc.schedules.template`) to it, for the tuner; `build_kernel` builds their default
 config for the target; the other ops have a `RULES` entry. A task with an empty output
-gets an empty kernel (`empty.build_empty`).
+gets an empty kernel (`hidetc.schedules.common.empty.build_empty`).
 
 float16/bfloat16: the C printer computes each operation in float and rounds it to the
 half type (numpy's semantics), so the rules work on them as on float32. The templated
@@ -26,12 +26,13 @@ from hidetc.compute.injective import COMPUTE
 from hidetc.compute.narrow_types import NARROW_DTYPES
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
+from hidetc.schedules.common import empty, norm
+from hidetc.schedules.common.reducers import REDUCERS
+from hidetc.schedules.common.scan_lines import ARG_OPS
 from hidetc.schedules.cpu import (
     conv,
-    empty,
     injective,
     matmul,
-    norm,
     pool,
     reduce,
     scan,
@@ -52,7 +53,7 @@ TEMPLATES: dict[str, Template] = {
 
 RULES: dict[str, Builder] = {
     **{op: injective.build for op in COMPUTE},
-    **{op: reduce.build_reduce for op in reduce.REDUCERS},
+    **{op: reduce.build_reduce for op in REDUCERS},
     "Softmax": reduce.build_softmax,
     "LogSoftmax": reduce.build_softmax,
     "LayerNormalization": reduce.build_layernorm,
@@ -62,7 +63,7 @@ RULES: dict[str, Builder] = {
     "AveragePoolNHWC": pool.build_pool_nhwc,
     "GlobalAveragePool": pool.build_global_pool,
     "GlobalMaxPool": pool.build_global_pool,
-    **{op: scan.build_arg for op in scan.ARG_OPS},
+    **{op: scan.build_arg for op in ARG_OPS},
     "CumSum": scan.build_cumsum,
     "CumProd": scan.build_cumsum,
     "TopK": topk.build_topk,

@@ -44,9 +44,9 @@ from typing import Sequence, Union
 import numpy as np
 
 from hidetc.compute.task import Task
+from hidetc.schedules.common.conv_geometry import ConvGeometry, conv_geometry, valid_range
 from hidetc.schedules.cpu import conv_direct, depthwise_nhwc, winograd
 from hidetc.schedules.cpu.conv_direct import DIRECT_SPACE, DirectConfig, build_direct
-from hidetc.schedules.cpu.conv_geometry import ConvGeometry, conv_geometry, valid_range
 from hidetc.schedules.cpu.depthwise import DEPTHWISE_SPACE, DepthwiseConfig, build_depthwise
 from hidetc.schedules.cpu.depthwise_nhwc import (
     DEPTHWISE_NHWC_SPACE,

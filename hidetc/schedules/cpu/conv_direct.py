@@ -53,8 +53,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from hidetc.schedules.common.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu import avx2, conv_direct_last
-from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.direct_task import DirectTask
 from hidetc.schedules.cpu.microkernel import MICRO_SHAPES, GemmConfig, ceil_div, tile_extent
 from hidetc.schedules.cpu.task_shape import Blocking, blocking

@@ -16,8 +16,8 @@ horizontal dilation a kernel row's KW taps are one run of KW*C contiguous values
 """
 from __future__ import annotations
 
+from hidetc.schedules.common.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu import avx2
-from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.direct_task import DirectTask
 from hidetc.schedules.cpu.microkernel import ceil_div
 from hidetc.tir.builder import KernelBuilder

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hidetc.schedules.cpu.conv_geometry import ConvGeometry, valid_range
+from hidetc.schedules.common.conv_geometry import ConvGeometry, valid_range
 from hidetc.schedules.cpu.microkernel import tile_extent
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (

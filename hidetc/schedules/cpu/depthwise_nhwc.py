@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hidetc.schedules.cpu.conv_geometry import ConvGeometry
+from hidetc.schedules.common.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.microkernel import tile_extent
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, Function, logical_and

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from hidetc.schedules.cpu.conv_geometry import ConvGeometry
+from hidetc.schedules.common.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.microkernel import ceil_div, may_have_narrow_tail, tile_extent
 from hidetc.schedules.cpu.task_shape import Blocking
 from hidetc.tir.builder import KernelBuilder

@@ -13,7 +13,7 @@ output row is cut into left border, interior, right border.
 from __future__ import annotations
 
 from hidetc.compute.task import Task
-from hidetc.schedules.cpu.conv_geometry import window_interior
+from hidetc.schedules.common.conv_geometry import window_interior
 from hidetc.schedules.window import (
     PoolGeometry,
     emit_pool_output,

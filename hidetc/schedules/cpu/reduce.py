@@ -5,16 +5,23 @@ Rows of independent work run in parallel; each row reduces in float32 (f32 input
 Softmax and LayerNormalization rows in LANES interleaved partial results so the loops
 vectorize (`lane_reduce`). Softmax subtracts the row maximum; LayerNormalization uses
 two passes (mean, then the mean of squared deviations) rather than E[x^2] - E[x]^2.
+The Reduce* tables (identity, combine, finalize, accumulation dtypes) are
+target-neutral, in `hidetc.schedules.common.reducers`, shared with the CUDA template.
 """
 from __future__ import annotations
 
 import math
 from typing import Callable
 
-import numpy as np
-
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
+from hidetc.schedules.common.reducers import (
+    HALF_ACC,
+    INF,
+    REDUCERS,
+    identity_const,
+    reduced_axes,
+)
 from hidetc.schedules.cpu import avx2
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
@@ -29,47 +36,9 @@ from hidetc.tir.ir import (
     cast,
     logical_and,
     maximum,
-    minimum,
     select,
 )
 from hidetc.tir.mapping import repeat, spatial
-
-INF = float("inf")
-# float16/bfloat16 sums accumulate in float32 and round once, as numpy's do
-HALF_ACC = {"float16": "float32", "bfloat16": "float32"}
-# op -> (initial value, combine, finalize(acc, count))
-REDUCERS = {
-    "ReduceSum": (0.0, lambda a, x: a + x, lambda a, n: a),
-    "ReduceMean": (0.0, lambda a, x: a + x, lambda a, n: a / as_expr(float(n), a)),
-    "ReduceMax": (-INF, maximum, lambda a, n: a),
-    "ReduceMin": (INF, minimum, lambda a, n: a),
-    "ReduceProd": (1.0, lambda a, x: a * x, lambda a, n: a),
-    "ReduceSumSquare": (0.0, lambda a, x: a + x * x, lambda a, n: a),
-    "ReduceL1": (0.0, lambda a, x: a + call("abs", x), lambda a, n: a),
-    "ReduceL2": (0.0, lambda a, x: a + x * x, lambda a, n: call("sqrt", a)),
-    "ReduceLogSumExp": (0.0, lambda a, x: a + call("exp", x), lambda a, n: call("log", a)),
-    "ReduceLogSum": (0.0, lambda a, x: a + x, lambda a, n: call("log", a)),
-}
-
-
-def identity_const(value: float, dtype: str) -> Const:
-    """A reduction's identity in `dtype`: +-inf become the integer limits for ints."""
-    if dtype in FLOATS:
-        return Const(float(value), dtype)
-    if dtype == "bool":
-        return Const(value > 0, dtype)   # max from False, min from True, sum 0, prod 1
-    info = np.iinfo(dtype)
-    return Const(int(min(max(value, info.min), info.max)), dtype)
-
-
-def _reduced_axes(task: Task) -> list[int]:
-    rank = len(task.inputs[0].shape)
-    axes = task.param(1)
-    if axes is None or len(axes) == 0:
-        if task.attr("noop_with_empty_axes", 0):
-            return []
-        return list(range(rank))
-    return sorted(a % rank for a in axes)
 
 
 def build_reduce(task: Task, name: str) -> Function:
@@ -78,7 +47,7 @@ def build_reduce(task: Task, name: str) -> Function:
     init, combine, finalize = REDUCERS[task.op]
     x_type, out_type = task.inputs[0], task.outputs[0]
     shape = x_type.shape
-    axes = _reduced_axes(task)
+    axes = reduced_axes(task)
     kept = [1 if d in axes else n for d, n in enumerate(shape)]
     reduced = [shape[d] for d in axes] or [1]
     kb = KernelBuilder(name, "cpu")
@@ -113,7 +82,7 @@ def _build_logsumexp(task: Task, name: str) -> Function:
     reference does), so large inputs do not overflow."""
     x_type, out_type = task.inputs[0], task.outputs[0]
     shape, dt = x_type.shape, out_type.dtype
-    axes = _reduced_axes(task)
+    axes = reduced_axes(task)
     kept = [1 if d in axes else n for d, n in enumerate(shape)]
     reduced = [shape[d] for d in axes] or [1]
     kb = KernelBuilder(name, "cpu")

@@ -68,8 +68,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from hidetc.schedules.common.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu import avx2, conv_direct_last
-from hidetc.schedules.cpu.conv_geometry import ConvGeometry
 from hidetc.schedules.cpu.microkernel import (
     MICRO_SHAPES,
     GemmConfig,

@@ -16,9 +16,9 @@ from typing import Any, Callable
 from hidetc.compute.injective import COMPUTE
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
-from hidetc.schedules.cpu.conv_geometry import conv_geometry
-from hidetc.schedules.cpu.empty import build_empty, is_empty
-from hidetc.schedules.cpu.scan import ARG_OPS
+from hidetc.schedules.common.conv_geometry import conv_geometry
+from hidetc.schedules.common.empty import build_empty, is_empty
+from hidetc.schedules.common.scan_lines import ARG_OPS
 from hidetc.schedules.cuda import (
     conv_gemm,
     conv_tc,

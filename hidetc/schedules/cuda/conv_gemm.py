@@ -42,7 +42,7 @@ from typing import Optional, Sequence
 
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
-from hidetc.schedules.cpu.conv_geometry import conv_geometry
+from hidetc.schedules.common.conv_geometry import conv_geometry
 from hidetc.schedules.cuda import conv
 from hidetc.schedules.cuda.gemm_simt import (
     F32,

@@ -1,5 +1,5 @@
 """CUDA reductions, the rules-facing API: Reduce* over any axes (the ops of
-`hidetc.schedules.cpu.reduce.REDUCERS`), Softmax/LogSoftmax along one axis,
+`hidetc.schedules.common.reducers.REDUCERS`), Softmax/LogSoftmax along one axis,
 LayerNormalization over the trailing axes, GlobalAveragePool/GlobalMaxPool.
 
 One schedule template serves them all (`TEMPLATE`, in `reduce_template`: threads per

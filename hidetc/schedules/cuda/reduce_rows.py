@@ -23,7 +23,7 @@ from typing import Sequence
 from hidetc.compute.injective import unravel
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
-from hidetc.schedules.cpu.reduce import REDUCERS, _reduced_axes
+from hidetc.schedules.common.reducers import REDUCERS, reduced_axes
 from hidetc.tir.ir import Expr
 
 GLOBAL_POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
@@ -86,7 +86,7 @@ def view_of(task: Task) -> RowView:
     shape = task.inputs[0].shape
     rank = len(shape)
     if task.op in REDUCERS:
-        return row_view(shape, _reduced_axes(task))
+        return row_view(shape, reduced_axes(task))
     if task.op in GLOBAL_POOLS:
         return row_view(shape, range(2, rank))
     if task.op in ("Softmax", "LogSoftmax"):

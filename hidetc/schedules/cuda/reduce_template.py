@@ -67,7 +67,7 @@ import numpy as np
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
-from hidetc.schedules.cpu.reduce import INF, REDUCERS
+from hidetc.schedules.common.reducers import INF, REDUCERS
 from hidetc.schedules.cuda.common import WARP, ceil_div, group_allreduce
 from hidetc.schedules.cuda.reduce_rows import (
     GLOBAL_POOLS,

@@ -2,7 +2,7 @@
 
 Schedule: one thread per line (256-thread blocks over the global thread index, the tail
 guarded), each line one serial loop: the line bodies are the CPU rules' own
-(`hidetc.schedules.cpu.scan`), so both targets share semantics: first/last extreme
+(`hidetc.schedules.common.scan_lines`), so both targets share semantics: first/last extreme
 with NaN winning, Hardmax's one-hot of the first maximum, CumSum's run-time axis,
 exclusive/reverse, float64 accumulation for floats. float16 elements are compared and
 summed after conversion to float32/float64 (exact), results rounded once at the store.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from hidetc.compute.task import Task
-from hidetc.schedules.cpu.scan import (
+from hidetc.schedules.common.scan_lines import (
     arg_geometry,
     cumsum_axis,
     cumsum_dtype,

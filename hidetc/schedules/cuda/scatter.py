@@ -3,7 +3,7 @@
 Schedule: a single block of 256 threads. The threads copy `out = data` (block-strided),
 `__syncthreads()`, then each thread takes the scatter owners t, t + 256, ... and
 applies each owner's updates serially in the order of the indices tensor (the owners
-and their updates are the CPU rule's, `hidetc.schedules.cpu.scatter.ScatterPlan`: no
+and their updates are the CPU rule's, `hidetc.schedules.common.scatter_plan.ScatterPlan`: no
 two owners touch one output element, so the result is the reference's sequential one,
 duplicates included, without atomics). One block keeps the copy -> scatter order with a
 block barrier; it is a correct, simple schedule (these ops are rare and small in
@@ -13,7 +13,7 @@ rounded once per update.
 from __future__ import annotations
 
 from hidetc.compute.task import Task
-from hidetc.schedules.cpu.scatter import declare_buffers, scatter_plan
+from hidetc.schedules.common.scatter_plan import declare_buffers, scatter_plan
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.cuda.injective import widen
 from hidetc.tir.builder import KernelBuilder

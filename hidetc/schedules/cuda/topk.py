@@ -1,13 +1,13 @@
 """CUDA rule for TopK: one thread per line (256-thread blocks over the global thread
 index, the tail guarded), each line the CPU rule's serial insertion pass
-(`hidetc.schedules.cpu.topk.emit_topk_line`), so both targets keep the same order
+(`hidetc.schedules.common.topk_line.emit_topk_line`), so both targets keep the same order
 (value, then lower index; NaN above every number). float16 elements are compared after
 conversion to float32 (exact) and stored back unchanged.
 """
 from __future__ import annotations
 
 from hidetc.compute.task import Task
-from hidetc.schedules.cpu.topk import emit_topk_line, topk_geometry
+from hidetc.schedules.common.topk_line import emit_topk_line, topk_geometry
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.cuda.injective import widen
 from hidetc.tir.builder import KernelBuilder

@@ -1,6 +1,6 @@
 """Rules for GroupNormalization, InstanceNormalization and MeanVarianceNormalization,
-for both targets (`build_norm(task, name, target)`; the CUDA rules in
-`hidetc.schedules.cuda.norm` call it with "cuda").
+for both targets (`build_norm(task, name, target)`: the CPU rules take it as it is,
+the CUDA rules in `hidetc.schedules.cuda.norm` call it with "cuda").
 
 Schedule: one row per worker -- cpu: rows in parallel (OpenMP); cuda: one thread per
 row (256-thread blocks, tail guarded) -- each row three serial passes: a shifted mean,

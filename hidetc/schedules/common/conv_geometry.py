@@ -1,8 +1,9 @@
 """Geometry of a 2-D convolution task (Conv: NCHW, OIHW weights; ConvNHWC: NHWC, OHWI
 weights, `channels_last`): sizes, groups, strides, dilations and the begin pads
-(auto_pad resolved), plus the valid-range helpers (`valid_range`, `window_interior`)
-the CPU conv and pooling schedules use to keep every load inside the image without
-predicates.
+(auto_pad resolved), for both targets (the CPU conv templates, the CUDA implicit-GEMM
+conv and `build_kernel`'s depthwise routing), plus the valid-range helpers
+(`valid_range`, `window_interior`) the CPU conv and pooling schedules use to keep every
+load inside the image without predicates.
 """
 from __future__ import annotations
 
