@@ -39,7 +39,7 @@ class Isa:
 
 
 # MR x NR tiles: MR * NR/lanes accumulators + NR/lanes B vectors + 1 broadcast fit the
-# register file. AVX2 (measured on a 2-core Zen 3): see microkernel.MICRO_SHAPES' notes.
+# register file. AVX2: see microkernel.MICRO_SHAPES' notes.
 # AVX-512: 16 to 28 accumulators (two FMA units x 4 cycles latency want >= 8 chains).
 AVX2 = Isa("avx2", 8, ("-mavx2", "-mfma"), "avx2",
            ((4, 16), (5, 16), (4, 24), (3, 32), (8, 8), (6, 16)))

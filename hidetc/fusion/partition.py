@@ -173,8 +173,8 @@ def _epilogues(anchor: Node, uses: _Uses, taken: set[str], limit: int = 32) -> l
 
 # target -> anchor op -> producer ops never grafted into its loads. On the cpu the
 # channels-last direct conv reads its input along contiguous channels; through a
-# Transpose from NCHW every load becomes a gather with index arithmetic (MobileNet-V2's
-# stem: 0.44 ms fused, 0.07 + 0.21 ms with the Transpose as its own kernel). (cuda's
+# Transpose from NCHW every load becomes a gather with index arithmetic, slower than the
+# Transpose as its own kernel (bench/results/2026-12-06-decision-notes.md). (cuda's
 # tensor-core ConvNHWC keeps it: unmeasured on a GPU.) A Concat into a convolution or a
 # MatMul would turn each of their many reads of an input element into a select over
 # the Concat's inputs (and the tensor-core tiles' 16-byte copies into element loads):

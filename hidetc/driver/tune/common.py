@@ -28,10 +28,9 @@ each keeps its faster pass, so a stall that held all of one candidate's runs doe
 decide its rank.
 
 The workers' numpy runs its BLAS on one thread (`BLAS_THREADS`): OpenBLAS's threads
-spin after each call (the reference, the result check), and on a 2-core machine they
-took the cores from the kernel's OpenMP threads -- 7 to 11 of 16 measurements of an
-Inception-V3 conv's candidates read ~8 ms for every call of 0.4 ms kernels; none with
-one BLAS thread.
+spin after each call (the reference, the result check) and take the cores from the
+kernel's OpenMP threads on a small machine (what that did to the measurements:
+bench/results/2026-12-06-decision-notes.md).
 
 Guarantees: no worker outlives `run_workers` (it is killed, and the worker asks the
 kernel to kill it when its parent dies).
@@ -308,9 +307,9 @@ def _second_pass(index: list[int], first: OnResult, times: dict[int, float],
     """The results of a two-pass measurement (the worker's job "passes": 2): positions
     0..n-1 are the first pass (reported by `first`), n..2n-1 the candidates again in
     reverse order, half the repeats, pruned against the best time so far; a candidate
-    keeps the faster of its two fastest runs. A stall of the machine (a 2-core VM was
-    seen to hold every call of four candidates in a row at 8 ms, kernels of 0.1 ms)
-    then costs a candidate one pass, not its rank. Candidates that failed are skipped
+    keeps the faster of its two fastest runs. A stall of the machine (seen:
+    bench/results/2026-12-06-decision-notes.md) then costs a candidate one pass, not
+    its rank. Candidates that failed are skipped
     by the worker ("skipped"); one that faults, hangs or computes a wrong result only
     in the second pass is dropped all the same."""
     n = len(index)

@@ -88,9 +88,10 @@ class DirectConfig:
 
 
 # The tuner's first direct configs on small maps (`ConvTemplate.short_list`): NR >= 24
-# only. 5 x 16 and 6 x 16 won more sweeps of kernels alone, but inside Inception-V3 their
-# 12 channel panels per task re-read the input block twice as often as 3 x 32's 6, and
-# they ran 0.15-0.3 ms slower per conv than the implicit GEMM where 3 x 32 ran faster.
+# only. 5 x 16 and 6 x 16 won more sweeps of kernels alone, but inside a model their 12
+# channel panels per task re-read the input block twice as often as 3 x 32's 6, and
+# they ran slower than the implicit GEMM where 3 x 32 ran faster
+# (bench/results/2026-12-06-decision-notes.md).
 # (Each of these tables is per ISA name, `CpuTarget.isa`.)
 SHORT_LIST = {"avx2": (DirectConfig(3, 32, 64, 192, 128), DirectConfig(4, 24, 64, 192, 256),
                        DirectConfig(3, 32, 64, 96, 128)),

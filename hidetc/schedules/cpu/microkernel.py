@@ -101,10 +101,10 @@ def gemm_space(isa: str) -> list[GemmConfig]:
 
 
 # The tuner's short list (`search.candidates`, space level 1) after the default: configs
-# that won on some ResNet-50 / Inception / BERT shape in a sweep of the whole packed space with
-# weights packed at compile time (2-core Zen 3; the worst configs were 2x slower, and
-# no one config won everywhere: 4x16 on 56x56 maps, 6x16 on 7x7, 3x32 for 1x1 convs).
-# AVX-512 (not swept yet): the register-filling tiles at the same cache blocks.
+# that won on some shape in a sweep of the whole packed space with weights packed at
+# compile time, where no one config won everywhere (the sweep:
+# bench/results/2026-12-06-decision-notes.md). AVX-512 (not swept yet): the
+# register-filling tiles at the same cache blocks.
 SHORT_LIST = {
     "avx2": (GemmConfig(6, 16, 64, 192, 256), GemmConfig(4, 24, 128, 96, 128),
              GemmConfig(6, 16, 128, 96, 128), GemmConfig(4, 16, 64, 192, 256),
@@ -118,8 +118,8 @@ SHORT_LIST = {
 
 def default_gemm(m: int, n: int, isa: str) -> GemmConfig:
     """The untuned choice for an M x N output: a 5 x 16 micro-kernel (10 accumulators:
-    more than 4 x 16's 8 to hide the FMA latency; 6 x 16 measured no faster on this
-    2-core Zen 3 in our kernels, and costs more when M is not a multiple of 6); NC up
+    more than 4 x 16's 8 to hide the FMA latency; 6 x 16 measured no faster in these
+    kernels, and costs more when M is not a multiple of 6); NC up
     to 384 so `blocking` may choose whole-N tiles. A is packed once per call only when
     each row panel feeds enough columns (N >= 256); for narrow N (the 7x7 layers,
     N = 49) it is read in place, since packing it would cost about as much as the FMAs
