@@ -30,19 +30,24 @@ import os
 import random
 import zlib
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import (
+    CUDA_INCLUDE_DIR,
+    dynamic_shared_bytes,
+    print_cuda_module,
+)
 from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
 from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
 from hidetc.graph.passes.choose_layout import CHANNEL_CHUNK
 from hidetc.schedules.cuda import conv_gemm, conv_tc, matmul_simt, matmul_tc
 from hidetc.target import cuda_target
+from hidetc.tir import scratch
 from hidetc.tir.ir import Buffer
 from hidetc.tir.pipeline import lower
 
@@ -219,9 +224,12 @@ class Kernel:
     config: dict
     grid: tuple
     block: tuple
-    params: list           # (dtype, size) per buffer parameter, in ABI order
+    params: list           # (dtype, size) per buffer parameter of the task, in ABI order
     cubin: Path | None = None
     error: str | None = None     # why it could not be built (then it is not run)
+    scratch: list = field(default_factory=list)   # (shape, dtype) per scratch buffer,
+    #                            passed zeroed after the task's (`hidetc.tir.scratch`)
+    shared: int = 0              # dynamic shared bytes a launch passes
 
     def ptxas(self) -> dict:
         return ptxas_resources(self.cubin).get(self.name, {}) if self.cubin else {}
@@ -233,14 +241,17 @@ def _lower(job: tuple) -> tuple[Kernel, str | None]:
     config = asdict(cfg) if is_dataclass(cfg) else {"config": repr(cfg)}
     try:
         fn = lower(case.template.build(case.task(), cfg, name, CUDA))
-        params = [(p.dtype, int(np.prod(p.shape))) for p in fn.params if isinstance(p, Buffer)]
-        if len(params) != len(fn.params):
+        own = scratch.task_params(fn)
+        params = [(p.dtype, int(np.prod(p.shape))) for p in own if isinstance(p, Buffer)]
+        if len(params) != len(own):
             raise ValueError("scalar kernel parameters are not supported here")
     except Exception as exc:
         return Kernel(index, name, config, (), (), [],
                       error=f"build: {type(exc).__name__}: {exc}"[:400]), None
     kernel = Kernel(index, name, config, tuple(fn.attr("grid")), tuple(fn.attr("block")),
-                    params)
+                    params, scratch=[(tuple(b.shape), b.dtype)
+                                     for b, _ in scratch.scratch_params(fn)],
+                    shared=dynamic_shared_bytes(fn))
     return kernel, print_cuda_module([fn])
 
 

@@ -124,12 +124,16 @@ class Gpu:
     def function(self, kernel: Kernel):
         if kernel.cubin not in self.modules:
             self.modules[kernel.cubin] = self.drv.module_from_file(str(kernel.cubin))
-        codes = "Q" if kernel.name == SPIN else "P" * len(kernel.params)
-        return self.modules[kernel.cubin].get_function(kernel.name).prepare(codes)
+        codes = "Q" if kernel.name == SPIN else "P" * (len(kernel.params) + len(kernel.scratch))
+        fn = self.modules[kernel.cubin].get_function(kernel.name)
+        if kernel.shared > 48 * 1024:
+            fn.set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                             kernel.shared)
+        return fn.prepare(codes)
 
     def launcher(self, kernel: Kernel, pointers: list[int]):
         fn, grid, block = self.function(kernel), kernel.grid, kernel.block
-        return lambda: fn.prepared_call(grid, block, *pointers)
+        return lambda: fn.prepared_call(grid, block, *pointers, shared_size=kernel.shared)
 
 
 def torch_clock(torch, gpu: Gpu) -> Clock:
@@ -172,7 +176,9 @@ class Bench:
         if kernel.error:
             return {"kernel": kernel.name, "config": kernel.config, "build_error": kernel.error}
         check_buffers(case, kernel)
-        launch = self.gpu.launcher(kernel, st["ptrs"])
+        extra = [drv.to_device(np.zeros(shape, dtype)) for shape, dtype in kernel.scratch]
+        st.setdefault("scratch", []).extend(extra)      # split-K's buffers, kept alive
+        launch = self.gpu.launcher(kernel, st["ptrs"] + [int(b) for b in extra])
         drv.memset_d8(st["ptrs"][-1], 0, st["out"].nbytes)
         launch()
         drv.memcpy_dtoh(st["out"], st["bufs"][-1])

@@ -16,7 +16,9 @@ process, so a sticky GPU fault costs this row only).
    replays (>= 100 on a GPU) timed with CUDA events after warm-up (median and min),
    run() wall time, whether the CUDA graph was used (and why not), and the per-launch
    profile (CUDA events around each launch of an un-captured pass), of which OUT.json
-   keeps the `top` most expensive launches with grid, block, template and config.
+   keeps the `top` most expensive launches with grid, block, template and config, and
+   for every launch its measured and the cost model's estimated microseconds
+   (`profile.calibration`: what the first GPU session fits the model's constants to).
    `--device emulator` (the dry run) runs the same on the emulator: the times are the
    CPU's emulation times, only the code paths are exercised. `--device none` compiles
    only and says so.
@@ -109,8 +111,15 @@ def measure(record: dict, save, device: str, out: Path, inputs: dict, reference:
         rows = profile_rows(manifest, executor.profile(inputs, repeat=20 if device == "gpu"
                                                        else 1))
         total = sum(r["ms"] for r in rows)
+        estimated = sum(r.get("estimate_us", 0.0) for r in rows) / 1e3
         record["profile"] = {"launches": len(rows), "total_ms": total,
-                             "top": sorted(rows, key=lambda r: -r["ms"])[:top]}
+                             "estimate_ms": estimated,
+                             "top": sorted(rows, key=lambda r: -r["ms"])[:top],
+                             # every launch, measured beside the cost model's estimate:
+                             # [op, template, blocks, waves, measured us, estimated us]
+                             "calibration": [[r["op"], r.get("template"), r.get("blocks"),
+                                              r.get("waves"), round(r["ms"] * 1e3, 2),
+                                              r.get("estimate_us")] for r in rows]}
     finally:
         close = getattr(executor, "close", None)    # the emulator holds no device memory
         if close:

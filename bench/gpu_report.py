@@ -125,8 +125,10 @@ def top_kernels(record: dict, count: int) -> list[str]:
     lines = []
     for row in (prof.get("top") or [])[:count]:
         share = f"{100 * row['ms'] / total:4.1f}%" if total else ""
-        lines.append(f"{row['ms']:.4f} ms {share} {row['op']} grid {row.get('grid')} block "
-                     f"{row.get('block')} {row.get('template') or 'rule'} "
+        estimate = (f" (model {row['estimate_us']:.1f} us)"
+                    if row.get("estimate_us") is not None else "")
+        lines.append(f"{row['ms']:.4f} ms {share}{estimate} {row['op']} grid {row.get('grid')} "
+                     f"block {row.get('block')} {row.get('template') or 'rule'} "
                      f"{row.get('config') or ''}".rstrip())
     return lines
 
@@ -198,9 +200,12 @@ def markdown(doc: dict) -> str:
         for precision, record in precisions.items():
             top = top_kernels(record, 20)
             if top:
+                prof = record["profile"]
+                model_ms = (f"; the cost model estimated {prof['estimate_ms']:.3f} ms"
+                            if prof.get("estimate_ms") else "")
                 lines += ["", f"### {model} {precision}: the most expensive launches "
-                          f"(of {record['profile']['launches']}, "
-                          f"{record['profile']['total_ms']:.3f} ms in all)", ""]
+                          f"(of {prof['launches']}, {prof['total_ms']:.3f} ms in all"
+                          f"{model_ms})", ""]
                 lines += [f"- {t}" for t in top]
     problems = faults(doc, 50)
     if problems:

@@ -71,7 +71,7 @@ class GpuRunner:
             self.drv.memcpy_htod(buf, a)
         start, end = self.drv.Event(), self.drv.Event()
         start.record()
-        fn(*bufs, grid=tuple(grid), block=tuple(block))
+        fn(*bufs, grid=tuple(grid), block=tuple(block), shared=self.module.dynamic_shared(name))
         end.record()
         end.synchronize()
         for buf in bufs:
@@ -96,7 +96,8 @@ def check_case(case: Case, kernel, runner) -> dict:
     check_buffers(case, kernel)
     out = np.zeros(ref.shape, ins[0].dtype)
     start = time.perf_counter()
-    row["ms"] = runner.run(kernel.name, kernel.grid, kernel.block, [*ins, out])
+    extra = [np.zeros(shape, dtype) for shape, dtype in kernel.scratch]   # split-K's
+    row["ms"] = runner.run(kernel.name, kernel.grid, kernel.block, [*ins, out, *extra])
     err = rel_error(out, ref)
     row.update(rel_error=err, rtol=TOLERANCE[case.precision],
                status="passed" if err <= TOLERANCE[case.precision] else "failed",

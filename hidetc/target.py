@@ -86,6 +86,13 @@ class CudaTarget(Target):
     registers_per_block: int = 64 * KIB
     registers_per_sm: int = 64 * KIB
     max_blocks_per_sm: int = 32
+    # performance facts (the cost model's, `schedules/cuda/cost.py`): boost clock, DRAM
+    # bandwidth, and per SM per clock the dense f16 tensor-core FLOPs with f32
+    # accumulation and the FP32 FLOPs (an FMA counts 2). Defaults: the H200's.
+    clock_mhz: int = 1980
+    dram_gbps: int = 4800
+    tensor_flops_per_clk: int = 4096
+    simt_flops_per_clk: int = 256
 
     def describe(self) -> str:
         return f"cuda {self.name} ({self.arch}, {self.sms} SMs)"
@@ -106,23 +113,31 @@ class CudaTarget(Target):
 
 
 def _gpu(name: str, arch: str, sms: int, optin_kib: int, per_sm_kib: int, threads: int,
-         l2_mib: int, blocks: int) -> CudaTarget:
+         l2_mib: int, blocks: int, clock_mhz: int, dram_gbps: int, tensor: int,
+         simt: int) -> CudaTarget:
     return CudaTarget(name=name, arch=arch, sms=sms, shared_optin_bytes=optin_kib * KIB,
                       shared_per_sm_bytes=per_sm_kib * KIB, threads_per_sm=threads,
-                      l2_bytes=l2_mib * MIB, max_blocks_per_sm=blocks)
+                      l2_bytes=l2_mib * MIB, max_blocks_per_sm=blocks, clock_mhz=clock_mhz,
+                      dram_gbps=dram_gbps, tensor_flops_per_clk=tensor,
+                      simt_flops_per_clk=simt)
 
 
 # The limits of the GPUs users run (NVIDIA's data sheets and CUDA C Programming Guide
-# tables per compute capability); `--gpu NAME` picks one for a cross-compile.
+# tables per compute capability); `--gpu NAME` picks one for a cross-compile. After the
+# limits: boost MHz, DRAM GB/s, dense f16 (f32-accumulating) tensor FLOPs and FP32
+# FLOPs per SM per clock (the GeForce RTX 4090 accumulates f32 at half rate).
 KNOWN_GPUS: dict[str, CudaTarget] = {
-    "a100": _gpu("NVIDIA A100", "sm_80", 108, 163, 164, 2048, 40, 32),
-    "a10": _gpu("NVIDIA A10", "sm_86", 72, 99, 100, 1536, 6, 16),
-    "l4": _gpu("NVIDIA L4", "sm_89", 58, 99, 100, 1536, 48, 24),
-    "l40s": _gpu("NVIDIA L40S", "sm_89", 142, 99, 100, 1536, 96, 24),
-    "rtx4090": _gpu("NVIDIA GeForce RTX 4090", "sm_89", 128, 99, 100, 1536, 72, 24),
-    "h100-pcie": _gpu("NVIDIA H100 PCIe", "sm_90", 114, 227, 228, 2048, 50, 32),
-    "h100-sxm": _gpu("NVIDIA H100 SXM", "sm_90", 132, 227, 228, 2048, 50, 32),
-    "h200": _gpu("NVIDIA H200", "sm_90", 132, 227, 228, 2048, 50, 32),
+    "a100": _gpu("NVIDIA A100", "sm_80", 108, 163, 164, 2048, 40, 32, 1410, 2039, 2048, 128),
+    "a10": _gpu("NVIDIA A10", "sm_86", 72, 99, 100, 1536, 6, 16, 1695, 600, 1024, 256),
+    "l4": _gpu("NVIDIA L4", "sm_89", 58, 99, 100, 1536, 48, 24, 2040, 300, 1024, 256),
+    "l40s": _gpu("NVIDIA L40S", "sm_89", 142, 99, 100, 1536, 96, 24, 2520, 864, 1024, 256),
+    "rtx4090": _gpu("NVIDIA GeForce RTX 4090", "sm_89", 128, 99, 100, 1536, 72, 24, 2520,
+                    1008, 512, 256),
+    "h100-pcie": _gpu("NVIDIA H100 PCIe", "sm_90", 114, 227, 228, 2048, 50, 32, 1755, 2000,
+                      4096, 256),
+    "h100-sxm": _gpu("NVIDIA H100 SXM", "sm_90", 132, 227, 228, 2048, 50, 32, 1980, 3350,
+                     4096, 256),
+    "h200": _gpu("NVIDIA H200", "sm_90", 132, 227, 228, 2048, 50, 32, 1980, 4800, 4096, 256),
 }
 # An arch alone (`--arch sm_XX`, no GPU named or visible): that arch's limits, with the
 # SM count and L2 of the GPU named here.

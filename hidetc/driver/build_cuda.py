@@ -8,14 +8,18 @@ name, so nvcc runs a few times in parallel and equal units hit the build cache.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import (
+    CUDA_INCLUDE_DIR,
+    dynamic_shared_bytes,
+    print_cuda_module,
+)
 from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
 from hidetc.driver.build import resolve_weight_args
 from hidetc.driver.plan import ExecutionPlan
+from hidetc.schedules.cuda.cost import kernel_estimate
 from hidetc.tir.pipeline import lower
 
 KERNELS_PER_UNIT = 16
@@ -42,7 +46,7 @@ def cuda_section(plan: ExecutionPlan, entries: Mapping, unit_of: Mapping[str, st
         fn = plan.functions[launch.kernel]
         launches.append({"kernel": launch.kernel, "module": unit_of[launch.kernel],
                          "grid": list(fn.attr("grid")), "block": list(fn.attr("block")),
-                         "shared_bytes": 0,
+                         "shared_bytes": dynamic_shared_bytes(fn),
                          "args": [[a.space, a.index] for a in launch.args]})
     return {"archs": list(archs), "modules": modules, "launches": launches}
 
@@ -76,9 +80,12 @@ def build_cuda_modules(plan: ExecutionPlan, entries: Mapping, out_dir: Path,
 def kernel_resources(plan: ExecutionPlan, built: Mapping[str, Mapping[str, Path]]
                      ) -> dict[str, dict]:
     """Per kernel, from ptxas's report for the plan's arch (the first one built when the
-    target's is not among them): `registers` per thread, static `shared_bytes`,
-    `spills` (bytes of spill stores per thread) and `blocks_per_sm`, the blocks one SM
-    of the target holds at once (`CudaTarget.blocks_per_sm`)."""
+    target's is not among them): `registers` per thread, static `shared_bytes` (the
+    launch's dynamic shared memory is the manifest launch's `shared_bytes`),
+    `spills` (bytes of spill stores per thread), and the cost model's facts with those
+    registers (`hidetc.schedules.cuda.cost`): `blocks_per_sm`, the blocks one SM of
+    the target holds at once (`CudaTarget.blocks_per_sm`), `waves`, `bytes` and
+    `estimate_us`."""
     machine = plan.machine
     arch = machine.arch if machine.arch in built else next(a for a in built
                                                            if a.startswith("sm_"))
@@ -90,10 +97,9 @@ def kernel_resources(plan: ExecutionPlan, built: Mapping[str, Mapping[str, Path]
         facts = report.get(name)
         if facts is None:
             continue
-        threads = math.prod(fn.attr("block"))
+        shared = facts["shared_bytes"] + dynamic_shared_bytes(fn)   # static + dynamic
+        estimate = kernel_estimate(fn, plan.tasks[name], machine, facts["registers"], shared)
         resources[name] = {
             "registers": facts["registers"], "shared_bytes": facts["shared_bytes"],
-            "spills": facts["spills"],
-            "blocks_per_sm": machine.blocks_per_sm(threads, facts["registers"],
-                                                   facts["shared_bytes"])}
+            "spills": facts["spills"], **estimate.facts()}
     return resources

@@ -15,7 +15,9 @@ them on every call). Values inside a group are never
 materialized: they get no memory. On the cpu target a fused kernel whose epilogue reads
 a value at the index it stores (a residual Add) writes its output over that value when
 this launch is its last reader (`_in_place`: ONNX Runtime's Sum fusion; one buffer
-instead of two, and the output's lines are already in cache).
+instead of two, and the output's lines are already in cache). A kernel's scratch
+buffers (`hidetc.tir.scratch`: split-K's workspace and arrival counters) get arena
+memory too (`_bind_scratch`).
 
 Assumes the graph passes ran: no Shape/Constant*/Identity/Dropout nodes remain and every
 parameter input (Reshape's shape, ...) is a constant. Guarantees: launches are in
@@ -40,6 +42,7 @@ from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.schedules.cpu import prepack
 from hidetc.schedules.select import SCHEDULES, anchor_template, packed_weights_apply
 from hidetc.target import Target, default_target
+from hidetc.tir import scratch
 from hidetc.tir.ir import Function
 from hidetc.tir.printer import format_function
 
@@ -165,6 +168,7 @@ def _group_kernel(group: FusionGroup, nodes: dict[str, Node], graph: Graph, fn: 
     if not group.fused:
         task = task_of(anchor, graph)
         values = [anchor.inputs[i] for i in task.buffer_inputs] + [o for o in anchor.outputs if o]
+        values += [scratch.placeholder(b, kind) for b, kind in scratch.scratch_params(fn)]
         return FusedKernel(fn, tuple(values))
     return graft(fn, anchor, group, graph)
 
@@ -301,8 +305,9 @@ def plan_graph(graph: Graph, target: Target | str = "cpu", fuse: bool = True,
             constants={**graph.constants, **packed},
             types={**graph.types, **{k: TensorType(str(v.dtype), tuple(v.shape))
                                      for k, v in packed.items()}})
+    kernels, scratch_values = _bind_scratch(kernels)
     steps = [(fused.args, written_values(g, nodes)) for g, _, fused in kernels]
-    lifetimes = _lifetimes(graph, steps)
+    lifetimes = _lifetimes(graph, steps) + scratch_values
     reuse = _in_place(kernels, nodes, graph, lifetimes) \
         if SCHEDULES[target].WRITES_IN_PLACE else {}
     memory = plan_memory(lifetimes, shares=reuse)
@@ -319,11 +324,40 @@ def plan_graph(graph: Graph, target: Target | str = "cpu", fuse: bool = True,
         steps.append(PlanLaunch(launch, anchor.name, anchor.op, tuple(fused.args), group))
     weights = {name: graph.constants[name] for name in graph.constants if name in used_constants}
     facts = {name: {"flops": task_flops(tasks[name]),
-                    **SCHEDULES[target].kernel_facts(fn, machine)}
+                    **SCHEDULES[target].kernel_facts(fn, machine, tasks[name])}
              for name, fn in functions.items()}
     return ExecutionPlan(graph, target, machine, functions, tasks, steps, weights, memory,
                          output_sources=sources, fusion_fallbacks=fallbacks,
                          choices=kernel_choices, in_place=reuse, facts=facts)
+
+
+ZEROED_SCRATCH = "scratch.zeroed"
+
+
+def _bind_scratch(kernels) -> tuple[list, list[PlanValue]]:
+    """The kernels with their scratch parameters (`hidetc.tir.scratch`) bound to arena
+    values, and those values' lifetimes: a TRANSIENT buffer is a value of its own live
+    at its launch only (`<kernel>@<step>.<param>`); every ZEROED buffer is the one
+    region `ZEROED_SCRATCH`, as large as the largest, live for the whole pass (zeroed
+    by the runtime when it allocates the arena, left zero by each kernel)."""
+    out, values, zeroed = [], [], 0
+    for step, (group, name, fused) in enumerate(kernels):
+        sizes = {b.name: scratch.nbytes(b) for b, _ in scratch.scratch_params(fused.function)}
+        args = []
+        for value in fused.args:
+            parsed = scratch.parse_placeholder(value)
+            if parsed is None:
+                args.append(value)
+            elif parsed[0] == scratch.TRANSIENT:
+                args.append(f"{name}@{step}.{parsed[1]}")
+                values.append(PlanValue(args[-1], sizes[parsed[1]], step, step))
+            else:
+                args.append(ZEROED_SCRATCH)
+                zeroed = max(zeroed, sizes[parsed[1]])
+        out.append((group, name, replace(fused, args=tuple(args))))
+    if zeroed:
+        values.append(PlanValue(ZEROED_SCRATCH, zeroed, 0, max(len(kernels) - 1, 0)))
+    return out, values
 
 
 def _in_place(kernels, nodes: dict[str, Node], graph: Graph, lifetimes: list[PlanValue]

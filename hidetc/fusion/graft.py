@@ -1,7 +1,9 @@
 """Graft a fusion group's prologues and epilogues onto its anchor's kernel.
 
 The anchor's kernel was built from the anchor's task alone (any template, any config);
-its buffer parameters are the task's buffer inputs in order, then its outputs. Grafting
+its buffer parameters are the task's buffer inputs in order, then its outputs, then
+any scratch buffers (`hidetc.tir.scratch`: passed through, still last, bound to
+placeholder values the plan replaces with memory). Grafting
 rewrites that Function (before lowering):
 
 - **prologue**: every read of an input produced inside the group, `Load(B, i)`, becomes
@@ -59,7 +61,7 @@ from hidetc.compute.injective import COMPUTE, linearize, unravel
 from hidetc.compute.task import task_of
 from hidetc.fusion.partition import FusionGroup
 from hidetc.graph.ir import Graph, Node
-from hidetc.tir import intrinsics
+from hidetc.tir import intrinsics, scratch
 from hidetc.tir.functor import Rewriter, all_names
 from hidetc.tir.ir import (
     Buffer,
@@ -138,10 +140,12 @@ class _Graft(Rewriter):
         self.producer = {o: n for n in self.members.values() for o in n.outputs if o}
         task = task_of(anchor, graph)
         n_in = len(task.buffer_inputs)
-        buffers = [p for p in fn.params if isinstance(p, Buffer)]
+        params = scratch.task_params(fn)
+        self.scratch = scratch.scratch_params(fn)      # passed through, last
+        buffers = [p for p in params if isinstance(p, Buffer)]
         values = [anchor.inputs[i] for i in task.buffer_inputs] + \
             [o for o in anchor.outputs if o]
-        if len(buffers) != len(values) or len(buffers) != len(fn.params):
+        if len(buffers) != len(values) or len(buffers) != len(params):
             raise GraftError(f"{fn.name}: parameters do not match the task's buffers")
         self.value_of = dict(zip(buffers, values))
         self.prologue_nodes = set(group.prologues)
@@ -357,6 +361,7 @@ def graft(fn: Function, anchor: Node, group: FusionGroup, graph: Graph) -> Fused
     ordered = [(b, v) for b, v in g.inputs if b not in g.prologue]
     ordered += [(b, v) for (v, _, _), b in g.external.items()]
     ordered += [(g.final, g.final_value)] if g.final is not None else g.outputs
+    ordered += [(b, scratch.placeholder(b, kind)) for b, kind in g.scratch]
     shared = [b for b, _ in ordered if b in g.in_place]
     attrs = fn.attrs
     if shared:   # the C printer drops `restrict` from these: they may be one buffer

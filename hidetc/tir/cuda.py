@@ -23,6 +23,11 @@ Each returns the IR the CUDA printer (`hidetc.backends.codegen.cuda`) and the de
     `mma_m16n8k16(d, a, b, c=d)`           hidetc_mma_m16n8k16_f16f32: d = a @ b + c on
                                            the PTX fragments (a: 4, b: 2 32-bit
                                            registers of f16 pairs; c, d: 4 floats)
+- between blocks (split-K's partial sums): `threadfence()` (__threadfence: this
+  thread's global writes are seen by every block before its later ones), `atomic_add(
+  element, value)` (atomicAdd on a global or shared element: its old value),
+  `load_cg(element)` (__ldcg: a global load cached in L2 only, so it sees what other
+  blocks wrote after a fence, never a stale L1 line);
 - `syncthreads()`, `thread_idx()`, `block_idx()` are re-exported from `hidetc.tir.ir`.
 
 Assumes the operand rules of hidetc_cuda.h: vector copies, cp.async and ldmatrix rows
@@ -48,10 +53,10 @@ from hidetc.tir.ir import (
 )
 
 __all__ = [
-    "WARP_SIZE", "address_of", "all_sync", "any_sync", "ballot", "block_idx", "copy",
-    "cp_async", "cp_async_commit", "cp_async_wait", "cp_async_wait_all", "ldmatrix", "load_f4",
-    "mma_m16n8k16", "shfl", "shfl_down", "shfl_up", "shfl_xor", "syncthreads",
-    "thread_idx",
+    "WARP_SIZE", "address_of", "all_sync", "any_sync", "atomic_add", "ballot", "block_idx",
+    "copy", "cp_async", "cp_async_commit", "cp_async_wait", "cp_async_wait_all", "ldmatrix",
+    "load_cg", "load_f4", "mma_m16n8k16", "shfl", "shfl_down", "shfl_up", "shfl_xor",
+    "syncthreads", "thread_idx", "threadfence",
 ]
 
 WARP_SIZE = 32
@@ -139,6 +144,27 @@ def address_of(element: Expr) -> Call:
     """`&buf[i]` (a pointer of unknown use: the buffer counts as written)."""
     load = _element(element, "address_of operand", ("global", "shared", "local"))
     return Call("address_of", (load,), load.dtype)
+
+
+def threadfence() -> Evaluate:
+    """`__threadfence()`: this thread's global writes before it are visible to every
+    thread of the grid before its writes after it."""
+    return _void("__threadfence")
+
+
+def atomic_add(element: Expr, value: ExprLike) -> Call:
+    """`atomicAdd(&element, value)`: the element's old value (int32 or float32)."""
+    load = _element(element, "atomicAdd operand", ("global", "shared"))
+    if load.dtype not in ("int32", "uint32", "float32"):
+        raise ValueError(f"atomicAdd takes int32, uint32 or float32, got {load.dtype}")
+    return Call("atomicAdd", (load, as_expr(value, load)), load.dtype)
+
+
+def load_cg(element: Expr) -> Call:
+    """`__ldcg(&element)`: a global load cached in L2 only (not in this SM's L1), so a
+    value another block wrote before its `threadfence` is read as written."""
+    load = _element(element, "__ldcg operand", ("global",))
+    return Call("__ldcg", (load,), load.dtype)
 
 
 def copy(dst: Expr, src: Expr, nbytes: int) -> Evaluate:

@@ -78,6 +78,8 @@ _RECORDS: list[Intrinsic] = [
     *(_cuda(name, defined_in="cuda", pure=True) for name in ("__popc", "__clz", "__ffs")),
     *(_cuda(f"atomic{op}", (0,), defined_in="cuda")
       for op in ("Add", "Sub", "Max", "Min", "Exch", "CAS")),
+    # a load through L2 only: impure, since what it reads is other blocks' writes
+    _cuda("__ldcg", (0,), defined_in="cuda"),
     # hidetc's device helpers (hidetc_cuda.h; typed constructors in tir/cuda.py)
     *(_cuda(f"hidetc_copy{n}", (0, 1), copy_bytes=n) for n in (4, 8, 16)),
     *(_cuda(f"hidetc_cp_async{n}", (0, 1), copy_bytes=n, asynchronous=True)

@@ -66,6 +66,10 @@ def describe(manifest: dict) -> str:
                      + (f"; {len(fusion['fallbacks'])} fell back: " + "; ".join(
                          f"{f['anchor']} ({f['reason']})" for f in fusion["fallbacks"][:3])
                         if fusion["fallbacks"] else ""))
+    estimated = [k["estimate_us"] for k in kernels if "estimate_us" in k]
+    if estimated:
+        lines.append(f"cost model: {sum(estimated) / 1e3:.3f} ms estimated for "
+                     f"{len(estimated)} launches (uncalibrated: hidetc/schedules/cuda/cost.py)")
     lines.append("execution plan (launch, kernel, anchor op + fused ops, node; schedule):")
     for i, k in enumerate(kernels):
         members = _members(k)
@@ -73,6 +77,9 @@ def describe(manifest: dict) -> str:
         lines.append(f"  {i:4d} {k['name']:<24} {ops_text:<44} {k.get('node', '')}")
         if k.get("template") and k["template"] != "rule":
             lines.append(f"       {'':<24} {k['template']}: {k.get('config')}")
+        if "estimate_us" in k:
+            lines.append(f"       {'':<24} {k.get('blocks')} blocks, {k.get('blocks_per_sm')} "
+                         f"per SM, {k.get('waves')} wave(s), ~{k['estimate_us']:.1f} us")
     return "\n".join(lines)
 
 

@@ -11,6 +11,8 @@ from helpers.kernel_device import kernel_module
 from hidetc.backends.codegen.cuda import (
     CUDA_INCLUDE_DIR,
     F16_MATH,
+    declared_dynamic_shared,
+    dynamic_shared_bytes,
     print_cuda_function,
     print_cuda_module,
 )
@@ -129,11 +131,38 @@ def test_unroll_pragma_and_module_layout():
                                     '**args) {\n  vz((float *)args[0]);\n}\n#endif')
 
 
+def test_shared_arrays_past_48k_are_dynamic_shared_memory():
+    """Static arrays while a kernel's shared memory fits 48 KiB; past that every shared
+    array is a 16-byte-aligned slice of one dynamic array, whose size the launch passes."""
+    def small(kb):
+        s = kb.alloc("s", F32, (64, 64), scope="shared")
+        kb.store(s, (0, 0), 1.0)
+    assert "__shared__ __align__(16) float s[4096];" in text(small)
+
+    def big(kb):
+        a = kb.alloc("a", F16, (3,), scope="shared")
+        b = kb.alloc("b", F32, (64, 256), scope="shared")
+        out = kb.buffer("out", F32, (1,))
+        kb.store(a, (0,), Const(1.0, F16))
+        kb.store(b, (0, 0), 2.0)
+        kb.store(out, (0,), b[0, 0] + cast(a[0], F32))
+    src = text(big)
+    assert "HIDETC_DYNAMIC_SHARED(hidetc_smem, 65552);" in src
+    assert "half *__restrict__ a = (half *)(hidetc_smem + 0);" in src
+    assert "float *__restrict__ b = (float *)(hidetc_smem + 16);" in src
+    assert "__shared__" not in src
+    kb = KernelBuilder("dyn", target="cuda")
+    big(kb)
+    fn = lower(kb.finish(**LAUNCH))
+    assert dynamic_shared_bytes(fn) == 65552
+    assert declared_dynamic_shared(print_cuda_module([fn])) == {"dyn": 65552}
+
+
 @pytest.mark.parametrize("build,attrs,error,match", [
     (lambda kb: kb.buffer("a", F32, (1,)), {"target": "cpu"}, ValueError, "target cuda"),
     (lambda kb: kb.buffer("a", F32, (1,)), {"block": None}, ValueError, "attr 'block'"),
     (lambda kb: kb.buffer("a", F32, (1,)), {"block": (64, 32, 1)}, ValueError, "1024"),
-    (lambda kb: kb.alloc("s", F32, (64, 256), scope="shared"), {}, ValueError, "static shared"),
+    (lambda kb: kb.alloc("s", F32, (256, 256), scope="shared"), {}, ValueError, "no GPU"),
     (lambda kb: kb.alloc("s", F32, (kb.scalar("n"),)), {}, NotImplementedError, "constant"),
     (lambda kb: kb.buffer("a", "bfloat16", (1,)), {}, NotImplementedError, "bfloat16"),
     (lambda kb: kb.evaluate(Call("hidetc_copy16", (Const(0, I32), Const(0, I32)), "void")),

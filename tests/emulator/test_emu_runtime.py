@@ -1,6 +1,7 @@
 """The emulator's execution model and failure reports: barriers with exited threads,
 deadlock, divergent barriers and collectives, misaligned copies, bad launches and
-arguments, compile errors (ToolchainError with the reproduce command), the build cache,
+arguments, the order of blocks (forward or reversed), compile errors (ToolchainError
+with the reproduce command), the build cache,
 the ucontext fallback, big local arrays on fiber stacks, and the switch rate."""
 import time
 
@@ -21,6 +22,11 @@ extern "C" __global__ void early_exit(const float *in, float *out, int n) {
   s[t] = in[t] * 2.0f;
   __syncthreads();
   out[t] = s[(t + 1) % n];
+}
+
+extern "C" __global__ void arrival(unsigned *counter, unsigned *order) {
+  if (threadIdx.x == 0)
+    order[(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = atomicAdd(counter, 1u);
 }
 
 extern "C" __global__ void deadlock(float *out) {
@@ -86,6 +92,7 @@ extern "C" __global__ void barrier_loop(int *count, int iters) {
 extern "C" void early_exit_emu_entry(void **a) {
   early_exit((const float *)a[0], (float *)a[1], *(int *)a[2]);
 }
+extern "C" void arrival_emu_entry(void **a) { arrival((unsigned *)a[0], (unsigned *)a[1]); }
 extern "C" void deadlock_emu_entry(void **a) { deadlock((float *)a[0]); }
 extern "C" void divergent_barrier_emu_entry(void **a) { divergent_barrier((float *)a[0]); }
 extern "C" void divergent_collective_emu_entry(void **a) { divergent_collective((unsigned *)a[0]); }
@@ -102,6 +109,18 @@ extern "C" void barrier_loop_emu_entry(void **a) { barrier_loop((int *)a[0], *(i
 @pytest.fixture(scope="module")
 def module():
     return EmulatedModule(build_emulated({"emu_runtime": SOURCE}))
+
+
+def test_blocks_run_in_order_or_reversed(module):
+    """x fastest, then y, then z; `reverse_blocks` runs the same grid last to first."""
+    for reverse in (False, True):
+        counter, order = np.zeros(1, np.uint32), np.zeros(2 * 3 * 4, np.uint32)
+        module.launch("arrival", (4, 3, 2), 32, [counter, order], reverse_blocks=reverse)
+        forward = np.arange(24, dtype=np.uint32)
+        assert (order == (forward[::-1] if reverse else forward)).all(), (reverse, order)
+    counter, order = np.zeros(1, np.uint32), np.zeros(24, np.uint32)
+    module.launch("arrival", (4, 3, 2), 32, [counter, order])     # back to forward
+    assert (order == np.arange(24)).all()
 
 
 def test_exited_threads_count_as_arrived(module):

@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+import numpy as np
+
 from hidetc.backends.runtime.cuda.kernel_module import DeviceModule
 from hidetc.backends.runtime.emulator import EmulatedModule, build_emulated
+from hidetc.tir import scratch
 
 ENV = "HIDETC_KERNEL_DEVICE"
 
@@ -28,3 +31,27 @@ def kernel_module(units: Mapping[str, str]):
     if on_gpu():
         return DeviceModule(units)
     return EmulatedModule(build_emulated(dict(units)))
+
+
+def launch_checked(module, fn, args: list) -> None:
+    """Launch the lowered kernel `fn` on `args` (its task's arrays; its scratch buffers,
+    `hidetc.tir.scratch`, are appended zeroed). A kernel with scratch (split-K) runs
+    twice, the second time -- in the emulator -- with its blocks in reverse order (so
+    another block arrives last at each tile): the outputs must be the same bits, and
+    the zeroed scratch (the arrival counters) left zero."""
+    extra = scratch.zero_arrays(fn)
+    kinds = [kind for _, kind in scratch.scratch_params(fn)]
+    grid, block = fn.attr("grid"), fn.attr("block")
+    module.launch(fn.name, grid, block, list(args) + extra)
+    if not extra:
+        return
+    first = [a.copy() for a in args]
+    if isinstance(module, EmulatedModule):
+        module.launch(fn.name, grid, block, list(args) + extra, reverse_blocks=True)
+    else:
+        module.launch(fn.name, grid, block, list(args) + extra)
+    for before, after in zip(first, args):
+        assert np.array_equal(before, after, equal_nan=True), \
+            f"{fn.name}: another block order gave other bits"
+    for array, kind in zip(extra, kinds):
+        assert kind != scratch.ZEROED or not array.any(), f"{fn.name}: scratch left non-zero"

@@ -10,10 +10,11 @@ from hidetc.graph.ops.registry import get_op
 from hidetc.schedules.common.conv_geometry import conv_geometry
 
 
-def matmul_task(a_shape, b_shape) -> Task:
+def matmul_task(a_shape, b_shape, dtype: str = "float32") -> Task:
+    """A MatMul of `dtype` operands (numpy's shapes: batch broadcast, 1-D operands)."""
     out = np.matmul(np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)).shape
-    return Task("MatMul", (TensorType("float32", a_shape), TensorType("float32", b_shape)),
-                (TensorType("float32", out),), (), (None, None))
+    return Task("MatMul", (TensorType(dtype, a_shape), TensorType(dtype, b_shape)),
+                (TensorType(dtype, out),), (), (None, None))
 
 
 def conv_task(x_shape, w_shape, bias: bool, **attrs) -> Task:

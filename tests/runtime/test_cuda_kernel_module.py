@@ -101,7 +101,9 @@ def test_device_module_errors_are_one_line(device):
 
 def test_session_limits_become_a_cuda_target():
     attributes = {"MULTIPROCESSOR_COUNT": 46, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 101376,
-                  "L2_CACHE_SIZE": 33554432, "MAX_THREADS_PER_MULTIPROCESSOR": 1536}
+                  "L2_CACHE_SIZE": 33554432, "MAX_THREADS_PER_MULTIPROCESSOR": 1536,
+                  "CLOCK_RATE": 2040000, "MEMORY_CLOCK_RATE": 6251000,
+                  "GLOBAL_MEMORY_BUS_WIDTH": 192}
     drv = SimpleNamespace(device_attribute=SimpleNamespace(**{k: k for k in attributes}),
                           Error=RuntimeError)
     dev = SimpleNamespace(get_attribute=lambda key: attributes[key])
@@ -109,9 +111,10 @@ def test_session_limits_become_a_cuda_target():
     facts = session.limits()
     assert facts == {"name": "Some GPU", "arch": "sm_89", "sms": 46,
                      "shared_optin_bytes": 101376, "l2_bytes": 33554432,
-                     "threads_per_sm": 1536}
+                     "threads_per_sm": 1536, "clock_mhz": 2040, "dram_gbps": 300}
     target = cuda_target(device=facts)
     assert (target.sms, target.threads_per_sm, target.max_threads) == (46, 1536, 1024)
+    assert (target.clock_mhz, target.dram_gbps) == (2040, 300)
 
 
 FAKE_PYCUDA = '''

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import random
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from helpers import targets
-from helpers.kernel_device import kernel_module
+from helpers.kernel_device import kernel_module, launch_checked
 
 from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
@@ -104,7 +105,7 @@ def run_case(module, task: Task, fn, rng) -> None:
     dtype = np.dtype(task.outputs[0].dtype)
     ins = [guarded(t.shape, dtype, rng, np.nan)[1] for t in task.inputs]
     out_buf, out = guarded(task.outputs[0].shape, dtype, rng, 7.0)
-    module.launch(fn.name, fn.attr("grid"), fn.attr("block"), ins + [out])
+    launch_checked(module, fn, ins + [out])     # split-K: again, blocks in reverse order
     ref, msg = reference(task, ins), f"{fn.name}: {task.signature()}"
     if dtype == np.float32:
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4, err_msg=msg)
@@ -153,10 +154,12 @@ def check_configs(tmp_path, configs: list[SimtConfig], per_config: int) -> None:
 
 
 def sampled_configs() -> list[SimtConfig]:
+    """A seeded sample, the two heaviest configs, and split-K (2, 3 and 5 splits)."""
     space = config_space()
     sample = random.Random(1).sample(space, SAMPLE)
     heaviest = sorted(space, key=lambda c: (-c.registers(), str(c)))[:2]
-    return sample + [c for c in heaviest if c not in sample]
+    split = [replace(c, splits=s) for c, s in zip(sample[:3], (2, 3, 5))]
+    return sample + [c for c in heaviest if c not in sample] + split
 
 
 # tests ---------------------------------------------------------------------------------
@@ -165,13 +168,16 @@ def test_space_default_and_registry():
                                                   {"pads": [1, 1, 1, 1]})
     space = TEMPLATE.space(small, CUDA)
     assert 30 <= len(space) <= MAX_SPACE and len(set(space)) == len(space)
-    assert space == TEMPLATE.space(big, CUDA) == config_space()
+    unsplit = [replace(c, splits=1) for c in TEMPLATE.space(big, CUDA)]
+    assert [replace(c, splits=1) for c in space] == unsplit == config_space()
+    assert all(c.splits > 1 for c in TEMPLATE.space(big, CUDA))   # 7x7, K = 4608: split
     for x, w, bias, attrs in SHAPES:
         task = conv_task(x, w, bias, attrs)
         out = task.outputs[0].shape
         groups = attrs.get("group", 1)
-        assert TEMPLATE.default(task, CUDA) == default_config(w[0] // groups,
-                                                              out[2] * out[3], x[0] * groups)
+        k = w[1] * w[2] * w[3]
+        assert TEMPLATE.default(task, CUDA) == default_config(
+            w[0] // groups, out[2] * out[3], k, x[0] * groups, CUDA.sms)
     assert TEMPLATES["Conv"] is TEMPLATE and TEMPLATE.name == "cuda.conv_gemm"
 
 

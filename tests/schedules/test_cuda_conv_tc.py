@@ -7,7 +7,8 @@ C/G in {8, 16, 24, 40}, OC in {8, 24, 72}, spatial 1..13, kernels 1x1/3x3/7x7, s
 4-byte and scalar copy paths) is built, lowered and printed into two translation units,
 compiled by nvcc for sm_80 (ptxas errors fail; registers <= 255, no spills on the
 16-byte path) and run in the emulator on float16 inputs against a float64 numpy
-reference from the same inputs.
+reference from the same inputs; the split-K cases run again with the blocks in reverse
+order and must give the same bits and leave their arrival counters zero.
 
 Tolerance: the kernel multiplies exact f16 products, accumulates in f32 and rounds to
 f16 once. The f16 rounding is at most 2^-11 relative (|ref| * 4.9e-4); the f32
@@ -20,13 +21,18 @@ Every config of the space runs under `-m slow`.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from helpers import targets
-from helpers.kernel_device import kernel_module
+from helpers.kernel_device import kernel_module, launch_checked
 
-from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import (
+    CUDA_INCLUDE_DIR,
+    dynamic_shared_bytes,
+    print_cuda_module,
+)
 from hidetc.backends.toolchain.nvcc import compile_cubins, find_nvcc, ptxas_resources
 from hidetc.compute.task import Task
 from hidetc.errors import ToolchainError, UnsupportedOpError
@@ -84,14 +90,20 @@ def conv_task(shape, oc, kernel, strides, pads, dilations, group, bias) -> Task:
 
 def test_space_and_registration():
     assert 30 < len(SPACE) <= MAX_SPACE and len(set(SPACE)) == len(SPACE)
-    assert TEMPLATE.space(conv_task(*SHAPES[0]), TARGET) == SPACE  # shape-free
+    per_task = TEMPLATE.space(conv_task(*SHAPES[0]), TARGET)   # the tiles at their splits
+    assert len(per_task) == len(SPACE) and {replace(c, splits=1) for c in per_task} == set(SPACE)
     assert TEMPLATE.name == "cuda.conv_tc" and TEMPLATE.precisions == ("f16",)
     assert TEMPLATES["ConvNHWC"] is TEMPLATE and supports("ConvNHWC")
     big = conv_task((8, 56, 56, 64), 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, False)
-    assert TEMPLATE.default(big, TARGET) == DEFAULTS[0]
-    assert TEMPLATE.default(conv_task(*SHAPES[0]), TARGET) == DEFAULTS[-1]
+    cfg = TEMPLATE.default(big, TARGET)        # many tiles: a big one, unsplit, N = 64 wide
+    assert cfg in DEFAULTS and cfg.splits == 1 and cfg.bm == 128 and cfg.bn == 64
+    # ResNet-50's layer4 3x3 (K = 4608, 7x7 map): few tiles, so K is split over blocks
+    deep = conv_task((1, 7, 7, 512), 512, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, False)
+    cfg = TEMPLATE.default(deep, TARGET)
+    assert cfg.splits > 1 and replace(cfg, splits=1) in DEFAULTS
+    small = TEMPLATE.default(conv_task(*SHAPES[0]), TARGET)
     fn = build_kernel(conv_task(*SHAPES[0]), "rule", TARGET)
-    assert fn.attr("block") == (DEFAULTS[-1].threads, 1, 1)
+    assert fn.attr("block") == (small.threads, 1, 1)
 
 
 def test_b_nk_ldmatrix_gives_the_mma_b_fragment():
@@ -128,6 +140,13 @@ def build_cases(configs) -> list[tuple[str, Task, TcConfig, object]]:
     shapes = SHAPES + SMALL_C
     cases = [(shapes[i % len(shapes)], cfg) for i, cfg in enumerate(configs)]
     cases += [(shape, DEFAULTS[-1]) for shape in shapes]
+    # split-K: K = 360 in 3 and 12 k tiles, K = 392 over 5 splits, K = 72 (3 k tiles of
+    # 32) over 4 splits (one empty), groups and bias
+    cases += [(SHAPES[3], replace(DEFAULTS[-1], splits=3)),
+              (SHAPES[3], TcConfig(32, 32, 32, 1, 1, 3, splits=2)),
+              (SHAPES[5], TcConfig(64, 32, 16, 2, 1, 2, splits=5)),
+              (SHAPES[0], TcConfig(32, 32, 32, 1, 1, 2, splits=4)),
+              (SHAPES[4], TcConfig(32, 32, 32, 1, 1, 3, splits=2))]
     out = []
     for i, (shape, cfg) in enumerate(cases):
         task = conv_task(*shape)
@@ -151,7 +170,7 @@ def run_case(module, task: Task, fn, rng) -> None:
     storage[:size] = np.nan                       # anything unwritten fails
     out = storage[:size].reshape(ref.shape)
     args = [a for a in arrays if a is not None] + [out]
-    module.launch(fn.name, fn.attr("grid"), fn.attr("block"), args)
+    launch_checked(module, fn, args)     # split-K: again, blocks in reverse order
     got = out.astype(np.float64)
     what = f"{fn.name}: {task.signature()} {dict(task.attrs)}"
     assert (storage[size:] == np.float16(7.0)).all(), f"{what}: wrote past the output"
@@ -185,9 +204,11 @@ def check_ptxas(cases, cubins) -> None:
         for path in cubins[arch].values():
             report.update(ptxas_resources(path))
         assert set(report) == {name for name, _, _, _ in cases}
-        for name, task, cfg, _ in cases:
+        for name, task, cfg, fn in cases:
             res = report[name]
-            assert res["shared_bytes"] == cfg.shared_bytes, name
+            static = cfg.shared_bytes if cfg.shared_bytes <= 48 * 1024 else 0
+            assert res["shared_bytes"] == static, name     # ptxas: static only
+            assert dynamic_shared_bytes(fn) == cfg.shared_bytes - static, name
             assert res["registers"] <= min(255, 65536 // cfg.threads), (arch, name, res)
             limit = 0 if copy_width(conv_geometry(task).cg) == 8 else 64
             assert res["stack_bytes"] <= limit and res["spills"] <= limit, (arch, name, res)

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import random
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from helpers import targets
-from helpers.kernel_device import kernel_module
+from helpers.kernel_device import kernel_module, launch_checked
 
 from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
 from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cuda import TEMPLATES, build_kernel
+from hidetc.schedules.cuda.gemm_simt import MAX_SPLITS, MIN_SPLIT_TILES
 from hidetc.schedules.cuda.matmul_simt import (
     TEMPLATE,
     SimtConfig,
@@ -81,7 +83,7 @@ def guarded(shape, rng, fill) -> tuple[np.ndarray, np.ndarray]:
 def run_case(module, task: Task, fn, rng) -> None:
     ins = [guarded(t.shape, rng, np.nan)[1] for t in task.inputs]
     out_buf, out = guarded(task.outputs[0].shape, rng, 7.0)
-    module.launch(fn.name, fn.attr("grid"), fn.attr("block"), ins + [out])
+    launch_checked(module, fn, ins + [out])     # split-K: again, blocks in reverse order
     ref = np.matmul(*[x.astype(np.float64) for x in ins])
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4,
                                err_msg=f"{fn.name}: {task.signature()}")
@@ -111,17 +113,23 @@ def check_all(tmp_path, configs: list[SimtConfig]) -> None:
 
 
 def sampled_configs() -> list[SimtConfig]:
+    """A seeded sample, the two heaviest configs, and split-K (2, 3 and 7 splits: some
+    splits of the short-K shapes get no k tile at all)."""
     space = config_space()
     sample = random.Random(0).sample(space, SAMPLE)
     heaviest = sorted(space, key=lambda c: (-c.registers(), str(c)))[:2]
-    return sample + [c for c in heaviest if c not in sample]
+    split = [replace(c, splits=s) for c, s in zip(sample[:3], (2, 3, 7))]
+    return sample + [c for c in heaviest if c not in sample] + split
 
 
 # tests ---------------------------------------------------------------------------------
 def test_space_is_hardware_centric_and_fits_the_limits():
     space = TEMPLATE.space(matmul_task((7, 13), (13, 100)), CUDA)
     assert 30 <= len(space) <= MAX_SPACE and len(set(space)) == len(space)
-    assert space == TEMPLATE.space(matmul_task((4096, 4096), (4096, 4096)), CUDA)
+    big = TEMPLATE.space(matmul_task((4096, 4096), (4096, 4096)), CUDA)
+    assert [replace(c, splits=1) for c in space] == big == TEMPLATE.space(None, CUDA)
+    deep = TEMPLATE.space(matmul_task((64, 4096), (4096, 64)), CUDA)   # few tiles, long K
+    assert all(c.splits > 1 for c in deep)
     for cfg in space:
         assert check_config(cfg) is None
         assert cfg.threads <= 1024 and cfg.shared_bytes() <= 48 * 1024
@@ -130,14 +138,24 @@ def test_space_is_hardware_centric_and_fits_the_limits():
     assert check_config(SimtConfig((8, 8), (4, 8), (8, 8), 16, True, 1)) is not None
 
 
-@pytest.mark.parametrize("m,n,batch,expected", [
-    (4096, 4096, 1, (128, 128, 8, 8)), (1024, 1024, 1, (64, 128, 8, 8)),
-    (128, 768, 1, (32, 64, 4, 4)), (7, 100, 1, (32, 64, 4, 4)), (1, 1, 1, (32, 64, 4, 4)),
+@pytest.mark.parametrize("m,n,k,batch", [
+    (4096, 4096, 4096, 1), (1024, 1024, 1024, 1), (128, 768, 768, 1), (7, 100, 2048, 1),
+    (1, 1, 1, 1), (64, 64, 40, 3),
 ])
-def test_default_config(m, n, batch, expected):
-    cfg = default_config(m, n, batch)
-    assert (cfg.bm, cfg.bn, *cfg.thread) == expected
-    assert cfg in config_space()
+@pytest.mark.parametrize("sms", [58, 132])
+def test_default_config(m, n, k, batch, sms):
+    """The biggest tile that still gives every SM a block (128 x 128 when the problem
+    is big), else the smallest, then split-K until every SM has a block, each split
+    keeping MIN_SPLIT_TILES k tiles."""
+    cfg = default_config(m, n, k, batch, sms)
+    tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
+    assert replace(cfg, splits=1) in config_space() and 1 <= cfg.splits <= MAX_SPLITS
+    if m >= 4096 and n >= 4096:
+        assert (cfg.bm, cfg.bn, cfg.splits) == (128, 128, 1)
+    if cfg.splits > 1:
+        assert tiles * (cfg.splits - 1) < sms and -(-k // cfg.bk) >= cfg.splits * MIN_SPLIT_TILES
+    elif tiles < sms:       # unsplit and SMs idle: K too short to share, or the smallest
+        assert -(-k // cfg.bk) < 2 * MIN_SPLIT_TILES or cfg.bm * cfg.bn == 2048
     assert TEMPLATES["MatMul"] is TEMPLATE
 
 

@@ -8,24 +8,30 @@ built, lowered and printed into two translation units, compiled by nvcc for sm_8
 sm_90 (ptxas errors fail) and run in the emulator on float16 inputs against numpy in
 float32 from the same inputs: the documented f16 tolerance (norm-wise 1e-2) and,
 stricter, every element within the f16 output rounding, no element left unwritten and
-nothing written past the output. Every config runs under `-m slow`.
+nothing written past the output. Split-K configs (`SPLIT_CASES`) run a second time with
+the blocks in reverse order and must give the same bits and leave their arrival
+counters zero. Every config runs under `-m slow`.
 """
 from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import targets
-from helpers.kernel_device import kernel_module
+from helpers import targets, tasks
+from helpers.kernel_device import kernel_module, launch_checked
 
-from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import (
+    CUDA_INCLUDE_DIR,
+    dynamic_shared_bytes,
+    print_cuda_module,
+)
 from hidetc.backends.toolchain.nvcc import compile_cubins, find_nvcc, ptxas_resources
 from hidetc.compute.task import Task
 from hidetc.errors import ToolchainError
-from hidetc.graph.ir import TensorType
-from hidetc.graph.ops.nn import matmul_shape
+from hidetc.schedules.cuda import cost
 from hidetc.schedules.cuda.matmul_tc import (
     C_FRAGMENT,
     C_PAIRS,
@@ -35,6 +41,7 @@ from hidetc.schedules.cuda.matmul_tc import (
     TcConfig,
     chunk_mapping,
     copy_width,
+    cost_gemm,
     fits,
     geometry,
     xor_bits,
@@ -62,10 +69,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 
 
 def matmul_task(a_shape, b_shape) -> Task:
-    out = matmul_shape("MatMul", a_shape, b_shape)
-    f16 = "float16"
-    return Task("MatMul", (TensorType(f16, a_shape), TensorType(f16, b_shape)),
-                (TensorType(f16, out),), (), (None, None))
+    return tasks.matmul_task(a_shape, b_shape, "float16")
 
 
 # ---------------------------------------------------------------- space and layouts
@@ -74,17 +78,38 @@ def test_space_is_hardware_centric():
     assert 30 < len(SPACE) <= MAX_SPACE and len(set(SPACE)) == len(SPACE)
     for cfg in SPACE:
         assert fits(cfg, TARGET)
-        assert cfg.threads <= 1024 and cfg.shared_bytes <= 48 * 1024
+        assert cfg.threads <= 1024 and cfg.shared_bytes <= TARGET.shared_optin_bytes
         assert cfg.registers <= 255 and cfg.bm % (16 * cfg.wm) == 0 and cfg.nt % 2 == 0
-    assert TEMPLATE.space(matmul_task((1, 8), (8, 1)), TARGET) == SPACE  # shape-free
+        assert 32 <= (cfg.stages - 1) * cfg.bk <= 192          # K in flight
+        if cfg.shared_bytes > 48 * 1024:                         # dynamic shared memory:
+            assert cfg.stages >= 3 and min(cfg.bm, cfg.bn) >= 64 and cfg.threads <= 256
+    assert any(c.shared_bytes > 48 * 1024 for c in SPACE)      # deep pipelines, big tiles
+    # per task: the same tiles, each at the split-K the cost model picks, cheapest first
+    task = matmul_task((49, 4608), (4608, 512))
+    space = TEMPLATE.space(task, TARGET)
+    assert len(space) == len(SPACE) and {replace(c, splits=1) for c in space} == set(SPACE)
+    assert all(fits(c, TARGET) for c in space) and any(c.splits > 1 for c in space)
+    gemm = cost_gemm(task)
+    times = [cost.gemm_estimate(gemm, c, TARGET).estimate_us for c in space]
+    assert times == sorted(times)
     assert {c.stages for c in SPACE} == {2, 3, 4} and {c.bk for c in SPACE} == {16, 32, 64}
 
 
 def test_default_config():
-    big, small = matmul_task((4096, 4096), (4096, 4096)), matmul_task((13, 64), (64, 8))
+    """The cost model's pick among DEFAULTS: the big tile, unsplit, where the tiles fill
+    the GPU many times over; a split K where few tiles would leave most SMs idle (so
+    the launch fills at least most of them); always a config of the task's space."""
+    big = matmul_task((4096, 4096), (4096, 4096))
     assert TEMPLATE.default(big, TARGET) == DEFAULTS[0] == TcConfig(128, 128, 32, 2, 2, 3)
-    assert TEMPLATE.default(small, TARGET) == DEFAULTS[-1]
     assert all(d in SPACE for d in DEFAULTS)
+    for a, b in (((49, 4608), (4608, 512)), ((128, 3072), (3072, 768)), ((1, 2048), (2048, 1000)),
+                 ((13, 64), (64, 8))):
+        task = matmul_task(a, b)
+        cfg = TEMPLATE.default(task, TARGET)
+        assert replace(cfg, splits=1) in DEFAULTS and fits(cfg, TARGET)
+        estimate = cost.gemm_estimate(cost_gemm(task), cfg, TARGET)
+        if a[-1] >= 2048:                 # long K, few tiles: split
+            assert cfg.splits > 1 and estimate.blocks >= 0.9 * TARGET.sms, (a, b, cfg)
 
 
 def test_xor_bits_is_xor():
@@ -142,10 +167,25 @@ def test_c_fragment_mapping_is_the_ptx_layout():
 
 # ---------------------------------------------------------------- kernels
 
+# split-K on awkward shapes: K prime, K in fewer k tiles than splits (empty splits), M = 1,
+# batched with broadcast, K = 0, an odd N (scalar stores), a split that is the tile's only
+# difference from DEFAULTS[0]
+SPLIT_CASES = (
+    (((13, 211), (211, 24)), TcConfig(32, 32, 16, 1, 1, 3, splits=3)),
+    (((5, 8), (8, 7)), TcConfig(32, 32, 16, 1, 1, 2, splits=4)),
+    (((1, 129), (129, 100)), TcConfig(64, 32, 32, 2, 1, 4, splits=3)),
+    (((2, 3, 16, 50), (3, 50, 64)), TcConfig(32, 64, 16, 1, 2, 2, splits=2)),
+    (((5, 0), (0, 7)), TcConfig(32, 32, 16, 1, 1, 2, splits=2)),
+    (((37, 300), (300, 53)), TcConfig(64, 64, 32, 2, 2, 4, splits=5)),
+    (((100, 512), (512, 129)), replace(DEFAULTS[0], splits=4)),
+)
+
+
 def build_cases(configs) -> list[tuple[str, Task, TcConfig, object]]:
-    """Each config on one shape (cycling), the default config on every shape."""
+    """Each config on one shape (cycling), the default config on every shape, and the
+    split-K cases."""
     cases = [(SHAPES[i % len(SHAPES)], cfg) for i, cfg in enumerate(configs)]
-    cases += [(shape, DEFAULTS[0]) for shape in SHAPES]
+    cases += [(shape, DEFAULTS[0]) for shape in SHAPES] + list(SPLIT_CASES)
     out = []
     for i, (shape, cfg) in enumerate(cases):
         task = matmul_task(*shape)
@@ -167,7 +207,7 @@ def run_case(module, task: Task, fn, rng) -> None:
     storage = np.full(size + 64, np.float16(7.0))
     storage[:size] = np.nan                       # anything unwritten fails
     out = storage[:size].reshape(ref.shape)
-    module.launch(fn.name, fn.attr("grid"), fn.attr("block"), [a, b, out])
+    launch_checked(module, fn, [a, b, out])     # split-K: again, blocks in reverse order
     got = out.astype(np.float32)
     what = f"{fn.name}: {task.signature()}"
     assert (storage[size:] == np.float16(7.0)).all(), f"{what}: wrote past the output"
@@ -203,10 +243,15 @@ def check_ptxas(cases, cubins) -> None:
         for path in cubins[arch].values():
             report.update(ptxas_resources(path))
         assert set(report) == {name for name, _, _, _ in cases}
-        for name, task, cfg, _ in cases:
+        for name, task, cfg, fn in cases:
             res, geo = report[name], geometry(task)
             used = geo.k > 0 and task.outputs[0].size > 0     # else no tile is loaded
-            assert res["shared_bytes"] == (cfg.shared_bytes if used else 0), name
+            if used:     # ptxas reports static shared memory; dynamic past 48 KiB
+                static = cfg.shared_bytes if cfg.shared_bytes <= 48 * 1024 else 0
+                assert res["shared_bytes"] == static, name
+                assert dynamic_shared_bytes(fn) == cfg.shared_bytes - static, name
+            else:     # no tile loaded: none, or split-K's flag in the A tile's first half
+                assert res["shared_bytes"] <= (cfg.shared_bytes if cfg.splits > 1 else 0)
             assert res["registers"] <= min(255, 65536 // cfg.threads), (arch, name, res)
             fast = copy_width(geo.k) == copy_width(geo.n) == 8
             limit = 0 if fast or cfg == DEFAULTS[0] else 64

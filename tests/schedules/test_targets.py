@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import targets
 from helpers.fusion_graphs import resnet_block
+from helpers.tasks import nhwc_task
 
 import hidetc
 from hidetc.compute.task import Task
@@ -81,6 +82,14 @@ def _f16_matmul(m: int, n: int, k: int) -> Task:
                 (TensorType(f16, (m, n)),), (), (None, None))
 
 
+def _f16_conv(x_shape, w_shape) -> Task:
+    """A float16 ConvNHWC (shapes given NCHW / OIHW), padded to keep the map size."""
+    task = nhwc_task(x_shape, w_shape, False, pads=[w_shape[2] // 2] * 4)
+    f16 = [TensorType("float16", t.shape) if t is not None else None for t in task.inputs]
+    return Task(task.op, tuple(f16), tuple(TensorType("float16", t.shape)
+                                            for t in task.outputs), task.attrs, task.params)
+
+
 @pytest.mark.parametrize("gpu", ["a100", "l4", "h200"])
 def test_cuda_spaces_and_defaults_fit_each_arch(gpu):
     target = KNOWN_GPUS[gpu]
@@ -90,12 +99,15 @@ def test_cuda_spaces_and_defaults_fit_each_arch(gpu):
         assert space and all(fits(c, target) for c in space)
         default = matmul_tc.TEMPLATE.default(task, target)
         assert default in space and fits(default, target)
-    assert all(fits(c, target) for c in conv_tc.TEMPLATE.space(_f16_matmul(1, 1, 1), target))
+    assert all(fits(c, target) for c in conv_tc.TEMPLATE.space(None, target))
+    conv = _f16_conv((1, 256, 14, 14), (256, 256, 3, 3))
+    default = conv_tc.TEMPLATE.default(conv, target)
+    assert default in conv_tc.TEMPLATE.space(conv, target) and fits(default, target)
 
 
 def test_defaults_follow_the_sm_count():
-    """The tensor-core default is the largest tile whose grid still fills every SM: a GPU
-    with fewer SMs may take bigger tiles, never smaller."""
+    """The tensor-core default is the cost model's (it fills the SMs, with split-K where
+    the tiles alone do not): a GPU with fewer SMs may take bigger tiles, never smaller."""
     task = _f16_matmul(512, 3072, 768)
     a = matmul_tc.TEMPLATE.default(task, KNOWN_GPUS["l4"])      # 58 SMs
     b = matmul_tc.TEMPLATE.default(task, KNOWN_GPUS["h200"])    # 132 SMs

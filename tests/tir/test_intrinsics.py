@@ -113,7 +113,9 @@ def test_the_typed_cuda_constructors_name_registered_intrinsics():
             tc.ldmatrix(regs[0], smem[0], 4), tc.ldmatrix(regs[0], smem[0], 2, trans=True),
             tc.mma_m16n8k16(acc[0], regs[0], regs[2]), tc.syncthreads(),
             Evaluate(tc.shfl_xor(Var("v", "int32"), 1)), Evaluate(tc.ballot(Var("p", "bool"))),
-            Evaluate(tc.address_of(gmem[1]))]
+            Evaluate(tc.address_of(gmem[1])), tc.threadfence(),
+            Evaluate(tc.atomic_add(kb.buffer("n", "int32", (4,))[0], 1)),
+            Evaluate(tc.load_cg(floats[3]))]
     names = set().union(*(_calls(s) for s in made))
     assert names and all(intrinsics.lookup(n, "cuda") for n in names), names
 

@@ -210,7 +210,8 @@ class FakeDriver:
         pass
 
     device_attribute = SimpleNamespace(L2_CACHE_SIZE="l2")
-    function_attribute = SimpleNamespace(MAX_THREADS_PER_BLOCK="max_threads")
+    function_attribute = SimpleNamespace(MAX_THREADS_PER_BLOCK="max_threads",
+                                         MAX_DYNAMIC_SHARED_SIZE_BYTES="max_dynamic_shared")
 
     def __init__(self):
         self.memory, self.next, self.log, self.fail = {}, 4096, [], None
@@ -259,8 +260,12 @@ class FakeDriver:
             def get_attribute(self, attr):
                 return 256
 
-            def prepared_async_call(self, grid, block, stream, *args):
+            def set_attribute(self, attr, value):
+                fake.log.append(("set_attribute", attr, value))
+
+            def prepared_async_call(self, grid, block, stream, *args, shared_size=0):
                 fake.log.append(("launch", grid, block, len(self.fmt)))
+                fake.log.append(("shared", shared_size))
                 if kind == "fault":
                     fake.fail = "cuStreamSynchronize failed: an illegal memory access"
                     return
@@ -288,6 +293,15 @@ def test_pycuda_backend_flow_on_a_fake_driver(tmp_path, monkeypatch):
     launches = [e for e in fake.log if e[0] == "launch"]
     assert len(launches) == 1 + 2 + 4 and launches[0] == ("launch", (16, 1, 1), (256, 1, 1), 2)
     assert fake.log.count(("memset", 2 << 20)) == 2 + 4      # L2 scratch before each timing
+    # split-K's scratch buffers (zeroed, after the task's) and 64 KiB of dynamic shared
+    # memory (the kernel's limit raised first)
+    fake.log.clear()
+    assert measurer.measure(str(tmp_path / "good.cubin"), "k", (16, 1, 1), (256, 1, 1),
+                            (((4,), "int32"), ((64,), "float32")), 65536)[2] is None
+    assert ("set_attribute", "max_dynamic_shared", 65536) in fake.log
+    launches = [e for e in fake.log if e[0] == "launch"]
+    assert launches and all(e[3] == 4 for e in launches)     # 2 task buffers + 2 scratch
+    assert {e for e in fake.log if e[0] == "shared"} == {("shared", 65536)}
     assert measurer.measure(str(tmp_path / "wrong.cubin"), "k", (16,), (256,))[2].startswith(
         "wrong result: output 0: rel err")
     with pytest.raises(worker_cuda.LoadError, match="a block of 512 threads"):

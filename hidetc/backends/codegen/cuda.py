@@ -23,10 +23,14 @@ What the printer adds to the C printer (`hidetc.backends.codegen.c.CPrinter`, su
 - pointer operands (records' `address_args`): intrinsics that take addresses (atomics, vector
   copies, cp.async, ldmatrix, mma) get `&buf[i]` for the Load written at that position;
   `Call("address_of", (buf[i],))` is `&buf[i]` anywhere.
-- buffers: shared Allocs print as `__shared__ __align__(16) T name[N];` (constant N,
-  at most 48 KiB per kernel: static shared memory), local ones as `__align__(16) T
-  name[N];` (registers or local memory); loops of kind "unroll" get `#pragma unroll`;
-  kind "parallel" is a CPU notion and is rejected.
+- buffers: shared Allocs print as `__shared__ __align__(16) T name[N];` (constant N)
+  while a kernel's shared arrays fit static shared memory's 48 KiB; past that each is
+  a pointer `T *name = (T *)(hidetc_smem + OFFSET)` into one dynamic shared array
+  (`HIDETC_DYNAMIC_SHARED(hidetc_smem, BYTES)`, 16-byte aligned slices,
+  `shared_layout`), and the launch passes BYTES (`dynamic_shared_bytes`: the manifest's
+  `shared_bytes`; the runtime raises the kernel's limit above 48 KiB). Local Allocs
+  print as `__align__(16) T name[N];` (registers or local memory); loops of kind
+  "unroll" get `#pragma unroll`; kind "parallel" is a CPU notion and is rejected.
 - float16 is `half` (cuda_fp16.h). Arithmetic on two halves uses the correctly rounded
   `__hadd_rn/__hsub_rn/__hmul_rn` and `hidetc_hdiv` (division in float, rounded once),
   comparisons `__hlt`... (`!=` is the unordered `__hneu`, like C), negation `__hneg`;
@@ -41,6 +45,7 @@ Assumes `hidetc.tir.pipeline.lower` ran (flattened, verified). Guarantees: nvcc
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -83,6 +88,11 @@ CUDA_INCLUDE_DIR = Path(__file__).resolve().parent / "cuda_include"
 HEADER_NAME = "hidetc_cuda.h"
 FULL_MASK = "0xffffffffu"
 SHARED_MEMORY_LIMIT = 48 * 1024  # bytes of static shared memory per kernel
+# dynamic shared memory per block: the largest opt-in of any GPU (sm_90's 227 KiB); the
+# templates keep to their target's own (`CudaTarget.shared_optin_bytes`)
+DYNAMIC_SHARED_LIMIT = 227 * 1024
+DYNAMIC_SHARED_NAME = "hidetc_smem"
+SHARED_ALIGN = 16
 CUDA_TYPES = {**C_TYPES, "float16": "half"}
 F16 = "float16"
 
@@ -129,6 +139,9 @@ class _WrittenThrough(Rewriter):
 
 class CudaPrinter(CPrinter):
     """Prints one lowered cuda Function (see the module docstring)."""
+
+    dynamic_bytes = 0                      # set by `check` (`shared_layout`)
+    dynamic_offsets: dict[str, int] = {}
 
     # per-target hooks -------------------------------------------------------------------
     def ctype(self, dtype: str) -> str:
@@ -248,6 +261,10 @@ class CudaPrinter(CPrinter):
             raise NotImplementedError(f"{self.fn.name}: {buf.scope} buffer {buf.name} has a "
                                       "symbolic shape; CUDA arrays need constant sizes")
         numel = max(1, math.prod(int(getattr(d, "value", d)) for d in buf.shape))
+        if buf.scope == "shared" and buf.name in self.dynamic_offsets:
+            ctype = self.ctype(buf.dtype)
+            return [f"{ind}{ctype} *__restrict__ {self.ident(buf.name)} = ({ctype} *)"
+                    f"({DYNAMIC_SHARED_NAME} + {self.dynamic_offsets[buf.name]});"]
         decl = f"__align__(16) {self.ctype(buf.dtype)} {self.ident(buf.name)}[{numel}];"
         return [f"{ind}__shared__ {decl}" if buf.scope == "shared" else f"{ind}{decl}"]
 
@@ -288,18 +305,19 @@ class CudaPrinter(CPrinter):
             raise ValueError(f"{fn.name} is not lowered: run hidetc.tir.pipeline.lower")
         if c_name(fn.name) != fn.name or self.ident(fn.name) != fn.name:
             raise ValueError(f"function name {fn.name!r} is not a usable C identifier")
-        shared = [b for b in collect(fn).allocs if b.scope == "shared"]
-        size = sum(math.prod(int(getattr(d, "value", d)) for d in b.shape)
-                   * np.dtype(b.dtype).itemsize for b in shared if _constant_shape(b))
-        if size > SHARED_MEMORY_LIMIT:
-            raise ValueError(f"{fn.name}: {size} bytes of shared memory; static shared "
-                             f"memory is limited to {SHARED_MEMORY_LIMIT} bytes")
+        size, self.dynamic_offsets = shared_layout(fn)
+        if size > DYNAMIC_SHARED_LIMIT:
+            raise ValueError(f"{fn.name}: {size} bytes of shared memory; no GPU gives a "
+                             f"block more than {DYNAMIC_SHARED_LIMIT} bytes")
+        self.dynamic_bytes = size
 
     def function(self) -> str:
         self.check()
         head = (f'extern "C" __global__ void __launch_bounds__({self.threads()})\n'
                 f"{self.fn.name}({', '.join(self.params()) or 'void'}) {{")
-        return "\n".join([head] + self.block(self.fn.body, "  ") + ["}"]) + "\n"
+        first = ([f"  HIDETC_DYNAMIC_SHARED({DYNAMIC_SHARED_NAME}, {self.dynamic_bytes});"]
+                 if self.dynamic_bytes else [])
+        return "\n".join([head] + first + self.block(self.fn.body, "  ") + ["}"]) + "\n"
 
     def emu_entry(self) -> str:
         """The emulator's uniform entry (printed inside `#ifdef HIDETC_EMULATE`)."""
@@ -317,6 +335,39 @@ class CudaPrinter(CPrinter):
 
 def _constant_shape(b: Buffer) -> bool:
     return all(isinstance(d, (int, Const)) for d in b.shape)
+
+
+def _nbytes(b: Buffer) -> int:
+    return math.prod(int(getattr(d, "value", d)) for d in b.shape) * np.dtype(b.dtype).itemsize
+
+
+def shared_layout(fn: Function) -> tuple[int, dict[str, int]]:
+    """(dynamic shared bytes, {shared buffer name: byte offset}) of `fn`: when its shared
+    arrays add up to more than SHARED_MEMORY_LIMIT (static shared memory's), every one
+    is a 16-byte-aligned slice of one dynamic shared array, in order of allocation;
+    else (0, {}): they stay static arrays."""
+    shared = [b for b in collect(fn).allocs if b.scope == "shared" and _constant_shape(b)]
+    if sum(_nbytes(b) for b in shared) <= SHARED_MEMORY_LIMIT:
+        return 0, {}
+    offsets, end = {}, 0
+    for b in shared:
+        offsets[b.name] = end
+        end += -(-_nbytes(b) // SHARED_ALIGN) * SHARED_ALIGN
+    return end, offsets
+
+
+def dynamic_shared_bytes(fn: Function) -> int:
+    """The dynamic shared memory a launch of `fn` needs (0: static only)."""
+    return shared_layout(fn)[0]
+
+
+_DECLARED = re.compile(r"\n(\w+)\([^)]*\) \{\n  HIDETC_DYNAMIC_SHARED\(\w+, (\d+)\);")
+
+
+def declared_dynamic_shared(source: str) -> dict[str, int]:
+    """{kernel: dynamic shared bytes} of the kernels of a printed translation unit that
+    declare dynamic shared memory (for callers that hold sources, not Functions)."""
+    return {name: int(size) for name, size in _DECLARED.findall(source)}
 
 
 def print_cuda_function(fn: Function) -> str:

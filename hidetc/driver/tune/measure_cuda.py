@@ -4,7 +4,8 @@ same error strings, the same progress and stats).
 
 Build: each config's kernel is built as `tune_k<j>` (j: its position in its unit;
 `hidetc_*` names belong to the CUDA header), a cuda Function with `grid`/`block` attrs
-and exactly the task's buffer inputs then outputs as parameters, lowered and printed
+and exactly the task's buffer inputs then outputs as parameters (then its scratch
+buffers, which the worker passes zeroed), lowered and printed
 with `print_cuda_module` (any exception there is "build: ..."). UNIT_SIZE kernels
 make one .cu translation unit, and units are compiled `jobs` at a time: nvcc to a
 cubin for `arch` (`compile_cubins`, cached by content under `<cache>/cuda`, no PTX)
@@ -33,8 +34,8 @@ worker. The emulator backend does the same on an EmulatorError; a segfaulting em
 kernel kills the worker ("fault: signal 11 (SIGSEGV)").
 
 Assumes: nvcc is installed (a missing one is every candidate's "compile: ..."); the op
-has a numpy reference; templates use static shared memory only (launched with 0 bytes
-of dynamic shared memory).
+has a numpy reference. Each candidate is launched with the dynamic shared memory its
+printed kernel declares (`codegen.cuda.dynamic_shared_bytes`; 0 for static only).
 """
 from __future__ import annotations
 
@@ -46,7 +47,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
+from hidetc.backends.codegen.cuda import (
+    CUDA_INCLUDE_DIR,
+    dynamic_shared_bytes,
+    print_cuda_module,
+)
 from hidetc.backends.toolchain.cache import BuildCache
 from hidetc.backends.toolchain.nvcc import arch_number, compile_cubins, default_arch, parse_archs
 from hidetc.compute.task import Task
@@ -60,6 +65,7 @@ from hidetc.driver.tune.common import (
 from hidetc.driver.tune.records import CandidateResult
 from hidetc.errors import HidetcError, ToolchainError
 from hidetc.target import CudaTarget
+from hidetc.tir import scratch
 from hidetc.tir.ir import Buffer, Function
 from hidetc.tir.pipeline import lower
 
@@ -146,14 +152,21 @@ def _launch_dims(fn: Function, what: str) -> tuple[int, int, int]:
     return dims + (1,) * (3 - len(dims))  # type: ignore[return-value]
 
 
+def _scratch_specs(fn: Function) -> tuple[tuple[tuple[int, ...], str], ...]:
+    """(shape, dtype) of each scratch buffer the worker passes zeroed after the task's
+    buffers (`hidetc.tir.scratch`)."""
+    return tuple((tuple(b.shape), b.dtype) for b, _ in scratch.scratch_params(fn))
+
+
 def _build_one(task: Task, template, config: Any, j: int, machine: CudaTarget) -> Function:
     """The lowered kernel of `config`, named `tune_k<j>`; raises if it cannot be
     built, lowered or printed as CUDA C, or lacks its launch shape."""
     name = f"tune_k{j}"
     fn = template.build(task, config, name, machine)
     want = len(task.buffer_inputs) + len(task.outputs)
-    if len(fn.params) != want or not all(isinstance(p, Buffer) for p in fn.params):
-        raise ValueError(f"kernel {fn.name} has {len(fn.params)} params, expected "
+    params = scratch.task_params(fn)
+    if len(params) != want or not all(isinstance(p, Buffer) for p in params):
+        raise ValueError(f"kernel {fn.name} has {len(params)} params, expected "
                          f"{want} buffers (the task's buffer inputs, then outputs)")
     fn = lower(replace(fn, name=name))
     _launch_dims(fn, "grid")
@@ -245,7 +258,8 @@ def measure_cuda(task: Task, template, configs: list, *, repeat: int, timeout_s:
             for i, fn in unit.kernels:
                 if i in unit.modules:
                     candidates.append((str(unit.modules[i]), fn.name,
-                                       _launch_dims(fn, "grid"), _launch_dims(fn, "block")))
+                                       _launch_dims(fn, "grid"), _launch_dims(fn, "block"),
+                                       _scratch_specs(fn), dynamic_shared_bytes(fn)))
                     index.append(i)
         job = {"task": task, "candidates": candidates, "backend": backend,
                "repeat": max(1, repeat), "warmup": WARMUP, "seed": SEED}

@@ -2,11 +2,14 @@
 
 The protocol is the cpu worker's (`hidetc.driver.tune.worker`: the same JOB pickle, START,
 BEST_MS, JSON lines, `serve` loop and early-stopping `timed_runs`); here a candidate is
-(module path, kernel name, grid, block) and JOB["backend"] says how it runs:
+(module path, kernel name, grid, block, scratch specs: the (shape, dtype) of each
+scratch buffer, `hidetc.tir.scratch`, passed zeroed after the task's buffers, dynamic
+shared bytes) and JOB["backend"] says how it runs:
 
 - "pycuda": GPU 0's primary context (`hidetc.backends.runtime.cuda.driver.session`), each cubin
   loaded once with `module_from_buffer`, kernels launched with the prepared-call API
-  on one stream, 0 bytes of dynamic shared memory (templates use static shared memory).
+  on one stream, with the dynamic shared memory the candidate declares (its kernel's
+  limit raised first when that is past 48 KiB).
   A kernel whose block exceeds its MAX_THREADS_PER_BLOCK (registers) is "load: ...".
   Any CUDA error while launching, waiting or copying back is a `Fault`: reported as
   "fault: <CUDA error>", then the process exits (a fault such as
@@ -108,7 +111,9 @@ class EmulatorBackend:
     def read(self, buf: np.ndarray, like: np.ndarray) -> np.ndarray:
         return buf.copy()
 
-    def load(self, path: str, kernel: str, nargs: int) -> tuple[Any, str]:
+    def load(self, path: str, kernel: str, nargs: int, shared: int = 0) -> tuple[Any, str]:
+        """(module, kernel); `shared` is unused: the emulator's dynamic shared array is
+        sized by the kernel's own declaration."""
         module = self.modules.get(path)
         if module is None:
             try:
@@ -174,8 +179,10 @@ class PyCudaBackend:
             raise Fault(str(exc)) from None
         return out
 
-    def load(self, path: str, kernel: str, nargs: int) -> tuple[Any, int]:
-        """(the prepared function, its MAX_THREADS_PER_BLOCK)."""
+    def load(self, path: str, kernel: str, nargs: int, shared: int = 0
+             ) -> tuple[Any, int, int]:
+        """(the prepared function, its MAX_THREADS_PER_BLOCK, its dynamic shared bytes:
+        the kernel's limit raised to them when they are past 48 KiB)."""
         drv = self.drv
         try:
             module = self.modules.get(path)
@@ -183,18 +190,21 @@ class PyCudaBackend:
                 module = self.modules[path] = drv.module_from_buffer(Path(path).read_bytes())
             fn = module.get_function(kernel)
             fn.prepare("P" * nargs)
+            if shared > 48 * 1024:
+                fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
             limit = int(fn.get_attribute(drv.function_attribute.MAX_THREADS_PER_BLOCK))
         except drv.Error as exc:
             raise LoadError(f"{kernel} from {Path(path).name}: {exc}") from None
-        return fn, limit
+        return fn, limit, shared
 
-    def _launch(self, fn: tuple[Any, int], grid, block, args: list) -> None:
-        function, limit = fn
+    def _launch(self, fn: tuple[Any, int, int], grid, block, args: list) -> None:
+        function, limit, shared = fn
         threads = math.prod(block)
         if threads > limit:
             raise LoadError(f"a block of {threads} threads but the kernel allows at most "
                             f"{limit} on {self.session.describe()} (registers)")
-        function.prepared_async_call(tuple(grid), tuple(block), self.stream, *args)
+        function.prepared_async_call(tuple(grid), tuple(block), self.stream, *args,
+                                     shared_size=shared)
 
     def run(self, fn: tuple[Any, int], grid, block, args: list) -> None:
         try:
@@ -238,14 +248,30 @@ class DeviceMeasurer:
         self.sets = [[up(a) for a in buffers] + [up(p) for p in self.poison]
                      for _ in range(copies)]
         self.n_in = len(buffers)
+        self.scratch_buffers: dict[tuple, Any] = {}
 
-    def measure(self, path: str, kernel: str, grid, block
+    def scratch(self, specs) -> list:
+        """Zeroed device buffers for the candidate's scratch parameters (`specs`: shape
+        and dtype of each), kept per spec: a kernel leaves its ZEROED ones zero, and
+        its TRANSIENT ones need no contents."""
+        out = []
+        for shape, dtype in specs:
+            key = (tuple(shape), str(dtype))
+            if key not in self.scratch_buffers:
+                self.scratch_buffers[key] = self.backend.upload(np.zeros(shape, dtype))
+            out.append(self.scratch_buffers[key])
+        return out
+
+    def measure(self, path: str, kernel: str, grid, block, scratch_specs=(), shared: int = 0
                 ) -> tuple[float | None, float | None, str | None]:
         """(median ms, min ms, error) of one candidate; raises Fault or LoadError."""
-        backend, first_set = self.backend, self.sets[0]
+        backend = self.backend
+        extra = self.scratch(scratch_specs)
+        sets = [s + extra for s in self.sets]
+        first_set = sets[0]
         grid, block = tuple(grid), tuple(block)
-        fn = backend.load(path, kernel, len(first_set))
-        outs = first_set[self.n_in:]
+        fn = backend.load(path, kernel, len(first_set), shared)
+        outs = first_set[self.n_in:self.n_in + len(self.poison)]
         for buf, p in zip(outs, self.poison):
             backend.write(buf, p)
         t0 = time.perf_counter_ns()
@@ -257,7 +283,7 @@ class DeviceMeasurer:
                 return None, None, f"wrong result: output {k}: {why}"
 
         def call(i: int) -> int:
-            return backend.timed(fn, grid, block, self.sets[i % len(self.sets)])
+            return backend.timed(fn, grid, block, sets[i % len(sets)])
 
         times = timed_runs(call, first, self.job, self.best_ms)
         ms, fastest = float(np.median(times)) / 1e6, min(times) / 1e6

@@ -99,7 +99,7 @@ def check_node(node, graph) -> None:
                               if v), f"node {node.name!r}")
 
 
-def kernel_facts(fn: Function, target: CpuTarget) -> dict:
+def kernel_facts(fn: Function, target: CpuTarget, task: Task) -> dict:
     """`parallel_tasks` (the main parallel loop's task count) and the `cores` the task
     shapes were built for."""
     return {"parallel_tasks": parallel_tasks(fn), "cores": target.cores}

@@ -7,8 +7,9 @@ returns a Function with target "cuda" and its launch shape in the attrs `grid` a
 config for the target (`kernel_choice`); the rest have a `RULES` entry (depthwise
 convolutions too: the direct kernels, which win there). MatMul: the f32 SIMT template
 (`matmul_simt`), and for float16 (`--precision f16`) the tensor-core template
-(`matmul_tc`, sm_80+, f32 accumulation) under the key "MatMul/f16"; `template_for(task)`
-picks per task."""
+(`matmul_tc`, sm_80+, f32 accumulation) under the key "MatMul/f16", and for f16
+MatMuls of few rows the GEMV template (`matmul_gemv`, "MatMul/f16-small-m") where the
+cost model prefers it; `kernel_choice(task, target)` picks per task."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -22,8 +23,10 @@ from hidetc.schedules.common.scan_lines import ARG_OPS
 from hidetc.schedules.cuda import (
     conv_gemm,
     conv_tc,
+    cost,
     depthwise_nhwc,
     injective,
+    matmul_gemv,
     matmul_simt,
     matmul_tc,
     norm,
@@ -42,6 +45,7 @@ Builder = Callable[[Task, str], Function]
 TEMPLATES: dict[str, Template] = {
     "MatMul": matmul_simt.TEMPLATE,
     "MatMul/f16": matmul_tc.TEMPLATE,
+    "MatMul/f16-small-m": matmul_gemv.TEMPLATE,
     "ConvNHWC": conv_tc.TEMPLATE,
     "Conv": conv_gemm.TEMPLATE,
     **{op: reduce.TEMPLATE for op in reduce.OPS},
@@ -90,10 +94,12 @@ def check_node(node, graph) -> None:
     """The plan's per-node refusal: nothing beyond `supports` on cuda."""
 
 
-def kernel_facts(fn: Function, target: CudaTarget) -> dict:
-    """The launch shape: `grid`, `block` and `blocks` (the grid's product)."""
+def kernel_facts(fn: Function, target: CudaTarget, task: Task) -> dict:
+    """The launch shape (`grid`, `block`, `blocks`: the grid's product) and the cost
+    model's `blocks_per_sm`, `waves`, `bytes` and `estimate_us` (`cost.kernel_estimate`,
+    with the registers estimated; the build refines them with ptxas's count)."""
     return {"grid": list(fn.attr("grid")), "block": list(fn.attr("block")),
-            "blocks": launch_blocks(fn)}
+            "blocks": launch_blocks(fn), **cost.kernel_estimate(fn, task, target).facts()}
 
 
 def build_kernel(task: Task, name: str, target: CudaTarget) -> Function:
@@ -112,7 +118,9 @@ def build_kernel(task: Task, name: str, target: CudaTarget) -> Function:
 def kernel_choice(task: Task, target: CudaTarget) -> tuple[Template | None, Any]:
     """(template, its default config for `target`) for a templated task, else (None,
     None): a rule builds the kernel (depthwise Conv and ConvNHWC: the direct kernels,
-    which win there). What `build_kernel` builds."""
+    which win there). An f16 MatMul of at most `matmul_gemv.SMALL_M` rows takes the
+    GEMV template where the cost model estimates its default below the tensor-core
+    template's. What `build_kernel` builds, and what the tuner tunes."""
     if task.op == "Conv" and conv_geometry(task).depthwise:
         return None, None
     if task.op == "ConvNHWC":
@@ -122,4 +130,11 @@ def kernel_choice(task: Task, target: CudaTarget) -> tuple[Template | None, Any]
     template = template_for(task)
     if template is None:
         return None, None
-    return template, template.default(task, target)
+    config = template.default(task, target)
+    if template is matmul_tc.TEMPLATE and matmul_gemv.applies(task):
+        small = matmul_gemv.TEMPLATE.default(task, target)
+        gemv_us = cost.gemv_estimate(matmul_gemv.cost_gemv(task), small, target).estimate_us
+        tc_us = cost.gemm_estimate(matmul_tc.cost_gemm(task), config, target).estimate_us
+        if gemv_us < tc_us:
+            return matmul_gemv.TEMPLATE, small
+    return template, config

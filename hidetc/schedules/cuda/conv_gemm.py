@@ -25,8 +25,8 @@ block swizzle; see its docstring), one GEMM per (image, group):
   a pointwise conv (1x1, stride 1, no padding), where B is x viewed [C, H*W] and float4
   loads need H*W % 4 == 0; the stores (+ bias, added in registers first) are float4
   when OH*OW % 4 == 0 (output rows [OH*OW] contiguous and aligned).
-- space: `gemm_simt.config_space()` (200 configs, independent of the shape); default:
-  `gemm_simt.default_config(OC/G, OH*OW, N*G)`.
+- space: `gemm_simt.config_space()` (200 configs, independent of the shape), each at
+  the task's split-K; default: `gemm_simt.default_config(OC/G, OH*OW, K, N*G, SMs)`.
 
 Depthwise convolution (one input channel per group, more than one group) is a GEMM
 with M = channel multiplier and K = KH*KW: `build` handles it correctly, but the rule
@@ -52,7 +52,9 @@ from hidetc.schedules.cuda.gemm_simt import (
     SimtGemm,
     config_space,
     default_config,
+    split_for,
 )
+from hidetc.schedules.cuda.tc_common import cuda_target
 from hidetc.schedules.template import Target
 from hidetc.tir.ir import Buffer, Expr, ExprLike, Function, as_expr, cast, logical_and
 
@@ -62,11 +64,18 @@ class ConvGemmTemplate:
     precisions = ("f32", "f16")
 
     def space(self, task: Task, target: Target) -> Sequence[SimtConfig]:
-        return config_space()
+        """The shape-free configs, each at its split-K for this task (`split_for`)."""
+        if task is None:
+            return config_space()
+        g = conv_geometry(task)
+        k = g.icg * g.taps
+        return [split_for(c, g.ocg, g.oh * g.ow, k, g.n * g.groups, cuda_target(target).sms)
+                for c in config_space()]
 
     def default(self, task: Task, target: Target) -> SimtConfig:
         g = conv_geometry(task)
-        return default_config(g.ocg, g.oh * g.ow, g.n * g.groups)
+        return default_config(g.ocg, g.oh * g.ow, g.icg * g.taps, g.n * g.groups,
+                              cuda_target(target).sms)
 
     def build(self, task: Task, config: SimtConfig, name: str, target: Target) -> Function:
         return build_conv_gemm(task, config, name)

@@ -50,6 +50,7 @@ from typing import Sequence
 
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
+from hidetc.schedules.cuda import cost
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.cuda.matmul_tc import DEFAULTS
 from hidetc.schedules.cuda.tc_common import (
@@ -60,7 +61,7 @@ from hidetc.schedules.cuda.tc_common import (
     TcKernel,
     chunk_mapping,
     copy_width,
-    largest_default,
+    cuda_target,
     tc_space,
 )
 from hidetc.schedules.template import Target
@@ -129,8 +130,10 @@ class _ConvKernel(TcKernel):
         self.wt = kb.buffer("w", F16, (geo.oc, geo.k))
         self.bias = kb.buffer("bias", F16, (geo.oc,)) if 2 in task.buffer_inputs else None
         self.out = kb.buffer("out", F16, (geo.m, geo.oc))
-        super().__init__(kb, cfg, geo.m, geo.ocg, geo.k)
-        self.g = block_idx("z")
+        grid = (max(1, ceil_div(geo.m, cfg.bm)), max(1, ceil_div(geo.ocg, cfg.bn)),
+                max(1, geo.group))
+        super().__init__(kb, cfg, geo.m, geo.ocg, geo.k, grid)
+        self.g = self.outer
         self.m0, self.n0 = block_idx("x") * cfg.bm, block_idx("y") * cfg.bn
         self.pairs = geo.ocg % 2 == 0
         self.width = copy_width(geo.cg)
@@ -210,10 +213,7 @@ class _ConvKernel(TcKernel):
         return cast(acc + cast(self.bias[self.g * self.geo.ocg + col], F32), F16)
 
     def launch(self) -> Function:
-        cfg, geo = self.cfg, self.geo
-        grid = (max(1, ceil_div(geo.m, cfg.bm)), max(1, ceil_div(geo.ocg, cfg.bn)),
-                max(1, geo.group))
-        return self.finish(grid)
+        return self.finish(operand_bytes(self.geo, self.bias is not None))
 
 
 def check_task(task: Task) -> None:
@@ -232,12 +232,20 @@ def build_tc_conv(task: Task, cfg: TcConfig, name: str) -> Function:
     return kernel.launch()
 
 
-def default_config(task: Task, target: Target) -> TcConfig:
-    """The largest of matmul_tc's DEFAULTS that still gives every SM a block."""
+def operand_bytes(geo, bias: bool) -> int:
+    return 2 * (geo.n * geo.h * geo.w * geo.c + geo.oc * geo.k + (geo.oc if bias else 0))
+
+
+def cost_gemm(task: Task) -> cost.Gemm:
+    """The implicit GEMM the cost model sees: per group M x OC/G x K."""
     geo = conv_geometry(task)
-    return largest_default(
-        DEFAULTS, lambda cfg: ceil_div(geo.m, cfg.bm) * ceil_div(geo.ocg, cfg.bn) * geo.group,
-        target)
+    return cost.Gemm(geo.m, geo.ocg, geo.k, max(1, geo.group),
+                     operand_bytes(geo, 2 in task.buffer_inputs))
+
+
+def default_config(task: Task, target: Target) -> TcConfig:
+    """The cost model's cheapest of matmul_tc's DEFAULTS, each at its cheapest split-K."""
+    return cost.gemm_choice(cost_gemm(task), DEFAULTS, cuda_target(target))
 
 
 class TensorCoreConv:
@@ -245,7 +253,8 @@ class TensorCoreConv:
     precisions = ("f16",)
 
     def space(self, task: Task, target: Target) -> Sequence[TcConfig]:
-        return tc_space(target)
+        return cost.task_space(cost_gemm(task) if task is not None else None,
+                               tc_space(target), cuda_target(target))
 
     def default(self, task: Task, target: Target) -> TcConfig:
         return default_config(task, target)

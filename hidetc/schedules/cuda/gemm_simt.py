@@ -39,16 +39,21 @@ Schedule, for one BM x BN output tile per block:
   fragments, accumulators and fma are float32; the result, bias added, is rounded to
   half once). float64 computes in float64. Vectors are float32 only.
 
-Split-K is not implemented: combining partial sums needs either a zeroed output
-(a memset launch) or a workspace with zeroed counters, neither of which one Function
-can provide race-free; tall-skinny problems use the smallest tiles instead.
+Split-K (`SimtConfig.splits` = S > 1, grid y = the split): each block runs its split's
+range of k tiles, writes its accumulators to a TRANSIENT workspace and counts its
+arrival in a ZEROED counter per tile (`hidetc.tir.scratch`, bound to arena memory by
+the plan); the block that arrives last adds the S partial sums in split order -- the
+same bits whatever order the blocks ran in -- and runs the epilogue, then resets the
+counter (the protocol of `tc_common.TcKernel.reduce_splits`, which documents it). The
+default splits where the tiles leave SMs idle (`split_for`).
 
 Space (independent of the shape): block tiles BM, BN in {32, 64, 128} (BM * BN >=
 2048) with thread tiles tm, tn in {4, 8} and 64..256 threads, the warp arrangement
 derived (the squarest warp tile), x BK in {8, 16} x vector in {True, False} x swizzle in
 {1, 8}: 200 configs, pruned by the hardware limits (threads <= 1024, static shared
-memory <= 48 KiB, estimated registers <= REGISTER_BUDGET). `default_config` may look at
-the GEMM's shape (see there).
+memory <= 48 KiB, estimated registers <= REGISTER_BUDGET); a task's space is those
+configs each at its split-K (`split_for`). `default_config` looks at the GEMM's shape
+and the target's SM count (see there).
 
 Assumes: buffers 16-byte aligned (hidetc's arena and weights are 64-byte aligned); the
 hooks keep to the rules above. Guarantees: correct for every config on every shape; no
@@ -59,11 +64,12 @@ from __future__ import annotations
 import itertools
 import math
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Optional, Sequence
 
 from hidetc.schedules.cuda.common import WARP, ceil_div
 from hidetc.tir import cuda as tc
+from hidetc.tir import scratch
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     Buffer,
@@ -75,8 +81,12 @@ from hidetc.tir.ir import (
     block_idx,
     call,
     cast,
+    eq,
     logical_and,
+    maximum,
     minimum,
+    ne,
+    select,
     syncthreads,
     thread_idx,
 )
@@ -91,7 +101,8 @@ THREAD_TILES = (4, 8)
 THREAD_COUNTS = (64, 128, 256)
 MIN_TILE_OUTPUTS = 2048
 LANES = ((4, 8), (8, 4))
-TARGET_BLOCKS = 100            # the default shrinks tiles until the grid has this many
+MAX_SPLITS = 16                # split-K factors the default considers
+MIN_SPLIT_TILES = 4            # k tiles per split, at least
 F32 = "float32"
 FLOAT_DTYPES = ("float32", "float64", "float16")
 
@@ -105,6 +116,7 @@ class SimtConfig:
     bk: int
     vector: bool
     swizzle: int
+    splits: int = 1      # K split over this many blocks per output tile (split-K)
 
     @property
     def bm(self) -> int:
@@ -167,13 +179,14 @@ def config_space() -> list[SimtConfig]:
     return [c for c in configs if check_config(c) is None]
 
 
-def default_config(m: int, n: int, nbatch: int) -> SimtConfig:
+def default_config(m: int, n: int, k: int, nbatch: int, sms: int) -> SimtConfig:
     """128 x 128 (8 x 8 per thread, 256 threads) shrunk, the larger side first, until
-    the grid has TARGET_BLOCKS blocks or 32-wide tiles; 128 threads for smaller tiles;
-    BK 8 for 128 x 128, else 16; float4 loads; swizzle 8 when both sides have > 8 tiles."""
+    the grid has a block per SM (`sms`) or 32-wide tiles; 128 threads for smaller tiles;
+    BK 8 for 128 x 128, else 16; float4 loads; swizzle 8 when both sides have > 8 tiles;
+    then split-K (`split_for`) where the tiles still leave SMs idle."""
     bm = 128 if m > 64 else (64 if m > 32 else 32)
     bn = 128 if n > 64 else (64 if n > 32 else 32)
-    while ceil_div(m, bm) * ceil_div(n, bn) * nbatch < TARGET_BLOCKS and bm * bn > 2048:
+    while ceil_div(m, bm) * ceil_div(n, bn) * nbatch < sms and bm * bn > 2048:
         if bm >= bn:
             bm //= 2
         else:
@@ -184,7 +197,21 @@ def default_config(m: int, n: int, nbatch: int) -> SimtConfig:
                if w[0] * ln[0] * t[0] == bm and w[1] * ln[1] * t[1] == bn]
     warps, lanes, thread = min(choices, key=lambda c: (abs(c[0][0] * c[0][1] - 4), -c[2][0]))
     swizzle = 8 if ceil_div(m, bm) > 8 and ceil_div(n, bn) > 8 else 1
-    return SimtConfig(warps, lanes, thread, 8 if bm * bn >= 128 * 128 else 16, True, swizzle)
+    cfg = SimtConfig(warps, lanes, thread, 8 if bm * bn >= 128 * 128 else 16, True, swizzle)
+    return split_for(cfg, m, n, k, nbatch, sms)
+
+
+def split_for(cfg: SimtConfig, m: int, n: int, k: int, nbatch: int, sms: int) -> SimtConfig:
+    """`cfg` with the fewest splits of K (at most MAX_SPLITS) that give every SM a block,
+    each split keeping at least MIN_SPLIT_TILES k tiles; unsplit when the tiles alone
+    fill the SMs or K is too short to share."""
+    tiles = max(1, ceil_div(m, cfg.bm) * ceil_div(n, cfg.bn) * nbatch)
+    k_tiles = ceil_div(k, cfg.bk)
+    splits = 1
+    while (tiles * splits < sms and splits < MAX_SPLITS
+           and k_tiles >= (splits + 1) * MIN_SPLIT_TILES):
+        splits += 1
+    return replace(cfg, splits=splits)
 
 
 # mappings -------------------------------------------------------------------------------
@@ -304,16 +331,30 @@ class SimtGemm:
 
     # the schedule -------------------------------------------------------------------------
     def build(self) -> Function:
+        cfg, kb = self.cfg, self.kb
+        self.blocks = self.tiles_m * self.tiles_n * max(1, self.nbatch)
+        if cfg.splits > 1:      # after the subclass's buffers: the scratch buffers
+            threads = cfg.threads
+            acc = cfg.thread[0] * cfg.thread[1]
+            self.ws = kb.buffer("ws", self.acc_dt, (self.blocks * cfg.splits * acc * threads,))
+            self.counters = kb.buffer("counters", "int32", (self.blocks,))
         if self.m * self.n * self.nbatch > 0:
             self.origin()
             self.alloc()
             self.main_loop()
-            self.epilogue()
+            if cfg.splits > 1:
+                self.reduce_splits()
+            else:
+                self.epilogue()
         return self.finish()
 
     def finish(self) -> Function:
-        grid = (self.tiles_m * self.tiles_n * max(1, self.nbatch), 1, 1)
-        return self.kb.finish(grid=grid, block=(self.cfg.threads, 1, 1))
+        attrs = {}
+        if self.cfg.splits > 1:
+            attrs["scratch"] = ((self.ws.name, scratch.TRANSIENT),
+                                (self.counters.name, scratch.ZEROED))
+        return self.kb.finish(grid=(self.blocks, self.cfg.splits, 1),
+                              block=(self.cfg.threads, 1, 1), **attrs)
 
     def origin(self) -> None:
         """The block's tile origin (m0, n0), then the batch hook."""
@@ -408,15 +449,61 @@ class SimtGemm:
                     kb.store(buf, idx, cast(value, self.dt))
 
     def main_loop(self) -> None:
-        kb, nk, bk = self.kb, ceil_div(self.k, self.cfg.bk), self.cfg.bk
-        if nk > 0:
-            self.load(Const(0, "int32"))
-            self.store(0)
-            kb.emit(syncthreads())
-        with kb.for_range(nk, name="kt") as kt:
-            with kb.if_then(kt + 1 < nk):
-                self.load((kt + 1) * bk)
+        """The double-buffered loop over this block's k tiles: all of them, or (split-K)
+        split blockIdx.y's range [s P, min((s + 1) P, KT)), P = ceil(KT / S)."""
+        kb, nk, bk, splits = self.kb, ceil_div(self.k, self.cfg.bk), self.cfg.bk, self.cfg.splits
+        if splits == 1:
+            first, count = 0, nk
+            if nk > 0:
+                self.load(Const(0, "int32"))
+                self.store(0)
+                kb.emit(syncthreads())
+        else:
+            per = ceil_div(nk, splits)
+            first = kb.declare("kt0", "int32", block_idx("y") * per)
+            count = kb.declare("kts", "int32", minimum(maximum(nk - first, 0), per))
+            with kb.if_then(count > 0):       # uniform over the block: its barrier is too
+                self.load(first * bk)
+                self.store(0)
+                kb.emit(syncthreads())
+        with kb.for_range(count, name="kt") as kt:
+            with kb.if_then(kt + 1 < count):
+                self.load((first + kt + 1) * bk if splits > 1 else (kt + 1) * bk)
             self.compute(kt % 2)
-            with kb.if_then(kt + 1 < nk):
+            with kb.if_then(kt + 1 < count):
                 self.store((kt + 1) % 2)
             kb.emit(syncthreads())
+
+    def reduce_splits(self) -> None:
+        """Split-K's end (as `tc_common.TcKernel.reduce_splits`): this block's partial
+        sums to the workspace, its arrival counted, and the block that arrives last at
+        the tile adds the S partials in split order and runs the epilogue."""
+        cfg, kb, splits = self.cfg, self.kb, self.cfg.splits
+        tm, tn = cfg.thread
+        acc, tid = tm * tn, thread_idx()
+        tile = block_idx()
+
+        def slot(split: Expr, u: Expr, v: Expr) -> Expr:
+            return ((tile * splits + split) * acc + u * tn + v) * cfg.threads + tid
+
+        with kb.for_mapping(repeat(tm, tn), 0, names=["u", "v"]) as (u, v):
+            kb.store(self.ws, (slot(block_idx("y"), u, v),), self.acc[u, v])
+        kb.emit(tc.threadfence())
+        kb.emit(syncthreads())         # the main loop ended at a barrier: sa is free
+        one, zero = Const(1.0, self.acc_dt), Const(0.0, self.acc_dt)
+        with kb.if_then(eq(tid, 0)):
+            kb.emit(tc.threadfence())
+            arrived = kb.declare("arrived", "int32", tc.atomic_add(self.counters[tile], 1))
+            kb.emit(tc.threadfence())
+            kb.store(self.sa, (0, 0, 0), select(eq(arrived, splits - 1), one, zero))
+        kb.emit(syncthreads())
+        with kb.if_then(ne(self.sa[0, 0, 0], zero)):
+            with kb.for_mapping(repeat(tm, tn), 0, names=["u", "v"]) as (u, v):
+                kb.store(self.acc, (u, v), zero)
+            with kb.for_range(splits, name="sp") as sp:
+                with kb.for_mapping(repeat(tm, tn), 0, names=["u", "v"]) as (u, v):
+                    kb.store(self.acc, (u, v),
+                             self.acc[u, v] + tc.load_cg(self.ws[slot(sp, u, v)]))
+            self.epilogue()
+            with kb.if_then(eq(tid, 0)):
+                kb.store(self.counters, (tile,), Const(0, "int32"))

@@ -10,8 +10,9 @@ its own broadcasting (`a_pre`, `b_pre`); A[row, col], B[row, col] and out[row, c
 are the matrices themselves. A float4 chunk of A needs K % 4 == 0, of B and of the
 stores N % 4 == 0 (then every row is 16-byte aligned), and float32 storage.
 
-Space: `gemm_simt.config_space()` (200 configs, independent of the shape); default:
-`gemm_simt.default_config(M, N, batch)`.
+Space: `gemm_simt.config_space()` (200 configs, independent of the shape), each at the
+task's split-K (`gemm_simt.split_for`); default: `gemm_simt.default_config(M, N, K,
+batch, SMs)`.
 
 Assumes: buffers 16-byte aligned (hidetc's arena and weights are 64-byte aligned).
 Guarantees: correct for every config on every shape; no memory access outside the
@@ -40,7 +41,9 @@ from hidetc.schedules.cuda.gemm_simt import (  # noqa: F401 (re-exports)
     default_config,
     for_tiles,
     load_factors,
+    split_for,
 )
+from hidetc.schedules.cuda.tc_common import cuda_target
 from hidetc.schedules.template import Target
 from hidetc.tir.ir import Buffer, Expr, Function, logical_and
 
@@ -49,11 +52,16 @@ class MatMulSimtTemplate:
     name = "cuda.matmul_simt"
 
     def space(self, task: Task, target: Target) -> Sequence[SimtConfig]:
-        return config_space()
+        """The shape-free configs, each at its split-K for this task (`split_for`)."""
+        if task is None:
+            return config_space()
+        d = matmul_dims(task)
+        return [split_for(c, d.m, d.n, d.k, d.nbatch, cuda_target(target).sms)
+                for c in config_space()]
 
     def default(self, task: Task, target: Target) -> SimtConfig:
-        dims = matmul_dims(task)
-        return default_config(dims.m, dims.n, dims.nbatch)
+        d = matmul_dims(task)
+        return default_config(d.m, d.n, d.k, d.nbatch, cuda_target(target).sms)
 
     def build(self, task: Task, config: SimtConfig, name: str, target: Target) -> Function:
         return build_matmul_simt(task, config, name)

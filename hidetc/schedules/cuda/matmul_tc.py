@@ -40,9 +40,13 @@ Schedule, for one (BM x BN) output tile per block (grid: N tiles, M tiles, batch
   even the column pair is one 4-byte store.
 
 Space (`space`): BM, BN in {32..256}, BK in {16, 32, 64}, warp tiles WM, WN in {32, 64},
-stages 2..4, pruned by hardware limits only: threads <= 1024, static shared memory
-<= 48 KiB, estimated registers <= 255 per thread and <= 64K per block, and every thread
-copying at least one 16-byte chunk of each tile: 186 configs.
+stages 2..4, pruned by the target's limits (`tc_common.fits`: threads <= 1024, shared
+memory up to the per-block opt-in maximum -- dynamic shared memory past 48 KiB --,
+estimated registers <= 255 per thread and <= 64K per block, every thread copying at
+least one 16-byte chunk of each tile) and by `tc_common.worth_trying` (32..192 halves
+of K in flight; dynamic shared memory only for deep pipelines of big tiles). For a task
+each tile config comes at the split-K the cost model picks for it, cheapest estimate
+first (`cost.task_space`); the default is the model's best of DEFAULTS.
 
 The space, the swizzled tiles, the copy mappings and the block GEMM skeleton (pipeline,
 fragments, epilogue) live in `tc_common`, shared with the implicit-GEMM convolution
@@ -62,6 +66,7 @@ import numpy as np
 
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
+from hidetc.schedules.cuda import cost
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.cuda.tc_common import (  # noqa: F401  (re-exported)
     C_FRAGMENT,
@@ -80,7 +85,6 @@ from hidetc.schedules.cuda.tc_common import (  # noqa: F401  (re-exported)
     copy_width,
     cuda_target,
     fits,
-    largest_default,
     spatial_index,
     tc_space,
     xor_bits,
@@ -122,8 +126,10 @@ class _Kernel(TcKernel):
         self.a = kb.buffer("a", F16, geo.a_shape)
         self.b = kb.buffer("b", F16, geo.b_shape)
         self.out = kb.buffer("out", F16, geo.batch + (geo.m, geo.n))
-        super().__init__(kb, cfg, geo.m, geo.n, geo.k)
-        self.bidx = unravel(block_idx("z"), geo.batch) if geo.batch else []
+        grid = (max(1, ceil_div(geo.n, cfg.bn)), max(1, ceil_div(geo.m, cfg.bm)),
+                max(1, math.prod(geo.batch)))
+        super().__init__(kb, cfg, geo.m, geo.n, geo.k, grid)
+        self.bidx = unravel(self.outer, geo.batch) if geo.batch else []
         self.a_pre = tuple(broadcast_index(self.bidx, geo.a_shape[:-2]))
         self.b_pre = tuple(broadcast_index(self.bidx, geo.b_shape[:-2]))
         self.m0, self.n0 = block_idx("y") * cfg.bm, block_idx("x") * cfg.bn
@@ -163,10 +169,7 @@ class _Kernel(TcKernel):
         return self.out[tuple(self.bidx) + (row, col)]
 
     def launch(self) -> Function:
-        cfg, geo = self.cfg, self.geo
-        grid = (max(1, ceil_div(geo.n, cfg.bn)), max(1, ceil_div(geo.m, cfg.bm)),
-                max(1, math.prod(geo.batch)))
-        return self.finish(grid)
+        return self.finish(operand_bytes(self.geo))
 
 
 def build_tc_matmul(task: Task, cfg: TcConfig, name: str) -> Function:
@@ -190,12 +193,19 @@ DEFAULTS = (TcConfig(128, 128, 32, 2, 2, 3), TcConfig(128, 64, 32, 2, 2, 4),
             TcConfig(64, 64, 32, 2, 2, 4))
 
 
-def default_config(task: Task, target: Target) -> TcConfig:
-    """The largest of DEFAULTS that still gives every SM a block (else the smallest)."""
+def operand_bytes(geo: Geometry) -> int:
+    return 2 * (math.prod(geo.a_shape) + math.prod(geo.b_shape))
+
+
+def cost_gemm(task: Task) -> cost.Gemm:
+    """The GEMM the cost model sees: per batch entry M x N x K."""
     geo = geometry(task)
-    batch = max(1, math.prod(geo.batch))
-    return largest_default(
-        DEFAULTS, lambda cfg: ceil_div(geo.m, cfg.bm) * ceil_div(geo.n, cfg.bn) * batch, target)
+    return cost.Gemm(geo.m, geo.n, geo.k, max(1, math.prod(geo.batch)), operand_bytes(geo))
+
+
+def default_config(task: Task, target: Target) -> TcConfig:
+    """The cost model's cheapest of DEFAULTS, each at its cheapest split-K."""
+    return cost.gemm_choice(cost_gemm(task), DEFAULTS, cuda_target(target))
 
 
 class TensorCoreMatmul:
@@ -203,7 +213,8 @@ class TensorCoreMatmul:
     precisions = ("f16",)
 
     def space(self, task: Task, target: Target) -> Sequence[TcConfig]:
-        return tc_space(target)
+        return cost.task_space(cost_gemm(task) if task is not None else None,
+                               tc_space(target), cuda_target(target))
 
     def default(self, task: Task, target: Target) -> TcConfig:
         return default_config(task, target)

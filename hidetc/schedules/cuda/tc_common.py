@@ -13,8 +13,25 @@ copy mappings, and `TcKernel`, the block-level GEMM skeleton both build on.
 - the epilogue: the C fragment (`C_FRAGMENT`), rounded to f16 once through the
   subclass's `out_value` (bias goes there), stored predicated on row < M, col < N
   (column pairs as one 4-byte store when the subclass allows it).
+- split-K (`TcConfig.splits` = S > 1): grid z is (outer index) * S + split; split s
+  runs k tiles [s * P, min((s + 1) * P, KT)) with P = ceil(KT / S) (none when that is
+  empty: its partial sums are zeros). Each block writes its f32 accumulators to a
+  TRANSIENT workspace (`ws`: per tile and split, each thread's registers at
+  ((tile * S + s) * ACC + a) * threads + tid, coalesced), fences (`threadfence`),
+  waits at a barrier, and one thread, between two more fences (release, acquire),
+  bumps the tile's arrival counter (`counters`, a ZEROED scratch
+  buffer, `hidetc.tir.scratch`) with atomicAdd and tells the block whether it came
+  last through the first element of the A tile (free once every warp has passed the
+  barrier after the main loop: no shared memory beyond the tiles'). The block that
+  arrives last reads the S partial sums back through L2 (`load_cg`) and adds them in
+  split order 0..S-1, whatever order the blocks ran in (so the result is
+  deterministic and the same on every run), runs the ordinary epilogue (so grafted
+  epilogues ride on it), and resets the counter to zero for the next launch. One
+  launch, no memset, no atomics on the data.
 Subclasses provide the global buffers, `load_tile(stage, kt)` (16-byte chunks, with
-`copy_pieces` for predicated cp.async), `out_element(row, col)` and the launch grid.
+`copy_pieces` for predicated cp.async), `out_element(row, col)`, and pass the unsplit
+grid (x, y, outer) to `TcKernel.__init__`; they read the outer index (batch or group)
+from `self.outer`, never from block_idx("z").
 
 Space, layouts and fragment facts are documented in `matmul_tc` (their first user) and
 checked by tests/schedules/test_cuda_matmul_tc.py.
@@ -24,27 +41,35 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.template import CudaTarget, Target
+from hidetc.tir import scratch
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.cuda import (
     WARP_SIZE,
+    atomic_add,
     copy,
     cp_async,
     cp_async_commit,
     cp_async_wait,
     ldmatrix,
+    load_cg,
     mma_m16n8k16,
+    threadfence,
 )
 from hidetc.tir.ir import (
     Buffer,
     Const,
     Expr,
     Function,
+    block_idx,
     cast,
+    eq,
     logical_and,
+    maximum,
+    minimum,
+    ne,
     select,
     syncthreads,
     thread_idx,
@@ -65,17 +90,6 @@ LDMATRIX_X4 = spatial(2, 16)   # lane -> (chunk, row) of the row address it give
 B_NK_X4 = spatial(2, 2, 8)
 
 
-def largest_default(defaults: Sequence["TcConfig"], blocks: Callable[["TcConfig"], int],
-                    target: Target) -> "TcConfig":
-    """The largest of `defaults` whose grid (`blocks(cfg)`) still gives every SM a block
-    and which fits the target, else the last (smallest) one."""
-    limits = cuda_target(target)
-    for cfg in defaults:
-        if blocks(cfg) >= limits.sms and fits(cfg, limits):
-            return cfg
-    return defaults[-1]
-
-
 def cuda_target(target: Target) -> CudaTarget:
     """`target` itself: the tensor-core templates need the CUDA limits it carries."""
     if not isinstance(target, CudaTarget):
@@ -91,6 +105,7 @@ class TcConfig:
     wm: int          # warps along M
     wn: int          # warps along N
     stages: int
+    splits: int = 1  # K split over this many blocks per output tile (split-K)
 
     @property
     def threads(self) -> int:
@@ -115,20 +130,42 @@ class TcConfig:
 
 
 def fits(cfg: TcConfig, target: CudaTarget) -> bool:
+    """Within the target's limits: threads, registers (estimated), every thread copying
+    a chunk of each tile, and shared memory up to the per-block opt-in maximum (past
+    the 48 KiB of static shared memory the kernel's arrays are dynamic shared memory,
+    `codegen.cuda.shared_layout`)."""
     ok_warp_tile = cfg.bm // cfg.wm in (32, 64) and cfg.bn // cfg.wn in (32, 64)
     copies = min(cfg.bm * cfg.bk, cfg.bk * cfg.bn) // CHUNK
     return (ok_warp_tile and cfg.threads <= target.max_threads
-            and cfg.shared_bytes <= target.shared_bytes
+            and cfg.shared_bytes <= max(target.shared_bytes, target.shared_optin_bytes)
             and cfg.registers <= target.max_registers
             and cfg.registers * cfg.threads <= target.registers_per_block
             and copies >= cfg.threads)
 
 
+def worth_trying(cfg: TcConfig, target: CudaTarget) -> bool:
+    """The space's pruning beyond the limits: 32 to 192 halves of K in flight per block
+    ((stages - 1) x BK: less hides no load latency, more only costs shared memory), and
+    configs that need dynamic shared memory (past static memory's 48 KiB) only as deep
+    pipelines (3+ stages) of 64x64 tiles or larger, BK >= 32, at most 256 threads and
+    registers to spare (an estimate <= 192: ptxas spilled a 128x128x64 tile of 2x2
+    warps, estimated 208, on sm_80): what dynamic shared memory is for."""
+    if not 32 <= (cfg.stages - 1) * cfg.bk <= 192:
+        return False
+    if cfg.shared_bytes > target.shared_bytes:
+        return (cfg.stages >= 3 and cfg.bk >= 32 and min(cfg.bm, cfg.bn) >= 64
+                and cfg.threads <= 256 and cfg.registers <= 192)
+    return True
+
+
 def tc_space(target: Target) -> list[TcConfig]:
+    """The shape-free space: every tile, BK, warp layout and pipeline depth that fits
+    `target` and is worth trying (`fits`, `worth_trying`)."""
     limits = cuda_target(target)
     tiles, warps = (32, 64, 128, 256), (1, 2, 4)
     grid = itertools.product(tiles, tiles, (16, 32, 64), warps, warps, (2, 3, 4))
-    return [c for c in itertools.starmap(TcConfig, grid) if fits(c, limits)]
+    return [c for c in itertools.starmap(TcConfig, grid)
+            if fits(c, limits) and worth_trying(c, limits)]
 
 
 # ------------------------------------------------------------------ shared layout
@@ -202,8 +239,21 @@ class TcKernel:
 
     b_nk = False
 
-    def __init__(self, kb: KernelBuilder, cfg: TcConfig, m: int, n: int, k: int):
+    def __init__(self, kb: KernelBuilder, cfg: TcConfig, m: int, n: int, k: int,
+                 grid: tuple[int, int, int]):
+        """`grid`: the unsplit grid (x tiles, y tiles, outer count); the subclass's
+        buffers are declared already (the scratch buffers come after them)."""
+        if cfg.splits < 1:
+            raise ValueError(f"split-K needs splits >= 1, got {cfg.splits}")
         self.kb, self.cfg, self.m, self.n, self.k = kb, cfg, m, n, k
+        self.grid = grid
+        splits = cfg.splits
+        self.outer = block_idx("z") // splits if splits > 1 else block_idx("z")
+        self.split = block_idx("z") % splits if splits > 1 else None
+        tiles = math.prod(grid)
+        if splits > 1:
+            self.ws = kb.buffer("ws", F32, (tiles * splits * cfg.bm * cfg.bn,))
+            self.counters = kb.buffer("counters", "int32", (tiles,))
         self.tile_a = SwizzledTile(cfg.bm, cfg.bk)
         self.tile_b = SwizzledTile(cfg.bn, cfg.bk) if self.b_nk else SwizzledTile(cfg.bk, cfg.bn)
         self.sa = kb.alloc("sa", F16, (cfg.stages * self.tile_a.size,), "shared")
@@ -272,18 +322,30 @@ class TcKernel:
                                          self.fb[j * 2]))
 
     def main_loop(self) -> None:
+        """The pipeline over this block's k tiles: all of them, or its split's range."""
         cfg, kb = self.cfg, self.kb
         k_tiles = ceil_div(self.k, cfg.bk)
+        if self.split is None:
+            first, count = 0, k_tiles
+        else:
+            per = ceil_div(k_tiles, cfg.splits)
+            first = kb.declare("kt0", "int32", self.split * per)
+            count = kb.declare("kts", "int32", minimum(maximum(k_tiles - first, 0), per))
         for s in range(cfg.stages - 1):
-            if s < k_tiles:
-                self.load_tile(s, s)
+            if isinstance(count, int):
+                if s < count:
+                    self.load_tile(s, s)
+            else:
+                with kb.if_then(s < count):
+                    self.load_tile(s, first + s)
             kb.emit(cp_async_commit())
-        with kb.for_range(k_tiles, name="kt") as kt:
+        with kb.for_range(count, name="kt") as kt:
             kb.emit(cp_async_wait(cfg.stages - 2))
             kb.emit(syncthreads())
             nxt = kt + (cfg.stages - 1)
-            with kb.if_then(nxt < k_tiles):
-                self.load_tile(nxt % cfg.stages, nxt)
+            with kb.if_then(nxt < count):
+                self.load_tile(nxt % cfg.stages, nxt + first if self.split is not None
+                               else nxt)
             kb.emit(cp_async_commit())
             self.compute_stage(kt % cfg.stages)
 
@@ -325,10 +387,57 @@ class TcKernel:
             with kb.if_then(logical_and(row < self.m, col < self.n)):
                 kb.emit(copy(self.out_element(row, col), pair[0], 4))
 
+    # split-K: partial sums, the last block's reduction ----------------------------
+    def reduce_splits(self) -> None:
+        """Write this block's partial sums, count its arrival, and in the block that
+        arrives last at the tile add the S partials in split order into the
+        accumulators and run the epilogue (see the module docstring)."""
+        cfg, kb, splits = self.cfg, self.kb, self.cfg.splits
+        acc, threads = self.acc.shape[0], cfg.threads
+        gx, gy, _ = self.grid
+        tile = kb.declare("tile", "int32",
+                          (self.outer * gy + block_idx("y")) * gx + block_idx("x"))
+
+        def slot(split: Expr, a: Expr) -> Expr:
+            return ((tile * splits + split) * acc + a) * threads + self.tid
+
+        with kb.for_range(acc, kind="unroll", name="a") as a:
+            kb.store(self.ws, (slot(self.split, a),), self.acc[a])
+        kb.emit(threadfence())
+        kb.emit(syncthreads())      # every warp is done with the tiles: sa[0] is free
+        with kb.if_then(eq(self.tid, 0)):
+            # release (the block's partials, seen through the barrier, before the count)
+            # and acquire (the other blocks' partials after it): CUTLASS's semaphore
+            kb.emit(threadfence())
+            old = kb.declare("arrived", "int32", atomic_add(self.counters[tile], 1))
+            kb.emit(threadfence())
+            kb.store(self.sa, (0,), select(eq(old, splits - 1), Const(1.0, F16),
+                                           Const(0.0, F16)))
+        kb.emit(syncthreads())
+        with kb.if_then(ne(self.sa[0], Const(0.0, F16))):
+            self.zero_accumulators()
+            with kb.for_range(splits, name="sp") as sp:
+                with kb.for_range(acc, kind="unroll", name="a") as a:
+                    kb.store(self.acc, (a,), self.acc[a] + load_cg(self.ws[slot(sp, a)]))
+            self.store_output()
+            with kb.if_then(eq(self.tid, 0)):
+                kb.store(self.counters, (tile,), Const(0, "int32"))
+
     def run(self) -> None:
         self.zero_accumulators()
         self.main_loop()
-        self.store_output()
+        if self.split is None:
+            self.store_output()
+        else:
+            self.reduce_splits()
 
-    def finish(self, grid: tuple[int, int, int]) -> Function:
-        return self.kb.finish(grid=grid, block=(self.cfg.threads, 1, 1))
+    def finish(self, operand_bytes: int) -> Function:
+        """The Function, with its launch shape, its scratch buffers and the `gemm` attr
+        (M, N, K, outer count, the operands' bytes, config: what the cost model reads)."""
+        gx, gy, outer = self.grid
+        attrs = {"gemm": (self.m, self.n, self.k, outer, operand_bytes, self.cfg)}
+        if self.split is not None:
+            attrs["scratch"] = ((self.ws.name, scratch.TRANSIENT),
+                                (self.counters.name, scratch.ZEROED))
+        return self.kb.finish(grid=(gx, gy, outer * self.cfg.splits),
+                              block=(self.cfg.threads, 1, 1), **attrs)

@@ -7,6 +7,7 @@
  * fragment layouts by the emulator's scheduler).
  *
  * Helpers (names the CUDA printer emits, see hidetc/backends/codegen/cuda.py):
+ *   HIDETC_DYNAMIC_SHARED(name, bytes)    a kernel's dynamic shared array
  *   hidetc_{min,max}_<dtype>(a, b)       NaN-propagating for floats (numpy semantics)
  *   hidetc_{sigmoid,rsqrt}_<float dtype>  exact: 1/(1+exp(-x)), 1/sqrt(x)
  *   hidetc_<fn>_float16(...)             float16 math: computed in float, rounded once
@@ -27,6 +28,15 @@
 #else
 #include <cuda_fp16.h>
 #include <stdint.h>
+#endif
+
+/* ---- a kernel's dynamic shared memory (its shared arrays past static memory's 48 KiB
+ * are slices of it; the launch passes BYTES): extern on the GPU, a static array of
+ * BYTES in the emulator (whose __shared__ is a static: one per kernel) ------------- */
+#ifdef HIDETC_EMULATE
+#define HIDETC_DYNAMIC_SHARED(NAME, BYTES) __shared__ __align__(16) unsigned char NAME[BYTES]
+#else
+#define HIDETC_DYNAMIC_SHARED(NAME, BYTES) extern __shared__ __align__(16) unsigned char NAME[]
 #endif
 
 /* ---- bits of a float and back (BitCast; the C printer's helper names) ------------ */

@@ -152,7 +152,8 @@ class CudaSession:
 
     def limits(self) -> dict[str, Any]:
         """The device's facts under `hidetc.target.CudaTarget`'s field names (those the
-        driver reports; `cuda_target(device=...)` fills the rest from the arch)."""
+        driver reports, and the clock and DRAM bandwidth from its clock rates and bus
+        width; `cuda_target(device=...)` fills the rest from the arch)."""
         facts: dict[str, Any] = {"name": self.name, "arch": self.arch}
         for field_name, attribute in DEVICE_LIMITS.items():
             attr = getattr(self.drv.device_attribute, attribute, None)
@@ -161,6 +162,19 @@ class CudaSession:
                     facts[field_name] = int(self.device.get_attribute(attr))
                 except self.drv.Error:
                     pass
+        rates = {}
+        for name in ("CLOCK_RATE", "MEMORY_CLOCK_RATE", "GLOBAL_MEMORY_BUS_WIDTH"):
+            attr = getattr(self.drv.device_attribute, name, None)
+            try:
+                rates[name] = int(self.device.get_attribute(attr)) if attr is not None else 0
+            except self.drv.Error:
+                rates[name] = 0
+        if rates["CLOCK_RATE"]:                       # kHz
+            facts["clock_mhz"] = rates["CLOCK_RATE"] // 1000
+        if rates["MEMORY_CLOCK_RATE"] and rates["GLOBAL_MEMORY_BUS_WIDTH"]:
+            # double data rate: two transfers of bus-width bits per memory clock
+            facts["dram_gbps"] = (2 * rates["MEMORY_CLOCK_RATE"] * 1000
+                                  * rates["GLOBAL_MEMORY_BUS_WIDTH"] // 8) // 10**9
         return facts
 
 

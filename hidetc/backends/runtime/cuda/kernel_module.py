@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
-from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR
+from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, declared_dynamic_shared
 from hidetc.backends.runtime.cuda.driver import session
 from hidetc.backends.toolchain.nvcc import compile_cubins
 from hidetc.errors import ArtifactError
@@ -50,6 +50,8 @@ class DeviceModule:
         self._modules = [self.drv.module_from_file(str(path))
                          for path in built[self.arch].values()]
         self._functions: dict[str, Any] = {}
+        self._dynamic = {k: v for src in sources.values()
+                         for k, v in declared_dynamic_shared(src).items()}
 
     def function(self, kernel: str) -> Any:
         if kernel not in self._functions:
@@ -63,10 +65,20 @@ class DeviceModule:
                 raise KeyError(f"kernel {kernel!r} is in none of the modules")
         return self._functions[kernel]
 
+    def dynamic_shared(self, kernel: str) -> int:
+        """The dynamic shared bytes `kernel` declares (0: static shared memory only)."""
+        return self._dynamic.get(kernel, 0)
+
     def launch(self, kernel: str, grid: Dims, block: Dims, args: Sequence[Any],
                shared_bytes: int = 0) -> None:
-        """Run `kernel<<<grid, block, shared_bytes>>>(*args)` and wait for it."""
+        """Run `kernel<<<grid, block, shared_bytes>>>(*args)` and wait for it; a kernel
+        that declares dynamic shared memory gets at least that much (its limit raised
+        past 48 KiB when it needs more)."""
         fn = self.function(kernel)
+        shared_bytes = max(int(shared_bytes), self._dynamic.get(kernel, 0))
+        if shared_bytes > 48 * 1024:
+            fn.set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                             shared_bytes)
         call_args = []
         for i, arg in enumerate(args):
             if isinstance(arg, np.ndarray):

@@ -48,6 +48,7 @@ namespace {
 
 std::vector<char *> g_stacks;
 size_t g_stack_size = 256 * 1024;
+bool g_reverse_blocks = false;   /* run the grid's blocks last to first (order independence) */
 std::vector<int> g_runq;
 size_t g_runq_head;
 std::vector<unsigned> g_exited, g_waiting;  /* per warp: lane bitmasks */
@@ -402,6 +403,12 @@ extern "C" HIDETC_EMU_EXPORT const char *hidetc_emu_last_error(void) { return g_
 
 extern "C" HIDETC_EMU_EXPORT unsigned long long hidetc_emu_switch_count(void) { return g_switches; }
 
+/* Blocks run one after another, x fastest; reversed, the last block runs first (what a
+ * GPU may do: a kernel's result must not depend on the order its blocks run in). */
+extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_block_order(int reverse) {
+  g_reverse_blocks = reverse != 0;
+}
+
 extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_stack_size(size_t bytes) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   bytes = bytes < 16384 ? 16384 : bytes;
@@ -434,15 +441,16 @@ static int launch(void (*entry)(void **), unsigned gx, unsigned gy, unsigned gz,
   g_args = args;
   hidetc_emu_grid_dim = dim3{gx, gy, gz};
   hidetc_emu_block_dim = dim3{bx, by, bz};
-  for (unsigned z = 0; z < gz; z++)
-    for (unsigned y = 0; y < gy; y++)
-      for (unsigned x = 0; x < gx; x++) {
-        hidetc_emu_block_idx = uint3{x, y, z};
-        if (!run_block()) {
-          hidetc_emu_current = nullptr;
-          return 1;
-        }
-      }
+  unsigned long long blocks = (unsigned long long)gx * gy * gz;
+  for (unsigned long long i = 0; i < blocks; i++) {
+    unsigned long long b = g_reverse_blocks ? blocks - 1 - i : i;   /* x fastest */
+    hidetc_emu_block_idx = uint3{(unsigned)(b % gx), (unsigned)(b / gx % gy),
+                                 (unsigned)(b / ((unsigned long long)gx * gy))};
+    if (!run_block()) {
+      hidetc_emu_current = nullptr;
+      return 1;
+    }
+  }
   hidetc_emu_current = nullptr;
   return 0;
 }

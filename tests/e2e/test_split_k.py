@@ -1,0 +1,127 @@
+"""Split-K end to end on the cuda target (f16, cross-compiled for sm_80, run in the
+emulator): long-K MatMuls and a deep 3x3 convolution whose tiles alone would fill few
+of the A100's SMs get split K from the cost model; their grafted epilogues (bias, GELU's
+erf chain, a residual Add, ReLU) run in the block that reduces the partial sums; the
+workspace and the arrival counters get arena memory (one zeroed region shared by every
+split launch); the outputs match ONNX Runtime within the f16 tolerance, and two runs
+give bit-identical outputs (the partial sums are added in split order, whichever block
+arrives last). `hidetc inspect --json` reports each launch's cost-model facts."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import hidetc
+import models
+from hidetc.driver.config import TOLERANCES
+from hidetc.driver.plan import ZEROED_SCRATCH
+from hidetc.driver.verify import compare, run_onnxruntime
+from hidetc.tools.cli import main as cli
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+
+
+def _model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+
+    def weight(name, shape, scale):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
+                                       name)
+
+    make = helper.make_node
+    nodes = [
+        make("MatMul", ["x", "w1"], ["h"]), make("Add", ["h", "b1"], ["hb"]),
+        make("Div", ["hb", "sqrt2"], ["hd"]), make("Erf", ["hd"], ["he"]),
+        make("Add", ["he", "one"], ["hp"]), make("Mul", ["hb", "hp"], ["hm"]),
+        make("Mul", ["hm", "half"], ["g"]),                           # GELU
+        make("MatMul", ["g", "w2"], ["y0"]), make("Add", ["y0", "x"], ["y"]),   # residual
+        make("Conv", ["img", "k"], ["c"], pads=[1, 1, 1, 1]), make("Relu", ["c"], ["z"]),
+    ]
+    inits = [weight("w1", (384, 96), 0.05), weight("b1", (96,), 0.1),
+             weight("w2", (96, 384), 0.1), weight("k", (64, 64, 3, 3), 0.04),
+             numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "sqrt2"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    graph = helper.make_graph(
+        nodes, "split_k",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 384]),
+         helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 64, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 384]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 64, 4, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_split_k_with_grafted_epilogues_emulated(tmp_path):
+    proto = _model()
+    path = tmp_path / "model.onnx"
+    models.save(proto, path)
+    out = tmp_path / "out"
+    result = hidetc.compile_model(path, out, target="cuda", precision="f16", gpu="a100")
+    manifest = result.manifest
+    split = [k for k in manifest["kernels"] if "splits=1)" not in (k.get("config") or "")
+             and k.get("template") in ("cuda.matmul_tc", "cuda.conv_tc")]
+    assert {k["op"] for k in split} >= {"MatMul"}, [k.get("config") for k in
+                                                     manifest["kernels"]]
+    assert any(k["group"]["epilogues"] for k in split)      # an epilogue rides on a split
+    offsets = manifest["memory"]["offsets"]
+    assert ZEROED_SCRATCH in offsets
+    for kernel in split:    # the workspace and the counters are its last two arguments
+        assert kernel["args"][-1] == ZEROED_SCRATCH and kernel["args"][-2] in offsets
+    model = hidetc.load(out, emulate=True)
+    inputs = models.sample_inputs(proto, seed=3)
+    first = model.run(inputs)
+    report = compare(first, run_onnxruntime(path, inputs), rtol=TOLERANCES["f16"])
+    assert report["status"] == "passed", report
+    again = model.run(inputs)
+    for name in first:
+        assert np.array_equal(first[name], again[name]), name
+
+    shown = CliRunner().invoke(cli, ["inspect", str(out), "--json"])
+    assert shown.exit_code == 0, shown.output
+    kernels = json.loads(shown.output)["kernels"]
+    for kernel in kernels:
+        assert kernel["estimate_us"] > 0 and kernel["bytes"] > 0 and kernel["waves"] >= 1
+        assert kernel["blocks"] >= 1 and kernel["blocks_per_sm"] >= 1
+    text = CliRunner().invoke(cli, ["inspect", str(out)])
+    assert text.exit_code == 0 and "cost model:" in text.output and "wave(s)" in text.output
+
+
+def test_a_tuned_dynamic_shared_config_reaches_the_manifest(tmp_path):
+    """A config past 48 KiB of shared memory (as tuning on a GPU may pick): its kernel
+    declares dynamic shared memory and the manifest's launch passes that many bytes
+    (the kernels themselves run in the emulator in tests/schedules/test_cuda_*_tc.py)."""
+    from hidetc.backends.codegen.cuda import dynamic_shared_bytes
+    from hidetc.driver.build_cuda import cuda_section
+    from hidetc.driver.plan import plan_graph
+    from hidetc.driver.tune.search import Choice
+    from hidetc.frontend.onnx.importer import load_model
+    from hidetc.graph.pipeline import lower_precision, optimize
+    from hidetc.schedules.cuda import matmul_tc
+    from hidetc.target import KNOWN_GPUS
+
+    proto = _model()
+    path = tmp_path / "model.onnx"
+    models.save(proto, path)
+    graph = lower_precision(optimize(load_model(path)), "f16", target="cuda")
+    target = KNOWN_GPUS["h200"]
+    plan = plan_graph(graph, target)
+    deep = matmul_tc.TcConfig(128, 64, 64, 4, 1, 4)             # 96 KiB, 4 stages
+    assert deep in matmul_tc.TEMPLATE.space(None, target) and deep.shared_bytes > 48 * 1024
+    choices = {task: Choice(matmul_tc.TEMPLATE, deep, "tuned")
+               for task in plan.tasks.values() if task.op == "MatMul"}
+    plan = plan_graph(graph, target, choices=choices)
+    entries = {name: type("E", (), {"offset": 0})() for name in plan.weights}
+    section = cuda_section(plan, entries, {n: "unit0" for n in plan.functions}, [], ["sm_90"])
+    shared = {launch["kernel"]: launch["shared_bytes"] for launch in section["launches"]}
+    matmuls = [s.kernel for s in plan.steps if s.op == "MatMul"]
+    assert matmuls and all(shared[k] == deep.shared_bytes for k in matmuls)
+    assert all(shared[k] == dynamic_shared_bytes(plan.functions[k]) for k in shared)
