@@ -73,6 +73,7 @@ PRIMITIVE_TESTS = ["tests/emulator/test_emu_intrinsics.py"]
 KERNEL_TESTS = ["tests/emulator/test_emu_kernels.py"]
 TEMPLATE_TESTS = ["tests/schedules/test_cuda_matmul_tc.py", "tests/schedules/test_cuda_conv_tc.py",
                   "tests/schedules/test_cuda_matmul_gemv.py",
+                  "tests/schedules/test_cuda_attention.py",
                   "tests/schedules/test_cuda_matmul_simt.py",
                   "tests/schedules/test_cuda_conv_gemm.py", "tests/schedules/test_cuda_reduce.py",
                   "tests/schedules/test_cuda_nhwc_kernels.py",

@@ -84,12 +84,17 @@ REDUCING = ("Softmax", "LogSoftmax", "LayerNormalization", "GlobalAveragePool",
 def task_flops(task: Task) -> int:
     """Floating-point operations of one run of `task`'s anchor op, a multiply-add
     counted as 2 (the fused neighbours are not counted): MatMul 2 M N K per batch entry,
+    FusedAttention its two products,
     Conv/ConvNHWC 2 x output elements x the weights per output channel; pools one per
     window element of each output; reductions one per input element; other ops one per
     output element."""
     out = sum(t.size for t in task.outputs if t is not None)
     if task.op == "MatMul":
         return 2 * out * int(task.inputs[0].shape[-1])
+    if task.op == "FusedAttention":         # Q Kt and P V: 2 Sq Sk (D + Dv) per entry
+        q, kt, v = task.inputs[0], task.inputs[1], task.inputs[2]
+        entries = out // max(1, q.shape[-2] * v.shape[-1])
+        return 2 * entries * q.shape[-2] * kt.shape[-1] * (q.shape[-1] + v.shape[-1])
     if task.op in ("Conv", "ConvNHWC"):
         return 2 * out * math.prod(task.inputs[1].shape[1:])
     if task.op.startswith(("MaxPool", "AveragePool")):

@@ -45,7 +45,9 @@ Then the target's passes `TARGET_PASSES[target]` (when `lower_precision` is give
                         (channels-last kernels, OHWI weights), transposes sunk through
                         elementwise ops, channel Concats, pools and global pools, so
                         CNNs stay NHWC from the first convolution to the head.
-  cuda: nothing.
+  cuda: fuse_attention  float16 MatMul -> [scale, mask, bias]* -> Softmax -> MatMul
+                        chains -> one FusedAttention node (the tensor-core flash-style
+                        kernel, `schedules/cuda/attention.py`).
 `lower_precision(..., layout="nchw")` (`--layout nchw`) leaves the layout passes out.
 Kept apart from PASSES so the optimizations see the model's own dtypes (folding in
 float32) and each precision's list stays explicit.
@@ -69,6 +71,7 @@ from hidetc.graph.passes import (
     flatten_concats,
     fold_batchnorm,
     fold_constants,
+    fuse_attention,
     remove_identity,
     simplify_pow,
     to_float16,
@@ -103,7 +106,7 @@ PRECISION_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
 TARGET_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
     "cpu": (("widen_half_cpu", widen_half_cpu.run),
             ("choose_layout", lambda graph: choose_layout.run(graph, "cpu", "f32"))),
-    "cuda": (),
+    "cuda": (("fuse_attention", fuse_attention.run),),
 }
 LAYOUT_PASS = "choose_layout"   # skipped by `lower_precision(..., layout="nchw")`
 

@@ -138,6 +138,10 @@ MODELS = [pytest.param(name, marks=pytest.mark.slow) if name == "inception_v3" e
 @pytest.mark.parametrize("name", MODELS)
 def test_tiny_model_f16_emulated(name, tmp_path):
     report = compile_and_compare(models.build(name, tiny=True), tmp_path)
+    if name in ("bert_base", "gpt2"):      # every layer's attention in one kernel
+        kernels = hidetc.load(tmp_path / "out", emulate=True).manifest["kernels"]
+        assert any(k["op"] == "FusedAttention" for k in kernels)
+        assert not any(k["op"] == "Softmax" for k in kernels)
     errors = [o["rel_error"] for o in report["outputs"].values() if "rel_error" in o]
     assert errors and max(errors) > 0      # really float16: not bit-equal to float32
 

@@ -2,12 +2,14 @@
 
 Guarantees: after import, `REGISTRY` maps each supported ONNX op type (default domain,
 latest-opset form) to its `OpDef`. Families: elementwise, reduce, nn, norm, conv,
-shape, index, resize, misc, and the internal `layout` ops graph passes introduce (ConvNHWC);
+shape, index, resize, misc, and the internal ops graph passes introduce (`layout`'s
+ConvNHWC, `fused_attention`'s FusedAttention);
 shared checks live in `common`.
 """
 from hidetc.graph.ops import (  # noqa: F401
     conv,
     elementwise,
+    fused_attention,
     grid_sample,
     index,
     layout,

@@ -21,6 +21,7 @@ from hidetc.schedules.common.conv_geometry import conv_geometry
 from hidetc.schedules.common.empty import build_empty, is_empty
 from hidetc.schedules.common.scan_lines import ARG_OPS
 from hidetc.schedules.cuda import (
+    attention,
     conv_gemm,
     conv_tc,
     cost,
@@ -65,6 +66,7 @@ RULES: dict[str, Builder] = {
     "TopK": topk.build_topk,
     "ScatterND": scatter.build_scatter,
     "ScatterElements": scatter.build_scatter,
+    "FusedAttention": attention.build_attention,
     "GroupNormalization": norm.build_norm,
     "InstanceNormalization": norm.build_norm,
     "MeanVarianceNormalization": norm.build_norm,

@@ -16,7 +16,8 @@ Per launch:
   iterations, waves run one after another; split-K adds the last block's read of S
   partial tiles per output tile. The DRAM roofline (operands and output once,
   split-K's workspace written and read) bounds it below.
-- the GEMV kernels (a `gemv` attr, `matmul_gemv`): `gemv_estimate`.
+- the GEMV kernels (a `gemv` attr, `matmul_gemv`): `gemv_estimate`; fused attention:
+  `attention_estimate`.
 - every other kernel: the roofline of its task (FLOPs on the SIMT units of the SMs its
   blocks occupy, the task's operand and result bytes at DRAM bandwidth) or, when
   larger, MIN_BLOCK_US per wave.
@@ -150,6 +151,31 @@ def gemv_estimate(gemm: Gemm, cfg, target: CudaTarget,
     return Estimate(blocks, resident, waves, flops, nbytes, time_us + LAUNCH_US)
 
 
+def attention_estimate(fn: Function, task: Task, target: CudaTarget,
+                       registers: Optional[int] = None,
+                       shared_bytes: Optional[int] = None) -> Estimate:
+    """A fused attention launch (`attention.py`: a block per 64 query rows and batch
+    entry, a loop over 64-key tiles): per key tile the longest of its two MMAs' time on
+    the SM (shared with the resident blocks), its K and V tiles' copy through L2, and one
+    load latency (the tiles are not pipelined); the DRAM roofline below."""
+    q, kt, v = task.inputs[0], task.inputs[1], task.inputs[2]
+    d, sk, dv = q.shape[-1], kt.shape[-1], v.shape[-1]
+    blocks = max(1, math.prod(fn.attr("grid") or (1,)))
+    threads = max(1, math.prod(fn.attr("block") or (1,)))
+    resident = max(1, target.blocks_per_sm(threads, registers or 160, shared_bytes or
+                                           2 * 64 * (2 * d + dv)))
+    waves = ceil_div(blocks, target.sms * resident)
+    active = min(resident, ceil_div(blocks, target.sms))
+    share = MMA_SYNC_SHARE.get(target.arch, MMA_SYNC_SHARE_DEFAULT)
+    mma_us = active * 2 * 64 * 64 * (d + dv) / (_per_us(target.tensor_flops_per_clk, target)
+                                                * share)
+    copy_us = active * 64 * (d + dv) * 2 / _per_us(L2_BYTES_PER_CLK_PER_SM, target)
+    block_us = ceil_div(sk, 64) * max(mma_us, copy_us, MEMORY_LATENCY_US) + TILE_OVERHEAD_US
+    nbytes = task_bytes(task)
+    time_us = max(waves * block_us, _dram_us(nbytes, target))
+    return Estimate(blocks, resident, waves, task_flops(task), nbytes, time_us + LAUNCH_US)
+
+
 def split_choices(gemm: Gemm, cfg: TcConfig, target: CudaTarget) -> list[TcConfig]:
     """`cfg` at each split of SPLITS that leaves no split empty and keeps the workspace
     under MAX_WORKSPACE_BYTES; `cfg` itself always."""
@@ -207,6 +233,8 @@ def kernel_estimate(fn: Function, task: Task, target: CudaTarget,
     if gemv is not None:
         m, n, k, outer, operand_bytes, cfg = gemv
         return gemv_estimate(Gemm(m, n, k, outer, operand_bytes), cfg, target, registers)
+    if task.op == "FusedAttention":
+        return attention_estimate(fn, task, target, registers, shared_bytes)
     blocks = max(1, math.prod(fn.attr("grid") or (1,)))
     threads = max(1, math.prod(fn.attr("block") or (1,)))
     resident = max(1, target.blocks_per_sm(threads, registers or GUESS_REGISTERS,
