@@ -20,7 +20,7 @@ import numpy as np
 from hidetc import __version__
 from hidetc.cpu_isa import current as current_isa
 from hidetc.driver import api
-from hidetc.driver.config import LAYOUTS, PRECISIONS
+from hidetc.driver.config import LAYOUTS, PRECISIONS, TOLERANCES
 from hidetc.driver.tune.records import cpu_device
 from hidetc.driver.verify import compare, load_sample, ort_session, run_onnxruntime, time_call
 from hidetc.errors import ConfigError, HidetcError, InputError
@@ -247,22 +247,28 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, em
         click.echo(f"latency (hidetc, {target}): median {stats['median_ms']:.3f} ms, "
                    f"min {stats['min_ms']:.3f} ms over {repeat} runs")
     else:
-        _compare_with_ort(compare_model, model, inputs, outputs, target, repeat)
+        failed = _compare_with_ort(compare_model, model, inputs, outputs, target, repeat)
     if output_path is not None:
         _save_npz(output_path, outputs)
+    if compare_model is not None and failed:
+        click.echo(f"hidetc: error: {failed}", err=True)
+        sys.exit(1)
 
 
 def _compare_with_ort(model_path: Path, model, inputs, outputs, target: str,
-                      repeat: int) -> None:
-    """Errors against ONNX Runtime, then both latencies timed side by side: the two
-    runtimes alternate in rounds after an idle pause (`bench.alternate`), so neither
-    is timed while the other's worker threads still spin, and a slow moment of the
-    machine hurts both."""
+                      repeat: int) -> str | None:
+    """Errors against ONNX Runtime at the artifact's own tolerance (its verification
+    record's, else its precision's: f32 1e-4, f16 1e-2), then both latencies timed side
+    by side: the two runtimes alternate in rounds after an idle pause
+    (`bench.alternate`), so neither is timed while the other's worker threads still
+    spin, and a slow moment of the machine hurts both. Returns the one-line reason when
+    an output misses the tolerance (`run --compare` then exits 1), else None."""
     from hidetc.tools.bench import alternate
     if not model_path.is_file():
         raise InputError(f"{model_path}: no such file")
     reference = run_onnxruntime(model_path, inputs)
-    report = compare(outputs, reference, rtol=1e-4)
+    rtol = artifact_tolerance(model.manifest)
+    report = compare(outputs, reference, rtol=rtol)
     for name, entry in report["outputs"].items():
         fields = (f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                   for k, v in entry.items())
@@ -278,6 +284,25 @@ def _compare_with_ort(model_path: Path, model, inputs, outputs, target: str,
     ratio = ours["median_ms"] / theirs["median_ms"]
     click.echo(f"latency (onnxruntime, cpu): median {theirs['median_ms']:.3f} ms "
                f"-> hidetc/onnxruntime = {ratio:.2f}x (timed alternately)")
+    if report["status"] == "passed":
+        return None
+    bad = [(name, e) for name, e in report["outputs"].items()
+           if e.get("rel_error", 0.0) > rtol or e.get("mismatches") or "error" in e]
+    name, entry = bad[0]
+    what = (entry["error"] if "error" in entry else
+            f"{entry['mismatches']} mismatched elements" if "mismatches" in entry else
+            f"relative error {entry['rel_error']:.3g} > tolerance {rtol:g}")
+    return (f"output {name!r} differs from ONNX Runtime's ({what})"
+            + (f"; {len(bad) - 1} more output(s) differ" if len(bad) > 1 else ""))
+
+
+def artifact_tolerance(manifest: dict) -> float:
+    """The norm-wise bound the artifact was verified at (its precision's default when
+    the record has none)."""
+    recorded = (manifest.get("verification") or {}).get("tolerance")
+    if isinstance(recorded, (int, float)):
+        return float(recorded)
+    return TOLERANCES[manifest.get("precision") or "f32"]
 
 
 def _save_npz(path: Path, outputs) -> None:

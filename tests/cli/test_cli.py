@@ -84,6 +84,23 @@ def test_run_prints_summary_and_latency(artifact, tmp_path):
         np.testing.assert_allclose(saved["y"], np.maximum(x @ W, 0), rtol=1e-5, atol=1e-6)
 
 
+def test_run_compare_exits_1_when_an_output_misses_the_tolerance(artifact, tmp_path):
+    """`run --compare` against another model (weights off by 1%): the errors are
+    printed, then one line naming the output and the tolerance, exit 1 (a CI step can
+    rely on it); the artifact's own model passes (exit 0, above)."""
+    _, _, out = artifact
+    other = _mlp()
+    other.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(W * 1.01, "w"))
+    onnx.save(other, tmp_path / "other.onnx")
+    np.save(tmp_path / "x.npy", RNG.standard_normal((2, 5)).astype(np.float32))
+    result = invoke("run", out, "--input", tmp_path / "x.npy", "--repeat", 1,
+                    "--compare", tmp_path / "other.onnx")
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hidetc: error: output 'y' differs"), lines
+    assert "tolerance 0.0001" in lines[0] and "Traceback" not in result.output
+
+
 def test_inspect_json(artifact):
     _, _, out = artifact
     result = invoke("inspect", out, "--json")

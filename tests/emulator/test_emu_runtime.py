@@ -29,6 +29,12 @@ extern "C" __global__ void arrival(unsigned *counter, unsigned *order) {
     order[(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = atomicAdd(counter, 1u);
 }
 
+extern "C" __global__ void thread_arrival(unsigned *counter, unsigned *order) {
+  order[threadIdx.x] = atomicAdd(counter, 1u);
+  __syncthreads();
+  order[blockDim.x + threadIdx.x] = atomicAdd(counter, 1u);   /* after the barrier */
+}
+
 extern "C" __global__ void deadlock(float *out) {
   float v = 1.0f;
   if (threadIdx.x < 16) __syncthreads();   /* the shuffle needs lanes 0..15 */
@@ -93,6 +99,9 @@ extern "C" void early_exit_emu_entry(void **a) {
   early_exit((const float *)a[0], (float *)a[1], *(int *)a[2]);
 }
 extern "C" void arrival_emu_entry(void **a) { arrival((unsigned *)a[0], (unsigned *)a[1]); }
+extern "C" void thread_arrival_emu_entry(void **a) {
+  thread_arrival((unsigned *)a[0], (unsigned *)a[1]);
+}
 extern "C" void deadlock_emu_entry(void **a) { deadlock((float *)a[0]); }
 extern "C" void divergent_barrier_emu_entry(void **a) { divergent_barrier((float *)a[0]); }
 extern "C" void divergent_collective_emu_entry(void **a) { divergent_collective((unsigned *)a[0]); }
@@ -111,13 +120,19 @@ def module():
     return EmulatedModule(build_emulated({"emu_runtime": SOURCE}))
 
 
-def test_blocks_run_in_order_or_reversed(module):
-    """x fastest, then y, then z; `reverse_blocks` runs the same grid last to first."""
+def test_blocks_and_threads_run_in_order_or_reversed(module):
+    """Blocks x fastest, then y, then z, and threads in order (from the start and out of
+    each barrier); `reverse=True` runs both last to first."""
     for reverse in (False, True):
         counter, order = np.zeros(1, np.uint32), np.zeros(2 * 3 * 4, np.uint32)
-        module.launch("arrival", (4, 3, 2), 32, [counter, order], reverse_blocks=reverse)
+        module.launch("arrival", (4, 3, 2), 32, [counter, order], reverse=reverse)
         forward = np.arange(24, dtype=np.uint32)
         assert (order == (forward[::-1] if reverse else forward)).all(), (reverse, order)
+        counter, order = np.zeros(1, np.uint32), np.zeros(128, np.uint32)
+        module.launch("thread_arrival", 1, 64, [counter, order], reverse=reverse)
+        first, second = np.arange(64, dtype=np.uint32), np.arange(64, 128, dtype=np.uint32)
+        want = np.concatenate([first[::-1], second[::-1]]) if reverse else np.arange(128)
+        assert (order == want).all(), (reverse, order)
     counter, order = np.zeros(1, np.uint32), np.zeros(24, np.uint32)
     module.launch("arrival", (4, 3, 2), 32, [counter, order])     # back to forward
     assert (order == np.arange(24)).all()

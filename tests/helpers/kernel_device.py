@@ -36,8 +36,8 @@ def kernel_module(units: Mapping[str, str]):
 def launch_checked(module, fn, args: list) -> None:
     """Launch the lowered kernel `fn` on `args` (its task's arrays; its scratch buffers,
     `hidetc.tir.scratch`, are appended zeroed). A kernel with scratch (split-K) runs
-    twice, the second time -- in the emulator -- with its blocks in reverse order (so
-    another block arrives last at each tile): the outputs must be the same bits, and
+    twice, the second time -- in the emulator -- with its blocks and threads in reverse
+    order (so another block arrives last at each tile): the outputs must be the same bits, and
     the zeroed scratch (the arrival counters) left zero."""
     extra = scratch.zero_arrays(fn)
     kinds = [kind for _, kind in scratch.scratch_params(fn)]
@@ -47,7 +47,7 @@ def launch_checked(module, fn, args: list) -> None:
         return
     first = [a.copy() for a in args]
     if isinstance(module, EmulatedModule):
-        module.launch(fn.name, grid, block, list(args) + extra, reverse_blocks=True)
+        module.launch(fn.name, grid, block, list(args) + extra, reverse=True)
     else:
         module.launch(fn.name, grid, block, list(args) + extra)
     for before, after in zip(first, args):

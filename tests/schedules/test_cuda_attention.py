@@ -10,8 +10,8 @@ Tolerance: the kernel rounds the scores and score steps as the reference does, b
 softmax is the online one (rescaled partial sums) and P is rounded to f16 before P V,
 so elements may differ by a few f16 ulps of the output: every element within 4e-3 of
 the reference scaled by max(1, the output's RMS), and the norm-wise error within the
-documented f16 tolerance 1e-2. The emulator also runs each kernel with its blocks in
-reverse order: the same bits (no block depends on another)."""
+documented f16 tolerance 1e-2. The emulator also runs each kernel with its blocks and
+threads in reverse order: the same bits."""
 from __future__ import annotations
 
 import shutil
@@ -94,7 +94,7 @@ def test_kernels_match_the_reference_in_the_emulator(built):
         if isinstance(module, EmulatedModule):
             again = np.full_like(out, np.nan)
             module.launch(fn.name, fn.attr("grid"), fn.attr("block"), ins + [again],
-                          reverse_blocks=True)
+                          reverse=True)
             assert np.array_equal(out, again), what
 
 

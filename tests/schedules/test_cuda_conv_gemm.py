@@ -105,7 +105,7 @@ def run_case(module, task: Task, fn, rng) -> None:
     dtype = np.dtype(task.outputs[0].dtype)
     ins = [guarded(t.shape, dtype, rng, np.nan)[1] for t in task.inputs]
     out_buf, out = guarded(task.outputs[0].shape, dtype, rng, 7.0)
-    launch_checked(module, fn, ins + [out])     # split-K: again, blocks in reverse order
+    launch_checked(module, fn, ins + [out])     # split-K: again, in reverse order
     ref, msg = reference(task, ins), f"{fn.name}: {task.signature()}"
     if dtype == np.float32:
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4, err_msg=msg)

@@ -7,8 +7,8 @@ C/G in {8, 16, 24, 40}, OC in {8, 24, 72}, spatial 1..13, kernels 1x1/3x3/7x7, s
 4-byte and scalar copy paths) is built, lowered and printed into two translation units,
 compiled by nvcc for sm_80 (ptxas errors fail; registers <= 255, no spills on the
 16-byte path) and run in the emulator on float16 inputs against a float64 numpy
-reference from the same inputs; the split-K cases run again with the blocks in reverse
-order and must give the same bits and leave their arrival counters zero.
+reference from the same inputs; the split-K cases run again with the blocks and threads in
+reverse order and must give the same bits and leave their arrival counters zero.
 
 Tolerance: the kernel multiplies exact f16 products, accumulates in f32 and rounds to
 f16 once. The f16 rounding is at most 2^-11 relative (|ref| * 4.9e-4); the f32
@@ -170,7 +170,7 @@ def run_case(module, task: Task, fn, rng) -> None:
     storage[:size] = np.nan                       # anything unwritten fails
     out = storage[:size].reshape(ref.shape)
     args = [a for a in arrays if a is not None] + [out]
-    launch_checked(module, fn, args)     # split-K: again, blocks in reverse order
+    launch_checked(module, fn, args)     # split-K: again, in reverse order
     got = out.astype(np.float64)
     what = f"{fn.name}: {task.signature()} {dict(task.attrs)}"
     assert (storage[size:] == np.float16(7.0)).all(), f"{what}: wrote past the output"

@@ -83,7 +83,7 @@ def guarded(shape, rng, fill) -> tuple[np.ndarray, np.ndarray]:
 def run_case(module, task: Task, fn, rng) -> None:
     ins = [guarded(t.shape, rng, np.nan)[1] for t in task.inputs]
     out_buf, out = guarded(task.outputs[0].shape, rng, 7.0)
-    launch_checked(module, fn, ins + [out])     # split-K: again, blocks in reverse order
+    launch_checked(module, fn, ins + [out])     # split-K: again, in reverse order
     ref = np.matmul(*[x.astype(np.float64) for x in ins])
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4,
                                err_msg=f"{fn.name}: {task.signature()}")

@@ -9,7 +9,7 @@ sm_90 (ptxas errors fail) and run in the emulator on float16 inputs against nump
 float32 from the same inputs: the documented f16 tolerance (norm-wise 1e-2) and,
 stricter, every element within the f16 output rounding, no element left unwritten and
 nothing written past the output. Split-K configs (`SPLIT_CASES`) run a second time with
-the blocks in reverse order and must give the same bits and leave their arrival
+the blocks and threads in reverse order and must give the same bits and leave their arrival
 counters zero. Every config runs under `-m slow`.
 """
 from __future__ import annotations
@@ -207,7 +207,7 @@ def run_case(module, task: Task, fn, rng) -> None:
     storage = np.full(size + 64, np.float16(7.0))
     storage[:size] = np.nan                       # anything unwritten fails
     out = storage[:size].reshape(ref.shape)
-    launch_checked(module, fn, [a, b, out])     # split-K: again, blocks in reverse order
+    launch_checked(module, fn, [a, b, out])     # split-K: again, in reverse order
     got = out.astype(np.float32)
     what = f"{fn.name}: {task.signature()}"
     assert (storage[size:] == np.float16(7.0)).all(), f"{what}: wrote past the output"

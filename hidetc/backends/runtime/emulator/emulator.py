@@ -138,7 +138,7 @@ class EmulatedModule:
         self.lib.hidetc_emu_last_error.restype = ctypes.c_char_p
         self.lib.hidetc_emu_switch_count.restype = ctypes.c_ulonglong
         self.lib.hidetc_emu_set_stack_size.argtypes = [ctypes.c_size_t]
-        self.lib.hidetc_emu_set_block_order.argtypes = [ctypes.c_int]
+        self.lib.hidetc_emu_set_order.argtypes = [ctypes.c_int]
 
     def entry(self, kernel_name: str) -> int:
         """The address of `kernel_name`'s emulator entry."""
@@ -150,16 +150,17 @@ class EmulatedModule:
         return ctypes.cast(fn, ctypes.c_void_p).value
 
     def launch(self, kernel_name: str, grid: Dims, block: Dims, args: Sequence[Any],
-               reverse_blocks: bool = False) -> None:
+               reverse: bool = False) -> None:
         """Run `kernel_name<<<grid, block>>>(*args)`; raise EmulatorError if it misbehaves.
-        `reverse_blocks`: the grid's blocks run last to first (a kernel whose result
-        depends on the order of its blocks gives another result)."""
+        `reverse`: the grid's blocks run last to first and each block's threads start
+        and leave its barriers last to first (a kernel whose result depends on either
+        order gives another result)."""
         entry = self.entry(kernel_name)
         g, b = _dims(grid, "grid"), _dims(block, "block")
         argv, keep = _marshal(args)
         with _LAUNCH_LOCK:
             self.lib.hidetc_emu_set_stack_size(self.stack_size)
-            self.lib.hidetc_emu_set_block_order(int(reverse_blocks))
+            self.lib.hidetc_emu_set_order(int(reverse))
             rc = self._launch(entry, *g, *b, ctypes.cast(argv, ctypes.c_void_p))
             message = self.lib.hidetc_emu_last_error().decode(errors="replace")
         del keep

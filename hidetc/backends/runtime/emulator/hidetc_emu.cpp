@@ -48,7 +48,7 @@ namespace {
 
 std::vector<char *> g_stacks;
 size_t g_stack_size = 256 * 1024;
-bool g_reverse_blocks = false;   /* run the grid's blocks last to first (order independence) */
+bool g_reverse = false;   /* blocks last to first, threads last to first (order independence) */
 std::vector<int> g_runq;
 size_t g_runq_head;
 std::vector<unsigned> g_exited, g_waiting;  /* per warp: lane bitmasks */
@@ -299,8 +299,10 @@ bool release_barrier() {
       return false;
     }
   }
-  for (Fiber &f : g_fibers)
+  for (int i = 0, n = (int)g_fibers.size(); i < n; i++) {
+    Fiber &f = g_fibers[g_reverse ? n - 1 - i : i];
     if (f.state == BARRIER) push_runnable(&f);
+  }
   g_nbarrier = 0;
   return true;
 }
@@ -309,7 +311,8 @@ bool run_block() {
   unsigned bx = hidetc_emu_block_dim.x, by = hidetc_emu_block_dim.y;
   g_runq.clear();
   g_runq_head = 0;
-  for (int t = 0; t < g_nthreads; t++) {
+  for (int i = 0; i < g_nthreads; i++) {
+    int t = g_reverse ? g_nthreads - 1 - i : i;
     Fiber &f = g_fibers[t];
     f.thread_idx = uint3{t % bx, (t / bx) % by, t / (bx * by)};
     f.id = t;
@@ -403,10 +406,11 @@ extern "C" HIDETC_EMU_EXPORT const char *hidetc_emu_last_error(void) { return g_
 
 extern "C" HIDETC_EMU_EXPORT unsigned long long hidetc_emu_switch_count(void) { return g_switches; }
 
-/* Blocks run one after another, x fastest; reversed, the last block runs first (what a
- * GPU may do: a kernel's result must not depend on the order its blocks run in). */
-extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_block_order(int reverse) {
-  g_reverse_blocks = reverse != 0;
+/* Blocks run one after another, x fastest, and a block's runnable threads in thread
+ * order; reversed, the last block runs first and threads start (and leave each barrier)
+ * last to first -- what a GPU may do: a kernel's result must not depend on either. */
+extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_order(int reverse) {
+  g_reverse = reverse != 0;
 }
 
 extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_stack_size(size_t bytes) {
@@ -443,7 +447,7 @@ static int launch(void (*entry)(void **), unsigned gx, unsigned gy, unsigned gz,
   hidetc_emu_block_dim = dim3{bx, by, bz};
   unsigned long long blocks = (unsigned long long)gx * gy * gz;
   for (unsigned long long i = 0; i < blocks; i++) {
-    unsigned long long b = g_reverse_blocks ? blocks - 1 - i : i;   /* x fastest */
+    unsigned long long b = g_reverse ? blocks - 1 - i : i;   /* x fastest */
     hidetc_emu_block_idx = uint3{(unsigned)(b % gx), (unsigned)(b / gx % gy),
                                  (unsigned)(b / ((unsigned long long)gx * gy))};
     if (!run_block()) {
