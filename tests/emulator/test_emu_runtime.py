@@ -35,6 +35,25 @@ extern "C" __global__ void thread_arrival(unsigned *counter, unsigned *order) {
   order[blockDim.x + threadIdx.x] = atomicAdd(counter, 1u);   /* after the barrier */
 }
 
+/* cp.async: groups of one 16-byte copy each; what a thread sees of them */
+extern "C" __global__ void cp_groups(const float *in, float *out, int wait) {
+  __shared__ __align__(16) float s[3][128];
+  for (int g = 0; g < 3; g++) {
+    hidetc_cp_async16(&s[g][threadIdx.x * 4], in + (g * 32 + threadIdx.x) * 4, true);
+    hidetc_cp_async_commit();
+  }
+  if (wait >= 0) hidetc_cp_async_wait_group(wait);
+  for (int g = 0; g < 3; g++) out[g * 32 + threadIdx.x] = s[g][threadIdx.x * 4];
+}
+
+extern "C" __global__ void cp_neighbour(const float *in, float *out, int barrier) {
+  __shared__ __align__(16) float s[128];
+  hidetc_cp_async16(&s[threadIdx.x * 4], in + threadIdx.x * 4, true);
+  hidetc_cp_async_wait_all();
+  if (barrier) __syncthreads();
+  out[threadIdx.x] = s[((threadIdx.x + 1) % 32) * 4];   /* another thread's copy */
+}
+
 extern "C" __global__ void deadlock(float *out) {
   float v = 1.0f;
   if (threadIdx.x < 16) __syncthreads();   /* the shuffle needs lanes 0..15 */
@@ -102,6 +121,12 @@ extern "C" void arrival_emu_entry(void **a) { arrival((unsigned *)a[0], (unsigne
 extern "C" void thread_arrival_emu_entry(void **a) {
   thread_arrival((unsigned *)a[0], (unsigned *)a[1]);
 }
+extern "C" void cp_groups_emu_entry(void **a) {
+  cp_groups((const float *)a[0], (float *)a[1], *(int *)a[2]);
+}
+extern "C" void cp_neighbour_emu_entry(void **a) {
+  cp_neighbour((const float *)a[0], (float *)a[1], *(int *)a[2]);
+}
 extern "C" void deadlock_emu_entry(void **a) { deadlock((float *)a[0]); }
 extern "C" void divergent_barrier_emu_entry(void **a) { divergent_barrier((float *)a[0]); }
 extern "C" void divergent_collective_emu_entry(void **a) { divergent_collective((unsigned *)a[0]); }
@@ -118,6 +143,35 @@ extern "C" void barrier_loop_emu_entry(void **a) { barrier_loop((int *)a[0], *(i
 @pytest.fixture(scope="module")
 def module():
     return EmulatedModule(build_emulated({"emu_runtime": SOURCE}))
+
+
+def test_cp_async_lands_only_when_its_thread_waits(module):
+    """Copies are queued per thread in commit groups: wait_group(n) lands all but the n
+    newest groups; until a copy lands its destination reads as poison (NaN), so a
+    missing or too-weak wait shows up as NaN in what the kernel computed."""
+    src = np.arange(3 * 32 * 4, dtype=np.float32)
+    want = src.reshape(3, 32, 4)[:, :, 0]
+    for wait, landed in ((-1, 0), (2, 1), (1, 2), (0, 3)):
+        out = np.zeros(96, np.float32)
+        module.launch("cp_groups", 1, 32, [src, out, np.int32(wait)])
+        got = out.reshape(3, 32)
+        assert (got[:landed] == want[:landed]).all(), (wait, got)
+        assert np.isnan(got[landed:]).all(), (wait, got)
+
+
+def test_a_missing_barrier_after_the_wait_reads_a_neighbour_s_copy_too_early(module):
+    """A thread's wait covers its own copies: reading another thread's copy needs the
+    barrier after the wait (the planted bug of issue 26). Without it, in either thread
+    order, some thread reads its neighbour's destination before that copy landed."""
+    src = np.arange(128, dtype=np.float32)
+    want = np.roll(src.reshape(32, 4)[:, 0], -1)
+    for reverse in (False, True):
+        out = np.zeros(32, np.float32)
+        module.launch("cp_neighbour", 1, 32, [src, out, np.int32(1)], reverse=reverse)
+        assert (out == want).all()
+        out = np.zeros(32, np.float32)
+        module.launch("cp_neighbour", 1, 32, [src, out, np.int32(0)], reverse=reverse)
+        assert not (out == want).all(), reverse
 
 
 def test_blocks_and_threads_run_in_order_or_reversed(module):

@@ -185,18 +185,18 @@ static inline void hidetc_emu_check_align(const void *p, int bytes, const char *
   }                                                                                 \
   static inline void hidetc_cp_async##BYTES(void *smem, const void *gmem, bool pred) { \
     hidetc_emu_check_align(smem, BYTES, "cp.async destination");                    \
-    if (!pred) { std::memset(smem, 0, BYTES); return; }                              \
-    hidetc_emu_check_align(gmem, BYTES, "cp.async source");                         \
-    std::memcpy(smem, gmem, BYTES);                                                 \
+    if (pred) hidetc_emu_check_align(gmem, BYTES, "cp.async source");               \
+    hidetc_emu_cp_async(smem, gmem, BYTES, pred);                                   \
   }
 HIDETC_EMU_COPY(16)
 HIDETC_EMU_COPY(8)
 HIDETC_EMU_COPY(4)
 static inline void hidetc_ld_f4(float *dst, const float *src) { hidetc_copy16(dst, src); }
-/* copies complete at once, so committing and waiting have nothing to do */
-static inline void hidetc_cp_async_commit() {}
-static inline void hidetc_cp_async_wait_all() {}
-static inline void hidetc_cp_async_wait_group(int) {}
+/* cp.async is queued per thread (hidetc_emu_cp_async): a copy lands when its thread
+ * waits for its group; until then its destination holds poison (NaN) */
+static inline void hidetc_cp_async_commit() { hidetc_emu_cp_commit(); }
+static inline void hidetc_cp_async_wait_all() { hidetc_emu_cp_commit(); hidetc_emu_cp_wait(0); }
+static inline void hidetc_cp_async_wait_group(int n) { hidetc_emu_cp_wait(n); }
 
 #define HIDETC_EMU_LDMATRIX(N, SUFFIX, KIND)                                      \
   static inline void hidetc_ldmatrix_x##N##SUFFIX(void *dst, const void *row) {   \

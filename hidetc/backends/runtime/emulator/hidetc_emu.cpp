@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -307,7 +308,21 @@ bool release_barrier() {
   return true;
 }
 
+/* The library's __shared__ arrays (one section, see hidetc_emu.h): weak, for libraries
+ * that have none. */
+extern "C" char __start_hidetc_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_hidetc_shared[] __attribute__((weak, visibility("hidden")));
+
+/* Shared memory's contents are undefined when a block starts (another block's, another
+ * kernel's): poison them (all bits set: NaN in floats), so a read of memory no thread
+ * of this block wrote shows in the results instead of passing on stale values. */
+void poison_shared() {
+  if (__start_hidetc_shared && __stop_hidetc_shared > __start_hidetc_shared)
+    std::memset(__start_hidetc_shared, 0xff, (size_t)(__stop_hidetc_shared - __start_hidetc_shared));
+}
+
 bool run_block() {
+  poison_shared();
   unsigned bx = hidetc_emu_block_dim.x, by = hidetc_emu_block_dim.y;
   g_runq.clear();
   g_runq_head = 0;
@@ -318,6 +333,8 @@ bool run_block() {
     f.id = t;
     f.line = f.kind = -1;
     f.mask = 0;
+    f.copies.clear();
+    f.open_group = 0;
     f.stack = g_stacks[t];
     init_fiber(&f);
     push_runnable(&f);
@@ -358,6 +375,28 @@ void hidetc_emu_fail(const char *fmt, ...) {
   set_error("%s thread (%u, %u, %u): %s", block_text().c_str(), t.x, t.y, t.z, buf);
   switch_to_scheduler(f);
   abort();
+}
+
+void hidetc_emu_cp_async(void *dst, const void *src, int bytes, bool pred) {
+  Fiber *f = cur();
+  PendingCopy copy{dst, {}, bytes, f->open_group};
+  if (pred) std::memcpy(copy.data, src, (size_t)bytes);    /* else: zero fill */
+  f->copies.push_back(copy);
+  std::memset(dst, 0xff, (size_t)bytes);                   /* poison until it lands */
+}
+
+void hidetc_emu_cp_commit() { cur()->open_group++; }
+
+/* Complete this thread's copies of every committed group but the `pending` newest. */
+void hidetc_emu_cp_wait(int pending) {
+  Fiber *f = cur();
+  int done_below = f->open_group - pending;
+  size_t kept = 0;
+  for (PendingCopy &c : f->copies) {
+    if (c.group < done_below) std::memcpy(c.dst, c.data, (size_t)c.bytes);
+    else f->copies[kept++] = c;
+  }
+  f->copies.resize(kept);
 }
 
 void hidetc_emu_syncthreads(int line) {

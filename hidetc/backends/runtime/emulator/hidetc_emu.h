@@ -27,7 +27,8 @@
 #define __host__
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
-#define __shared__ static
+/* every __shared__ array is a static in one section, which each block starts poisoned */
+#define __shared__ static __attribute__((section("hidetc_shared")))
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define HIDETC_EMU_HIDDEN __attribute__((visibility("hidden")))
@@ -69,6 +70,11 @@ HIDETC_EMU_HIDDEN void hidetc_emu_syncthreads(int line);
 HIDETC_EMU_HIDDEN void hidetc_emu_collective(int kind, unsigned mask, const void *in,
                                              int in_size, void *out, int out_size);
 [[noreturn]] HIDETC_EMU_HIDDEN void hidetc_emu_fail(const char *fmt, ...);
+/* cp.async as on the GPU: queued per thread, in commit groups; the destination reads as
+ * poison (all bits set: NaN in floats) until a wait completes its group. */
+HIDETC_EMU_HIDDEN void hidetc_emu_cp_async(void *dst, const void *src, int bytes, bool pred);
+HIDETC_EMU_HIDDEN void hidetc_emu_cp_commit();
+HIDETC_EMU_HIDDEN void hidetc_emu_cp_wait(int pending);
 
 #define __syncthreads() hidetc_emu_syncthreads(__LINE__)
 static inline void __syncwarp(unsigned mask = 0xffffffffu) {

@@ -16,7 +16,16 @@ namespace hidetc_emu {
 
 enum State { RUNNABLE, BARRIER, COLLECTIVE, EXITED };
 
+/* A cp.async in flight: its bytes (read at issue), where they go, its commit group. */
+struct PendingCopy {
+  void *dst;
+  unsigned char data[16];
+  int bytes, group;
+};
+
 struct Fiber : HidetcEmuIndex {
+  std::vector<PendingCopy> copies;   /* this thread's cp.async in flight, in issue order */
+  int open_group;                    /* the group the next cp.async joins (= committed) */
 #ifdef HIDETC_EMU_USE_UCONTEXT
   ucontext_t ctx;
 #else
