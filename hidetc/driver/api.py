@@ -28,7 +28,7 @@ from hidetc.backends.runtime.select import gpu_available, make_executor
 from hidetc.backends.runtime.weights import write_weights
 from hidetc.driver.backend import BACKENDS
 from hidetc.driver.config import CompileConfig, make_config
-from hidetc.driver.plan import ExecutionPlan, plan_graph
+from hidetc.driver.plan import ZEROED_SCRATCH, ExecutionPlan, plan_graph
 from hidetc.driver.verify import compare, load_sample, reference_outputs, sample_inputs
 from hidetc.errors import ArtifactError, ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
@@ -160,7 +160,12 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
         "memory": {"arena_bytes": plan.memory.arena_bytes,
                    "total_bytes": plan.memory.total_bytes,
                    "offsets": dict(plan.memory.offsets),
-                   "in_place": dict(plan.in_place)},
+                   "in_place": dict(plan.in_place),
+                   "bytes": dict(plan.value_bytes),      # each arena value's size
+                   # the region every runtime keeps zero between launches (split-K's
+                   # arrival counters): where it is and how big
+                   **({"zeroed": {"offset": plan.memory.offsets[ZEROED_SCRATCH],
+                                  "bytes": plan.zeroed_bytes}} if plan.zeroed_bytes else {})},
         "weights": {"file": "weights.bin",
                     "entries": {k: _entry_dict(e) for k, e in entries.items()}},
         **built,
@@ -231,10 +236,11 @@ class Model:
     """A loaded artifact. `run({name: array}) -> {name: array}`."""
 
     def __init__(self, out_dir: str | os.PathLike, *, verify_checksums: bool = True,
-                 emulate: bool = False):
+                 emulate: bool = False, sanitize: bool = False):
         self.path = Path(out_dir)
         self.manifest = read_manifest(self.path, verify_checksums=verify_checksums)
-        self._executor = make_executor(self.path, self.manifest, emulate=emulate)
+        self._executor = make_executor(self.path, self.manifest, emulate=emulate,
+                                       sanitize=sanitize)
 
     @property
     def inputs(self) -> list[dict]:
@@ -280,6 +286,9 @@ class Model:
 
 
 def load(out_dir: str | os.PathLike, *, verify_checksums: bool = True,
-         emulate: bool = False) -> Model:
-    """Load an artifact; `emulate=True` runs a cuda artifact on the CPU (slow; tests)."""
-    return Model(out_dir, verify_checksums=verify_checksums, emulate=emulate)
+         emulate: bool = False, sanitize: bool = False) -> Model:
+    """Load an artifact; `emulate=True` runs a cuda artifact on the CPU (slow; tests);
+    `sanitize=True` (with emulate) checks every run for hazards and raises
+    `SanitizerError` (`hidetc.backends.runtime.emulated`) naming them."""
+    return Model(out_dir, verify_checksums=verify_checksums, emulate=emulate,
+                 sanitize=sanitize)

@@ -78,6 +78,8 @@ class ExecutionPlan:
     choices: dict[str, dict] = field(default_factory=dict)   # kernel -> template, config
     in_place: dict[str, str] = field(default_factory=dict)   # output -> value it overwrites
     facts: dict[str, dict] = field(default_factory=dict)     # kernel -> flops + backend facts
+    zeroed_bytes: int = 0     # the ZEROED_SCRATCH region's size (0: no kernel needs it)
+    value_bytes: dict[str, int] = field(default_factory=dict)   # arena value -> its size
 
 
 def kernel_name(key) -> str:
@@ -306,6 +308,7 @@ def plan_graph(graph: Graph, target: Target | str = "cpu", fuse: bool = True,
             types={**graph.types, **{k: TensorType(str(v.dtype), tuple(v.shape))
                                      for k, v in packed.items()}})
     kernels, scratch_values = _bind_scratch(kernels)
+    zeroed_bytes = sum(v.nbytes for v in scratch_values if v.name == ZEROED_SCRATCH)
     steps = [(fused.args, written_values(g, nodes)) for g, _, fused in kernels]
     lifetimes = _lifetimes(graph, steps) + scratch_values
     reuse = _in_place(kernels, nodes, graph, lifetimes) \
@@ -328,7 +331,9 @@ def plan_graph(graph: Graph, target: Target | str = "cpu", fuse: bool = True,
              for name, fn in functions.items()}
     return ExecutionPlan(graph, target, machine, functions, tasks, steps, weights, memory,
                          output_sources=sources, fusion_fallbacks=fallbacks,
-                         choices=kernel_choices, in_place=reuse, facts=facts)
+                         choices=kernel_choices, in_place=reuse, facts=facts,
+                         zeroed_bytes=zeroed_bytes,
+                         value_bytes={v.name: int(v.nbytes) for v in lifetimes})
 
 
 ZEROED_SCRATCH = "scratch.zeroed"

@@ -18,6 +18,7 @@ import click
 import numpy as np
 
 from hidetc import __version__
+from hidetc.backends.runtime.emulated import SanitizerError
 from hidetc.cpu_isa import current as current_isa
 from hidetc.driver import api
 from hidetc.driver.config import LAYOUTS, PRECISIONS, TOLERANCES
@@ -34,6 +35,12 @@ def _handle_errors(fn):
         debug = click.get_current_context().find_root().params.get("debug", False)
         try:
             return fn(*args, **kwargs)
+        except SanitizerError as exc:
+            if debug:
+                raise
+            for hazard in exc.hazards:
+                click.echo(f"hidetc: hazard: {hazard}", err=True)
+            sys.exit(2)
         except HidetcError as exc:
             if debug:
                 raise
@@ -231,10 +238,14 @@ def _describe_array(name: str, a: np.ndarray) -> str:
               default=None, help="Also run this ONNX model in ONNX Runtime: errors and latency.")
 @click.option("--emulate", is_flag=True,
               help="Run a cuda artifact on the CPU with the emulator (slow; for testing).")
+@click.option("--sanitize", is_flag=True,
+              help="With --emulate: report hazards (unwritten outputs, results that depend "
+                   "on the order of blocks or threads), one line each, exit 2.")
 @_handle_errors
-def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, emulate):
+def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, emulate,
+            sanitize):
     """Run the artifact OUT_DIR on an input and print a summary of the outputs."""
-    model = api.load(out_dir, emulate=emulate)
+    model = api.load(out_dir, emulate=emulate, sanitize=sanitize)
     if threads:
         model.set_threads(threads)
     inputs = _load_inputs(model, input_path, 0)
@@ -242,7 +253,12 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, em
     for name, array in outputs.items():
         click.echo(_describe_array(name, array))
     target = f"{model.target}, emulated" if emulate else model.target
-    if compare_model is None:
+    if sanitize:
+        click.echo("sanitizer: no hazards (every output element written; the same bits "
+                   "with blocks and threads in reverse order)")
+    if compare_model is None and sanitize:
+        pass                                   # a sanitized run is not a timing
+    elif compare_model is None:
         stats = time_call(lambda: model.run(inputs), repeat=repeat)
         click.echo(f"latency (hidetc, {target}): median {stats['median_ms']:.3f} ms, "
                    f"min {stats['min_ms']:.3f} ms over {repeat} runs")

@@ -1,6 +1,7 @@
 """The five tiny benchmark models compiled for the cuda target (cross-compiled: nvcc
 builds the cubins, no GPU needed), then every emitted CUDA kernel runs in the emulator
-from the artifact's own .cu sources, and the outputs match ONNX Runtime (f32, 1e-4);
+from the artifact's own .cu sources, sanitized (`hidetc.load(..., sanitize=True)`), and
+the outputs match ONNX Runtime (f32, 1e-4);
 ResNet-50's per-launch profile lines up with its launches."""
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def test_tiny_model_cuda_emulated(name, tmp_path):
             assert (tmp_path / "out" / cubin).stat().st_size > 0
     launched = {launch["kernel"] for launch in manifest["cuda"]["launches"]}
     assert launched == {k["name"] for k in manifest["kernels"]}
-    model = hidetc.load(tmp_path / "out", emulate=True)
+    model = hidetc.load(tmp_path / "out", emulate=True, sanitize=True)
     inputs = models.sample_inputs(proto, seed=2)
     report = compare(model.run(inputs), run_onnxruntime(path, inputs), rtol=1e-4)
     assert report["status"] == "passed", report

@@ -1,7 +1,9 @@
 """Every op the CUDA target compiles, on the same awkward shapes as the CPU op tests:
 the one-node model is compiled for cuda (nvcc builds the cubin: a ptxas error fails
-the test), the artifact's CUDA source runs in the emulator, and the outputs match the
-numpy reference interpreter and ONNX Runtime (f32 tolerance 1e-4 norm-wise)."""
+the test), the artifact's CUDA source runs in the emulator, sanitized (every output
+element written, the same bits with blocks and threads reversed, no write into a red
+zone), and the outputs match the numpy reference interpreter and ONNX Runtime (f32
+tolerance 1e-4 norm-wise)."""
 from __future__ import annotations
 
 import shutil
@@ -27,7 +29,7 @@ def test_op_cuda_emulated(case, tmp_path):
     path = tmp_path / "model.onnx"
     onnx.save(one_node_model(op, inputs, outputs, attrs, constants), path)
     hidetc.compile_model(path, tmp_path / "out", target="cuda", arch="sm_90")
-    got = hidetc.load(tmp_path / "out", emulate=True).run(inputs)
+    got = hidetc.load(tmp_path / "out", emulate=True, sanitize=True).run(inputs)
     expected = run_graph(load_model(path), inputs)
     for name in outputs:
         assert got[name].dtype == expected[name].dtype
@@ -49,7 +51,7 @@ def test_bitcast_cuda_emulated(src, dst, values, tmp_path):
     path = tmp_path / "model.onnx"
     onnx.save(bitcast_model(x, dst), path)
     hidetc.compile_model(path, tmp_path / "out", target="cuda", arch="sm_90")
-    got = hidetc.load(tmp_path / "out", emulate=True).run({"x": x})["out0"]
+    got = hidetc.load(tmp_path / "out", emulate=True, sanitize=True).run({"x": x})["out0"]
     assert got.dtype == np.dtype(dst) and got.tobytes() == x.view(dst).tobytes()
 
 
@@ -63,7 +65,7 @@ def test_det_cuda_emulated(tmp_path):
     path = tmp_path / "model.onnx"
     onnx.save(one_node_model("Det", {"x": x}, ["out0"], opset=13), path)
     hidetc.compile_model(path, tmp_path / "out", target="cuda", arch="sm_90")
-    got = hidetc.load(tmp_path / "out", emulate=True).run({"x": x})["out0"]
+    got = hidetc.load(tmp_path / "out", emulate=True, sanitize=True).run({"x": x})["out0"]
     np.testing.assert_allclose(got, np.linalg.det(x.astype(np.float64)), rtol=1e-5, atol=1e-5)
 
 
@@ -84,6 +86,6 @@ def test_roi_align_cuda_emulated(mode, tmp_path):
                              {"mode": mode, "output_height": 3, "output_width": 2,
                               "sampling_ratio": 2, "spatial_scale": 0.5}, opset=16), path)
     hidetc.compile_model(path, tmp_path / "out", target="cuda", arch="sm_90")
-    got = hidetc.load(tmp_path / "out", emulate=True).run(inputs)["out0"]
+    got = hidetc.load(tmp_path / "out", emulate=True, sanitize=True).run(inputs)["out0"]
     np.testing.assert_allclose(got, run_onnxruntime(path, inputs)["out0"], rtol=1e-5,
                                atol=1e-5)

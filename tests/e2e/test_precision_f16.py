@@ -1,6 +1,6 @@
 """`--precision f16` end to end on the cuda target: the tiny benchmark models compiled
 with float16 storage (cross-compiled for sm_80: nvcc builds the cubins, no GPU needed),
-every kernel run in the emulator, the outputs within the f16 tolerance (1e-2 norm-wise
+every kernel run in the emulator (sanitized), the outputs within the f16 tolerance (1e-2 norm-wise
 relative) of ONNX Runtime in f32; the weights and kernels are float16 while the
 artifact's inputs and outputs keep the model's dtypes, and MatMuls run on tensor cores.
 
@@ -121,7 +121,7 @@ def compile_and_compare(proto, tmp_path, seed: int = 2) -> dict:
     result = hidetc.compile_model(path, tmp_path / "out", target="cuda", precision="f16",
                                   arch="sm_80")
     check_f16_artifact(proto, tmp_path / "out", result.manifest)
-    model = hidetc.load(tmp_path / "out", emulate=True)
+    model = hidetc.load(tmp_path / "out", emulate=True, sanitize=True)
     inputs = models.sample_inputs(proto, seed=seed)
     report = compare(model.run(inputs), run_onnxruntime(path, inputs), rtol=F16_RTOL)
     assert report["status"] == "passed", report

@@ -76,7 +76,7 @@ def test_split_k_with_grafted_epilogues_emulated(tmp_path):
     assert ZEROED_SCRATCH in offsets
     for kernel in split:    # the workspace and the counters are its last two arguments
         assert kernel["args"][-1] == ZEROED_SCRATCH and kernel["args"][-2] in offsets
-    model = hidetc.load(out, emulate=True)
+    model = hidetc.load(out, emulate=True, sanitize=True)
     inputs = models.sample_inputs(proto, seed=3)
     first = model.run(inputs)
     report = compare(first, run_onnxruntime(path, inputs), rtol=TOLERANCES["f16"])

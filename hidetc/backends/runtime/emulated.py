@@ -5,9 +5,27 @@ outputs), exactly as the CUDA runtime would run them on a GPU.
 
 For tests and debugging on machines without a GPU: every thread of every block runs as
 a fiber, so this is slow; use it on the tiny models.
+
+`sanitize=True` (`hidetc run --emulate --sanitize`) runs each pass twice and reports
+hazards (`SanitizerError`, one line each, naming the kernel):
+- the arena starts poisoned (all bits set: NaN in floats) but for the region the
+  kernels keep zero (split-K's counters, the manifest's `memory.zeroed`), and every
+  float output element starts as a sentinel NaN: one still holding it after the pass
+  was never written ("never wrote N elements of output O");
+- every arena value gets a region of its own between red zones (from the manifest's
+  `memory.offsets` and `memory.bytes`; the launches' arguments are remapped to them),
+  and so does every output: a launch that writes into a red zone is reported ("wrote N
+  bytes past the end of V"); reads there read poison;
+- the second pass runs every launch with its blocks and threads in reverse order
+  (`EmulatedModule.launch(reverse=True)`): the arena and outputs after each launch must
+  be the same bits as in the first pass, else "the result depends on the order of
+  blocks or threads" names the first launch that differs;
+- the emulator itself already lands cp.async only at its thread's wait and starts each
+  block with poisoned shared memory, so a missing wait or barrier shows as NaN.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Mapping, Optional
@@ -18,11 +36,27 @@ from hidetc.backends.runtime.cuda.manifest import parse_section
 from hidetc.backends.runtime.emulator.emulator import EmulatedModule, build_emulated
 from hidetc.backends.runtime.executor import check_inputs, collect_outputs
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
+from hidetc.errors import ArtifactError
+
+# float outputs start as this NaN (a payload no arithmetic produces): still there after
+# a pass, an element was never written
+SENTINEL = {np.dtype(np.float32): np.uint32(0x7FC0DEAD), np.dtype(np.float16): np.uint16(0x7EAD),
+            np.dtype(np.float64): np.uint64(0x7FF80000DEADBEEF)}
+RED_ZONE = 256       # poisoned bytes before and after every value in a sanitized pass
+
+
+class SanitizerError(ArtifactError):
+    """Hazards a sanitized pass found: `hazards` holds one line each."""
+
+    def __init__(self, hazards: list[str]):
+        super().__init__("; ".join(hazards))
+        self.hazards = hazards
 
 
 class EmulatedCudaExecutor:
-    def __init__(self, path: Path, manifest: dict):
+    def __init__(self, path: Path, manifest: dict, sanitize: bool = False):
         self.manifest = manifest
+        self.sanitize = sanitize
         self.section = parse_section(manifest, str(path / "manifest.yaml"))
         sources = {p.stem: p.read_text() for p in sorted((path / "kernels" / "src").glob("*.cu"))}
         self.module = EmulatedModule(build_emulated(sources))
@@ -31,38 +65,146 @@ class EmulatedCudaExecutor:
         blob, self.constants = read_weights(path / weights["file"], entries, mmap=False)
         self._weights = blob
         self._arena = np.zeros(max(int(manifest["memory"]["arena_bytes"]), 64), np.uint8)
+        self._spaced: Optional[dict[str, int]] = None     # sanitize: value -> its region
+        self._regions: list[tuple[str, int, int]] = []    # (value, start, end)
+        if sanitize:
+            self._space_values()
         self.last_latency_ms = 0.0
         self.uses_graph = False
         self.graph_unavailable: Optional[str] = "emulated: launches run one by one on the CPU"
         self._last_inputs: Optional[dict] = None
 
-    def _pointer_arg(self, space: str, index: int, inputs, outputs) -> np.ndarray:
+    def _pointer_arg(self, space: str, index: int, inputs, outputs, step: int = 0,
+                     position: int = 0) -> np.ndarray:
         if space == "input":
             return inputs[index].reshape(-1).view(np.uint8)
         if space == "output":
             return outputs[index].reshape(-1).view(np.uint8)
+        if space == "arena" and self._spaced is not None:
+            value = self.manifest["kernels"][step]["args"][position]
+            return self._arena[self._spaced[value]:]
         base = self._arena if space == "arena" else self._weights
         return base[int(index):]
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         self._last_inputs = dict(inputs)
+        if self.sanitize:
+            return self._sanitized(inputs)
         return self._run(inputs, None)
 
-    def _run(self, inputs: Mapping[str, np.ndarray], seconds: Optional[list[float]]
-             ) -> dict[str, np.ndarray]:
-        """One forward pass; with `seconds`, each launch's wall time is appended to it."""
+    def _run(self, inputs: Mapping[str, np.ndarray], seconds: Optional[list[float]],
+             reverse: bool = False, digests: Optional[list[str]] = None,
+             outs: Optional[list[np.ndarray]] = None) -> dict[str, np.ndarray]:
+        """One forward pass; with `seconds`, each launch's wall time is appended to it;
+        `reverse`: every launch in reverse block and thread order; `digests` receives a
+        hash of the arena and outputs after each launch; `outs`: the output buffers."""
         arrays = [a.copy() for a in check_inputs(self.manifest["inputs"], inputs)]
-        outs = [np.zeros(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
+        if outs is None:
+            outs = [np.zeros(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
         begin = time.perf_counter()
-        for launch in self.section.launches:
-            args = [self._pointer_arg(space, index, arrays, outs)
-                    for space, index in launch.args]
+        for step, launch in enumerate(self.section.launches):
+            args = [self._pointer_arg(space, index, arrays, outs, step, j)
+                    for j, (space, index) in enumerate(launch.args)]
             start = time.perf_counter()
-            self.module.launch(launch.kernel, launch.grid, launch.block, args)
+            self.module.launch(launch.kernel, launch.grid, launch.block, args, reverse=reverse)
             if seconds is not None:
                 seconds.append(time.perf_counter() - start)
+            if digests is not None and not reverse:      # a sanitized pass: red zones
+                hazard = self._red_zone_hazard(launch.kernel)
+                if hazard is not None:
+                    raise SanitizerError([hazard])
+            if digests is not None:
+                h = hashlib.sha256(self._arena.tobytes())
+                for o in outs:
+                    h.update(o.tobytes())
+                digests.append(h.hexdigest())
         self.last_latency_ms = (time.perf_counter() - begin) * 1e3
         return collect_outputs(self.manifest, arrays, outs, self.constants)
+
+    # sanitizing ----------------------------------------------------------------------
+    def _space_values(self) -> None:
+        """Give every arena value its own region between red zones (when the manifest
+        says each value's size and every launch argument's value)."""
+        memory = self.manifest["memory"]
+        sizes, kernels = memory.get("bytes"), self.manifest.get("kernels", [])
+        if not sizes or len(kernels) != len(self.section.launches):
+            return
+        pos, spaced = RED_ZONE, {}
+        for value in sorted(memory["offsets"]):
+            if value not in sizes:
+                return
+            spaced[value] = pos
+            self._regions.append((value, pos, pos + int(sizes[value])))
+            pos += -(-int(sizes[value]) // 64) * 64 + RED_ZONE
+        self._spaced = spaced
+        self._arena = np.zeros(pos, np.uint8)
+
+    def _poisoned(self) -> list[np.ndarray]:
+        """Poison the arena (but the zeroed region) and make sentinel-filled outputs,
+        each inside red zones (`self._out_buffers` keeps the whole buffers)."""
+        self._arena.fill(0xFF)
+        zeroed = self.manifest["memory"].get("zeroed")
+        if zeroed:
+            start = (self._spaced["scratch.zeroed"] if self._spaced is not None
+                     else int(zeroed["offset"]))
+            self._arena[start:start + int(zeroed["bytes"])] = 0
+        outs, self._out_buffers = [], []
+        for spec in self.manifest["outputs"]:
+            dtype = np.dtype(spec["dtype"])
+            size = int(np.prod(spec["shape"], dtype=np.int64)) * dtype.itemsize
+            buf = np.full(size + 2 * RED_ZONE, 0xFF, np.uint8)
+            out = buf[RED_ZONE:RED_ZONE + size].view(dtype).reshape(spec["shape"])
+            sentinel = SENTINEL.get(dtype)
+            if sentinel is not None:
+                out.view(sentinel.dtype)[...] = sentinel
+            outs.append(out)
+            self._out_buffers.append((spec["name"], buf))
+        return outs
+
+    def _red_zone_hazard(self, kernel: str) -> Optional[str]:
+        """Which red zone `kernel` wrote into, if any."""
+        arena = self._arena
+        for value, start, end in self._regions:
+            after = arena[end:-(-end // 64) * 64 + RED_ZONE]
+            before = arena[start - RED_ZONE:start]
+            for zone, where in ((after, "past the end of"), (before, "before")):
+                touched = np.flatnonzero(zone != 0xFF)
+                if touched.size:
+                    return f"kernel {kernel}: wrote {touched.size} bytes {where} {value!r}"
+        for name, buf in self._out_buffers:
+            zones = (buf[:RED_ZONE], buf[-RED_ZONE:]) if RED_ZONE else ()
+            for zone, where in zip(zones, ("before", "past the end of")):
+                touched = np.flatnonzero(zone != 0xFF)
+                if touched.size:
+                    return f"kernel {kernel}: wrote {touched.size} bytes {where} output {name!r}"
+        return None
+
+    def _sanitized(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Two passes, forward and reversed (see the module docstring)."""
+        hazards: list[str] = []
+        forward: list[str] = []
+        outs = self._poisoned()
+        result = self._run(inputs, None, digests=forward, outs=outs)
+        writers = {index: launch.kernel for launch in self.section.launches
+                   for space, index in launch.args if space == "output"}
+        for k, (spec, out) in enumerate(zip(self.manifest["outputs"], outs)):
+            sentinel = SENTINEL.get(out.dtype)
+            if sentinel is None or k not in writers:
+                continue
+            unwritten = int(np.count_nonzero(out.view(sentinel.dtype) == sentinel))
+            if unwritten:
+                hazards.append(f"kernel {writers[k]}: never wrote {unwritten} of the "
+                               f"{out.size} elements of output {spec['name']!r}")
+        backward: list[str] = []
+        self._run(inputs, None, reverse=True, digests=backward, outs=self._poisoned())
+        for launch, a, b in zip(self.section.launches, forward, backward):
+            if a != b:
+                hazards.append(f"kernel {launch.kernel}: its result depends on the order "
+                               f"of blocks or threads (reversed, it differs)")
+                break
+        if hazards:
+            raise SanitizerError(hazards)
+        return result
 
     def measure(self, repeat: int = 3, warmup: int = 0) -> list[float]:
         """Wall milliseconds of `repeat` emulated passes on the last inputs given to

@@ -67,11 +67,14 @@ def _warn_other_cores(path: Path, manifest: dict) -> None:
 
 
 def make_executor(path: Path, manifest: dict, *, emulate: bool = False,
-                  warn_cores: bool = True):
+                  warn_cores: bool = True, sanitize: bool = False):
     """The executor of the artifact at `path`; `warn_cores=False` (the compile's own
     verification of a cross-compiled artifact) skips the other-core-count warning."""
     target = manifest["target"]
     if target == "cpu":
+        if sanitize:
+            raise ArtifactError(f"{path}: --sanitize applies to cuda artifacts run in the "
+                                f"emulator; this one targets cpu")
         if emulate:
             raise ArtifactError(f"{path}: --emulate applies to cuda artifacts; this one "
                                 f"targets cpu")
@@ -84,5 +87,8 @@ def make_executor(path: Path, manifest: dict, *, emulate: bool = False,
             _warn_other_cores(path, manifest)
         return CpuExecutor(path, manifest)
     if target == "cuda":
-        return EmulatedCudaExecutor(path, manifest) if emulate else CudaExecutor(path, manifest)
+        if sanitize and not emulate:
+            raise ArtifactError(f"{path}: --sanitize runs in the emulator: add --emulate")
+        return (EmulatedCudaExecutor(path, manifest, sanitize=sanitize) if emulate
+                else CudaExecutor(path, manifest))
     raise ArtifactError(f"{path}: unknown target {target!r} in the manifest")

@@ -1,0 +1,133 @@
+"""`hidetc run --emulate --sanitize` (issue 26, in part): a clean artifact runs clean;
+bugs planted in an artifact's generated CUDA -- a store guard that drops the last row
+or writes one too many, a missing barrier after the cp.async pipeline's wait -- are
+reported, one line each
+naming the kernel, exit 2. Not caught yet (issue 26's race detection): a missing
+barrier before split-K's last block reads its "arrived last" flag, which the emulator's
+one-block-at-a-time schedule makes harmless. (The cp.async and shared-memory
+poisoning the sanitizer relies on are tested in tests/emulator/test_emu_runtime.py.)"""
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import hidetc
+import models
+from hidetc.backends.runtime.emulated import SanitizerError
+from hidetc.tools.cli import main as cli
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+ROWS = 20
+
+
+def _matmul_model(k: int) -> onnx.ModelProto:
+    w = (np.random.default_rng(0).standard_normal((k, 48)) / np.sqrt(k)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [ROWS, 48])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _compiled(tmp_path, k: int):
+    proto = _matmul_model(k)
+    models.save(proto, tmp_path / "m.onnx")
+    result = hidetc.compile_model(tmp_path / "m.onnx", tmp_path / "out", target="cuda",
+                                  precision="f16", gpu="a100")
+    np.save(tmp_path / "x.npy", models.sample_inputs(proto, seed=1)["x"])
+    return result.manifest, tmp_path / "out"
+
+
+def _plant(out, edit) -> str:
+    """Apply `edit(text) -> text` to the artifact's CUDA source that changes; the kernel
+    the edit is in."""
+    for path in sorted((out / "kernels" / "src").glob("*.cu")):
+        text = path.read_text()
+        changed = edit(text)
+        if changed != text:
+            path.write_text(changed)
+            return path.name
+    raise AssertionError("the edit changed no source")
+
+
+def _sanitized(out, tmp_path):
+    return CliRunner().invoke(cli, ["run", str(out), "--input", str(tmp_path / "x.npy"),
+                                    "--emulate", "--sanitize"])
+
+
+def test_a_clean_artifact_runs_clean(tmp_path):
+    _, out = _compiled(tmp_path, 64)
+    result = _sanitized(out, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "sanitizer: no hazards" in result.output
+
+
+def test_a_store_guard_that_drops_the_last_row(tmp_path):
+    manifest, out = _compiled(tmp_path, 64)
+    _plant(out, lambda t: re.sub(rf"< {ROWS} &&", f"< {ROWS - 1} &&", t, count=1))
+    with pytest.raises(SanitizerError) as caught:      # (checksums: the plant edits a file)
+        hidetc.load(out, emulate=True, sanitize=True, verify_checksums=False).run(
+            {"x": np.load(tmp_path / "x.npy")})
+    (hazard,) = caught.value.hazards
+    writer = next(k["name"] for k in manifest["kernels"] if k["op"] == "MatMul")
+    assert hazard.startswith(f"kernel {writer}: ")
+    assert "never wrote 48 of the 960 elements of output 'y'" in hazard
+
+
+def test_a_store_guard_that_writes_a_row_too_many(tmp_path):
+    """Red zones: the guard widened by a row writes past the output's end."""
+    manifest, out = _compiled(tmp_path, 64)
+    _plant(out, lambda t: re.sub(rf"< {ROWS} &&", f"< {ROWS + 1} &&", t, count=1))
+    with pytest.raises(SanitizerError) as caught:
+        hidetc.load(out, emulate=True, sanitize=True, verify_checksums=False).run(
+            {"x": np.load(tmp_path / "x.npy")})
+    (hazard,) = caught.value.hazards
+    writer = next(k["name"] for k in manifest["kernels"] if k["op"] == "MatMul")
+    assert hazard.startswith(f"kernel {writer}: wrote ") and "past the end of output 'y'" in hazard
+
+
+def test_a_missing_barrier_after_the_pipeline_wait(tmp_path):
+    """The tensor-core main loop's barrier after `wait_group` removed: a thread computes
+    on tiles other threads' copies have not landed in yet (poison), and which ones
+    depends on the order the threads run in."""
+    manifest, out = _compiled(tmp_path, 512)
+
+    def drop_barrier(text: str) -> str:
+        lines = text.splitlines(keepends=True)
+        wait = next(i for i, line in enumerate(lines)
+                    if "hidetc_cp_async_wait_group(" in line and "__global__" not in line)
+        assert "__syncthreads();" in lines[wait + 1]
+        return "".join(lines[:wait + 1] + lines[wait + 2:])
+
+    _plant(out, drop_barrier)
+    with pytest.raises(SanitizerError) as caught:
+        hidetc.load(out, emulate=True, sanitize=True, verify_checksums=False).run(
+            {"x": np.load(tmp_path / "x.npy")})
+    assert any("kernel matmul_" in h for h in caught.value.hazards), caught.value.hazards
+
+
+def test_the_cli_prints_one_line_per_hazard_and_exits_2(tmp_path):
+    _, out = _compiled(tmp_path, 64)
+    _plant(out, lambda t: re.sub(rf"< {ROWS} &&", f"< {ROWS - 1} &&", t, count=1))
+    # the CLI verifies checksums: refresh the manifest's record of the edited source
+    manifest_path = out / "manifest.yaml"
+    doc = yaml.safe_load(manifest_path.read_text())
+    for rel in list(doc["files"]):
+        doc["files"][rel] = hashlib.sha256((out / rel).read_bytes()).hexdigest()
+    manifest_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = _sanitized(out, tmp_path)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines and all(line.startswith("hidetc: hazard: kernel ") for line in lines)
+    assert "Traceback" not in result.output
