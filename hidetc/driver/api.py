@@ -28,7 +28,7 @@ from hidetc.backends.runtime.select import gpu_available, make_executor
 from hidetc.backends.runtime.weights import write_weights
 from hidetc.driver.backend import BACKENDS
 from hidetc.driver.config import CompileConfig, make_config
-from hidetc.driver.plan import ZEROED_SCRATCH, ExecutionPlan, plan_graph
+from hidetc.driver.plan import ZEROED_SCRATCH, ExecutionPlan, plan_graph, written_values
 from hidetc.driver.verify import compare, load_sample, reference_outputs, sample_inputs
 from hidetc.errors import ArtifactError, ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
@@ -58,6 +58,14 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def optimized_graph(graph, cfg: CompileConfig, target: str):
+    """The graph passes a compile runs on the imported `graph` for `target` (what the
+    plan is made from, and what `kernel_check` rebuilds to compare kernels with)."""
+    optimized = optimize(graph, verify=cfg.verify_ir, dump_dir=_dump(cfg, "graph"))
+    return lower_precision(optimized, cfg.precision, dump_dir=_dump(cfg, "graph"),
+                           target=target, layout=cfg.layout)
+
+
 def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
                   config: CompileConfig | None = None, preset: str | None = None,
                   progress: Callable[[str, int, int], None] | None = None,
@@ -73,9 +81,7 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     timings: dict[str, float] = {}
     clock = time.perf_counter()
     graph = load_model(model_path, shapes=cfg.shapes)
-    optimized = optimize(graph, verify=cfg.verify_ir, dump_dir=_dump(cfg, "graph"))
-    optimized = lower_precision(optimized, cfg.precision, dump_dir=_dump(cfg, "graph"),
-                                target=target, layout=cfg.layout)
+    optimized = optimized_graph(graph, cfg, target)
     timings["frontend_s"] = time.perf_counter() - clock
     backend = BACKENDS[target]
     machine = backend.machine(cfg)
@@ -138,6 +144,7 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
     built = backend.build(plan, entries, writer.path, cfg, _dump(cfg, "tir"))
     resources = built.pop("resources", {})
     graph = plan.graph
+    nodes = {n.name: n for n in graph.nodes}
     return {
         "format_version": FORMAT_VERSION,
         "hidetc_version": __version__,
@@ -151,6 +158,7 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
         "outputs": [_spec(graph, v) for v in graph.outputs],
         "output_sources": plan.output_sources,
         "kernels": [{"name": s.kernel, "node": s.node, "op": s.op, "args": list(s.values),
+                     "writes": list(written_values(s.group, nodes)),
                      "task": plan.tasks[s.kernel].signature(),
                      **plan.choices.get(s.kernel, {}), **plan.facts.get(s.kernel, {}),
                      **resources.get(s.kernel, {}), "group": _group_dict(s.group, graph)}

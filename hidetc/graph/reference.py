@@ -51,11 +51,14 @@ def _last_uses(graph: Graph) -> dict[str, int]:
 
 
 def run_graph(graph: Graph, inputs: Mapping[str, np.ndarray],
-              check_types: bool = True) -> dict[str, np.ndarray]:
-    """Run `graph` on `inputs` with the numpy references; return its outputs by name."""
+              check_types: bool = True, keep_all: bool = False) -> dict[str, np.ndarray]:
+    """Run `graph` on `inputs` with the numpy references; return its outputs by name
+    (`keep_all`: every value it computed, the inputs and constants too)."""
     env: dict[str, np.ndarray] = dict(graph.constants)
     env.update(check_inputs(graph, inputs))
     keep = set(graph.outputs)
+    if keep_all:
+        keep.update(o for node in graph.nodes for o in node.outputs if o)
     last = _last_uses(graph)
     for index, node in enumerate(graph.nodes):
         args = [env[name] if name else None for name in node.inputs]
@@ -73,4 +76,4 @@ def run_graph(graph: Graph, inputs: Mapping[str, np.ndarray],
     missing = [name for name in graph.outputs if name not in env]
     if missing:
         raise RuntimeError(f"graph output '{missing[0]}' was never computed")
-    return {name: env[name] for name in graph.outputs}
+    return dict(env) if keep_all else {name: env[name] for name in graph.outputs}

@@ -22,6 +22,7 @@ from hidetc.backends.runtime.emulated import SanitizerError
 from hidetc.cpu_isa import current as current_isa
 from hidetc.driver import api
 from hidetc.driver.config import LAYOUTS, PRECISIONS, TOLERANCES
+from hidetc.driver.kernel_check import check_kernels
 from hidetc.driver.tune.records import cpu_device
 from hidetc.driver.verify import compare, load_sample, ort_session, run_onnxruntime, time_call
 from hidetc.errors import ConfigError, HidetcError, InputError
@@ -253,9 +254,15 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, em
     for name, array in outputs.items():
         click.echo(_describe_array(name, array))
     target = f"{model.target}, emulated" if emulate else model.target
+    if sanitize and compare_model is not None:       # every kernel on the reference's inputs
+        hazards = check_kernels(model, compare_model, inputs)
+        if hazards:
+            raise SanitizerError(hazards)
     if sanitize:
         click.echo("sanitizer: no hazards (every output element written; the same bits "
-                   "with blocks and threads in reverse order)")
+                   "with blocks and threads in reverse order"
+                   + ("; every kernel matches the reference interpreter)"
+                      if compare_model is not None else ")"))
     if compare_model is None and sanitize:
         pass                                   # a sanitized run is not a timing
     elif compare_model is None:

@@ -117,17 +117,58 @@ def test_a_missing_barrier_after_the_pipeline_wait(tmp_path):
     assert any("kernel matmul_" in h for h in caught.value.hazards), caught.value.hazards
 
 
-def test_the_cli_prints_one_line_per_hazard_and_exits_2(tmp_path):
-    _, out = _compiled(tmp_path, 64)
-    _plant(out, lambda t: re.sub(rf"< {ROWS} &&", f"< {ROWS - 1} &&", t, count=1))
-    # the CLI verifies checksums: refresh the manifest's record of the edited source
+def _refresh_checksums(out) -> None:
+    """The CLI verifies checksums: record the edited sources' in the manifest."""
     manifest_path = out / "manifest.yaml"
     doc = yaml.safe_load(manifest_path.read_text())
     for rel in list(doc["files"]):
         doc["files"][rel] = hashlib.sha256((out / rel).read_bytes()).hexdigest()
     manifest_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def test_the_cli_prints_one_line_per_hazard_and_exits_2(tmp_path):
+    _, out = _compiled(tmp_path, 64)
+    _plant(out, lambda t: re.sub(rf"< {ROWS} &&", f"< {ROWS - 1} &&", t, count=1))
+    _refresh_checksums(out)
     result = _sanitized(out, tmp_path)
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert lines and all(line.startswith("hidetc: hazard: kernel ") for line in lines)
     assert "Traceback" not in result.output
+
+
+def test_the_per_kernel_comparison_names_the_kernel_that_computes_wrong(tmp_path):
+    """A MatMul (its Mul epilogue grafted) then a Softmax, f32: one of the MatMul's
+    stores scaled by 1.01 writes every element, in any order -- only comparing each
+    kernel with the reference interpreter (`--compare`) finds it, and names the MatMul,
+    not the Softmax that reads its output."""
+    w = np.random.default_rng(0).standard_normal((16, 24)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("Mul", ["h", "c"], ["m"]),
+         helper.make_node("Softmax", ["m"], ["y"], axis=-1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 24])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(2.0, np.float32), "c")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    models.save(proto, tmp_path / "m.onnx")
+    result = hidetc.compile_model(tmp_path / "m.onnx", tmp_path / "out", target="cuda",
+                                  arch="sm_80")
+    np.save(tmp_path / "x.npy", models.sample_inputs(proto, seed=1)["x"])
+    out = tmp_path / "out"
+    clean = CliRunner().invoke(cli, ["run", str(out), "--input", str(tmp_path / "x.npy"),
+                                     "--emulate", "--sanitize", "--repeat", "1",
+                                     "--compare", str(tmp_path / "m.onnx")])
+    assert clean.exit_code == 0 and "every kernel matches" in clean.output, clean.output
+    matmul = next(k["name"] for k in result.manifest["kernels"] if k["op"] == "MatMul")
+    _plant(out, lambda t: re.sub(r"(\n\s*out_1\[[^\n]*\] = )(v_\d+);", r"\1\2 * 1.01f;", t,
+                                 count=1))
+    _refresh_checksums(out)
+    bad = CliRunner().invoke(cli, ["run", str(out), "--input", str(tmp_path / "x.npy"),
+                                   "--emulate", "--sanitize", "--repeat", "1",
+                                   "--compare", str(tmp_path / "m.onnx")])
+    assert bad.exit_code == 2, bad.output
+    (line,) = bad.stderr.strip().splitlines()
+    assert line.startswith(f"hidetc: hazard: kernel {matmul} (MatMul ")
+    assert "differs from the reference interpreter's" in line

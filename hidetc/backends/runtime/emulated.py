@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 
@@ -94,21 +94,33 @@ class EmulatedCudaExecutor:
 
     def _run(self, inputs: Mapping[str, np.ndarray], seconds: Optional[list[float]],
              reverse: bool = False, digests: Optional[list[str]] = None,
-             outs: Optional[list[np.ndarray]] = None) -> dict[str, np.ndarray]:
+             outs: Optional[list[np.ndarray]] = None,
+             hook: Optional[Callable[[str, int, Callable], None]] = None
+             ) -> dict[str, np.ndarray]:
         """One forward pass; with `seconds`, each launch's wall time is appended to it;
         `reverse`: every launch in reverse block and thread order; `digests` receives a
-        hash of the arena and outputs after each launch; `outs`: the output buffers."""
+        hash of the arena and outputs after each launch; `outs`: the output buffers;
+        `hook("before" | "after", step, place)` runs around each launch, `place(value)`
+        giving the bytes (a uint8 view) where a graph value lives, or None."""
         arrays = [a.copy() for a in check_inputs(self.manifest["inputs"], inputs)]
         if outs is None:
             outs = [np.zeros(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
+
+        def place(value: str) -> Optional[np.ndarray]:
+            return self._place(value, arrays, outs)
+
         begin = time.perf_counter()
         for step, launch in enumerate(self.section.launches):
+            if hook is not None:
+                hook("before", step, place)
             args = [self._pointer_arg(space, index, arrays, outs, step, j)
                     for j, (space, index) in enumerate(launch.args)]
             start = time.perf_counter()
             self.module.launch(launch.kernel, launch.grid, launch.block, args, reverse=reverse)
             if seconds is not None:
                 seconds.append(time.perf_counter() - start)
+            if hook is not None:
+                hook("after", step, place)
             if digests is not None and not reverse:      # a sanitized pass: red zones
                 hazard = self._red_zone_hazard(launch.kernel)
                 if hazard is not None:
@@ -120,6 +132,28 @@ class EmulatedCudaExecutor:
                 digests.append(h.hexdigest())
         self.last_latency_ms = (time.perf_counter() - begin) * 1e3
         return collect_outputs(self.manifest, arrays, outs, self.constants)
+
+    def _place(self, value: str, arrays, outs) -> Optional[np.ndarray]:
+        """The bytes of graph value `value` in this pass: its arena region (its own,
+        when sanitizing), its output or input buffer; None for weights or unknown."""
+        memory = self.manifest["memory"]
+        if value in memory["offsets"] and value in memory.get("bytes", {}):
+            start = (self._spaced[value] if self._spaced is not None
+                     else int(memory["offsets"][value]))
+            return self._arena[start:start + int(memory["bytes"][value])]
+        for k, spec in enumerate(self.manifest["outputs"]):
+            if spec["name"] == value:
+                return outs[k].reshape(-1).view(np.uint8)
+        for k, spec in enumerate(self.manifest["inputs"]):
+            if spec["name"] == value:
+                return arrays[k].reshape(-1).view(np.uint8)
+        return None
+
+    def run_with_hook(self, inputs: Mapping[str, np.ndarray],
+                      hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
+        """One pass (its memory poisoned as a sanitized pass's) with `hook` around each
+        launch (see `_run`): what a per-kernel comparison drives."""
+        return self._run(inputs, None, outs=self._poisoned(), hook=hook)
 
     # sanitizing ----------------------------------------------------------------------
     def _space_values(self) -> None:
