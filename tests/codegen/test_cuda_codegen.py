@@ -78,7 +78,8 @@ def test_builtins_barrier_and_shared_memory():
         kb.store(out, (thread_idx(),), block_idx("z") + block_dim("y") * grid_dim("x"))
     src = text(build)
     for line in ("__shared__ __align__(16) float tile[1056];", "__align__(16) half regs[8];",
-                 "tile[(int32_t)threadIdx.y] = 1.0f;", "regs[0] = __float2half_rn(0.5f);",
+                 "HIDETC_SST(tile, (int32_t)threadIdx.y, 1.0f);",   # shared: through the macro
+                 "regs[0] = __float2half_rn(0.5f);",
                  "  __syncthreads();\n",
                  "(int32_t)blockIdx.z + (int32_t)blockDim.y * (int32_t)gridDim.x;"):
         assert line in src, line

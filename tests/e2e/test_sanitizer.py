@@ -1,11 +1,10 @@
 """`hidetc run --emulate --sanitize` (issue 26, in part): a clean artifact runs clean;
 bugs planted in an artifact's generated CUDA -- a store guard that drops the last row
-or writes one too many, a missing barrier after the cp.async pipeline's wait -- are
-reported, one line each
-naming the kernel, exit 2. Not caught yet (issue 26's race detection): a missing
-barrier before split-K's last block reads its "arrived last" flag, which the emulator's
-one-block-at-a-time schedule makes harmless. (The cp.async and shared-memory
-poisoning the sanitizer relies on are tested in tests/emulator/test_emu_runtime.py.)"""
+or writes one too many, a missing barrier after the cp.async pipeline's wait, a
+missing barrier before split-K's last block reads its "arrived last" flag (a race on
+shared memory) -- are reported, one line each naming the kernel, exit 2. (The cp.async,
+poisoning and race tracking the sanitizer relies on are tested in
+tests/emulator/test_emu_runtime.py.)"""
 from __future__ import annotations
 
 import hashlib
@@ -172,3 +171,23 @@ def test_the_per_kernel_comparison_names_the_kernel_that_computes_wrong(tmp_path
     (line,) = bad.stderr.strip().splitlines()
     assert line.startswith(f"hidetc: hazard: kernel {matmul} (MatMul ")
     assert "differs from the reference interpreter's" in line
+
+
+def test_a_missing_barrier_before_the_split_k_flag_is_read(tmp_path):
+    """Thread 0 stores the "arrived last" flag; without the barrier after it, the other
+    warps load it in the same barrier interval: a race on shared memory."""
+    manifest, out = _compiled(tmp_path, 2048)          # few tiles, long K: split-K
+    assert any("splits=1)" not in (k.get("config") or "splits=1)") for k in manifest["kernels"])
+
+    def drop_barrier(text: str) -> str:
+        lines = text.splitlines(keepends=True)
+        flag = next(i for i, line in enumerate(lines) if "HIDETC_SST(sa, 0," in line)
+        barrier = next(i for i in range(flag, len(lines)) if "__syncthreads();" in lines[i])
+        return "".join(lines[:barrier] + lines[barrier + 1:])
+
+    _plant(out, drop_barrier)
+    with pytest.raises(SanitizerError) as caught:
+        hidetc.load(out, emulate=True, sanitize=True, verify_checksums=False).run(
+            {"x": np.load(tmp_path / "x.npy")})
+    (hazard,) = caught.value.hazards
+    assert hazard.startswith("kernel matmul_") and "race on shared memory" in hazard

@@ -54,6 +54,14 @@ extern "C" __global__ void cp_neighbour(const float *in, float *out, int barrier
   out[threadIdx.x] = s[((threadIdx.x + 1) % 32) * 4];   /* another thread's copy */
 }
 
+/* thread t stores its slot, then loads another warp's: a barrier between, or not */
+extern "C" __global__ void other_warp(const float *in, float *out, int barrier) {
+  __shared__ float s[64];
+  HIDETC_SST(s, threadIdx.x, in[threadIdx.x]);
+  if (barrier) __syncthreads();
+  out[threadIdx.x] = HIDETC_SLD(s, (threadIdx.x + 32) % 64);
+}
+
 extern "C" __global__ void deadlock(float *out) {
   float v = 1.0f;
   if (threadIdx.x < 16) __syncthreads();   /* the shuffle needs lanes 0..15 */
@@ -127,6 +135,9 @@ extern "C" void cp_groups_emu_entry(void **a) {
 extern "C" void cp_neighbour_emu_entry(void **a) {
   cp_neighbour((const float *)a[0], (float *)a[1], *(int *)a[2]);
 }
+extern "C" void other_warp_emu_entry(void **a) {
+  other_warp((const float *)a[0], (float *)a[1], *(int *)a[2]);
+}
 extern "C" void deadlock_emu_entry(void **a) { deadlock((float *)a[0]); }
 extern "C" void divergent_barrier_emu_entry(void **a) { divergent_barrier((float *)a[0]); }
 extern "C" void divergent_collective_emu_entry(void **a) { divergent_collective((unsigned *)a[0]); }
@@ -172,6 +183,20 @@ def test_a_missing_barrier_after_the_wait_reads_a_neighbour_s_copy_too_early(mod
         out = np.zeros(32, np.float32)
         module.launch("cp_neighbour", 1, 32, [src, out, np.int32(0)], reverse=reverse)
         assert not (out == want).all(), reverse
+
+
+def test_races_on_shared_memory_are_reported(module):
+    """With race checks, a load of bytes another warp stored in the same barrier
+    interval fails the launch naming both threads and lines; after a barrier it is
+    fine, and without the checks the race runs (its result is whatever the order
+    gives)."""
+    src, out = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+    module.launch("other_warp", 1, 64, [src, out, np.int32(1)], races=True)
+    assert (out == np.roll(src, -32)).all()
+    with pytest.raises(EmulatorError, match=r"race on shared memory \(byte \d+\): thread "
+                                            r"\d+ (loads|stores) s \(line \d+\)"):
+        module.launch("other_warp", 1, 64, [src, out, np.int32(0)], races=True)
+    module.launch("other_warp", 1, 64, [src, out, np.int32(0)])      # unchecked: runs
 
 
 def test_blocks_and_threads_run_in_order_or_reversed(module):

@@ -301,7 +301,7 @@ class CPrinter:
             if i not in positions:
                 args.append(self.expr(a))
             elif isinstance(a, Load):
-                args.append(f"&{self.expr(a)}")
+                args.append(self._address(a))
             else:
                 raise ValueError(f"{self.fn.name}: operand {i} of {e.func} is passed by "
                                  f"address and must be a buffer element (a Load), got "
@@ -326,6 +326,10 @@ class CPrinter:
     def _select(self, e: Select) -> tuple[str, int]:
         c, a, b = (self._wrap(x, _PREC["||"]) for x in (e.cond, e.a, e.b))
         return f"({c} ? {a} : {b})", _ATOM
+
+    def _address(self, e: Load) -> str:
+        """`&buf[i]`: an intrinsic's address operand."""
+        return f"&{self.expr(e)}"
 
     def _load(self, e: Load) -> tuple[str, int]:
         return f"{self.ident(e.buffer.name)}[{self._index(e.buffer, e.indices)}]", _ATOM

@@ -28,7 +28,10 @@ What the printer adds to the C printer (`hidetc.backends.codegen.c.CPrinter`, su
   a pointer `T *name = (T *)(hidetc_smem + OFFSET)` into one dynamic shared array
   (`HIDETC_DYNAMIC_SHARED(hidetc_smem, BYTES)`, 16-byte aligned slices,
   `shared_layout`), and the launch passes BYTES (`dynamic_shared_bytes`: the manifest's
-  `shared_bytes`; the runtime raises the kernel's limit above 48 KiB). Local Allocs
+  `shared_bytes`; the runtime raises the kernel's limit above 48 KiB). Loads and stores
+  of shared buffers print as `HIDETC_SLD(a, i)` / `HIDETC_SST(a, i, v)` (plain
+  accesses for nvcc; the emulator's race check records them), address operands as
+  plain `&a[i]`. Local Allocs
   print as `__align__(16) T name[N];` (registers or local memory); loops of kind
   "unroll" get `#pragma unroll`; kind "parallel" is a CPU notion and is rejected.
 - float16 is `half` (cuda_fp16.h). Arithmetic on two halves uses the correctly rounded
@@ -80,6 +83,7 @@ from hidetc.tir.ir import (
     Function,
     Load,
     Select,
+    Store,
     UnOp,
     promote,
 )
@@ -254,6 +258,23 @@ class CudaPrinter(CPrinter):
 
     def _assign(self, s: Assign, ind: str) -> list[str]:
         return super()._assign(Assign(s.var, _to(s.value, s.var.dtype)), ind)
+
+    # shared memory goes through HIDETC_SLD / HIDETC_SST (plain accesses for nvcc; the
+    # emulator's sanitizer tracks them for races); addresses stay plain
+    def _address(self, e: Load) -> str:
+        return f"&{self.ident(e.buffer.name)}[{self._index(e.buffer, e.indices)}]"
+
+    def _load(self, e: Load) -> tuple[str, int]:
+        if e.buffer.scope != "shared":
+            return super()._load(e)
+        name, index = self.ident(e.buffer.name), self._index(e.buffer, e.indices)
+        return f"HIDETC_SLD({name}, {index})", PREC_ATOM
+
+    def _store(self, s: Store, ind: str) -> list[str]:
+        if s.buffer.scope != "shared":
+            return super()._store(s, ind)
+        name, index = self.ident(s.buffer.name), self._index(s.buffer, s.indices)
+        return [f"{ind}HIDETC_SST({name}, {index}, {self.expr(s.value)});"]
 
     def _alloc(self, s: Alloc, ind: str) -> list[str]:
         buf = s.buffer

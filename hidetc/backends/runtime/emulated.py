@@ -20,6 +20,9 @@ hazards (`SanitizerError`, one line each, naming the kernel):
   (`EmulatedModule.launch(reverse=True)`): the arena and outputs after each launch must
   be the same bits as in the first pass, else "the result depends on the order of
   blocks or threads" names the first launch that differs;
+- the first pass checks shared memory for races (`EmulatedModule.launch(races=True)`:
+  one warp's load of bytes another warp stored, or a store to bytes another loaded, in
+  the same barrier interval);
 - the emulator itself already lands cp.async only at its thread's wait and starts each
   block with poisoned shared memory, so a missing wait or barrier shows as NaN.
 """
@@ -33,7 +36,11 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 
 from hidetc.backends.runtime.cuda.manifest import parse_section
-from hidetc.backends.runtime.emulator.emulator import EmulatedModule, build_emulated
+from hidetc.backends.runtime.emulator.emulator import (
+    EmulatedModule,
+    EmulatorError,
+    build_emulated,
+)
 from hidetc.backends.runtime.executor import check_inputs, collect_outputs
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.errors import ArtifactError
@@ -51,6 +58,12 @@ class SanitizerError(ArtifactError):
     def __init__(self, hazards: list[str]):
         super().__init__("; ".join(hazards))
         self.hazards = hazards
+
+
+def _detail(exc: Exception) -> str:
+    """An emulator error's message without its `kernel<<<...>>>: ` prefix."""
+    text = str(exc)
+    return text.split(">>>: ", 1)[1] if ">>>: " in text else text
 
 
 class EmulatedCudaExecutor:
@@ -116,7 +129,14 @@ class EmulatedCudaExecutor:
             args = [self._pointer_arg(space, index, arrays, outs, step, j)
                     for j, (space, index) in enumerate(launch.args)]
             start = time.perf_counter()
-            self.module.launch(launch.kernel, launch.grid, launch.block, args, reverse=reverse)
+            races = digests is not None and not reverse     # a sanitized forward pass
+            try:
+                self.module.launch(launch.kernel, launch.grid, launch.block, args,
+                                   reverse=reverse, races=races)
+            except EmulatorError as exc:
+                if not races:
+                    raise
+                raise SanitizerError([f"kernel {launch.kernel}: {_detail(exc)}"]) from None
             if seconds is not None:
                 seconds.append(time.perf_counter() - start)
             if hook is not None:

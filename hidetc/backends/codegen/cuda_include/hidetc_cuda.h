@@ -39,6 +39,21 @@
 #define HIDETC_DYNAMIC_SHARED(NAME, BYTES) extern __shared__ __align__(16) unsigned char NAME[]
 #endif
 
+/* ---- shared-memory loads and stores (the printer's): plain accesses on the GPU; the
+ * emulator records each one (thread, barrier interval) for its race check ----------- */
+#ifdef HIDETC_EMULATE
+template <class T>
+static inline T *hidetc_emu_shared(T *p, int write, const char *array, int line) {
+  hidetc_emu_shared_access(p, (int)sizeof(T), write, array, line);
+  return p;
+}
+#define HIDETC_SLD(A, I) (*hidetc_emu_shared(&(A)[I], 0, #A, __LINE__))
+#define HIDETC_SST(A, I, V) (*hidetc_emu_shared(&(A)[I], 1, #A, __LINE__) = (V))
+#else
+#define HIDETC_SLD(A, I) ((A)[I])
+#define HIDETC_SST(A, I, V) ((A)[I] = (V))
+#endif
+
 /* ---- bits of a float and back (BitCast; the C printer's helper names) ------------ */
 __device__ __forceinline__ uint32_t hidetc_f2u(float x) { return __float_as_uint(x); }
 __device__ __forceinline__ float hidetc_u2f(uint32_t u) { return __uint_as_float(u); }
@@ -200,6 +215,8 @@ static inline void hidetc_cp_async_wait_group(int n) { hidetc_emu_cp_wait(n); }
 
 #define HIDETC_EMU_LDMATRIX(N, SUFFIX, KIND)                                      \
   static inline void hidetc_ldmatrix_x##N##SUFFIX(void *dst, const void *row) {   \
+    if ((int)(threadIdx.x % 32) < 8 * N)      /* the lanes whose rows are read */  \
+      hidetc_emu_shared_access(row, 16, 0, "ldmatrix", __LINE__);                 \
     hidetc_emu_collective(KIND, 0xffffffffu, &row, sizeof row, dst, 4 * N);       \
   }
 HIDETC_EMU_LDMATRIX(1, , HIDETC_EMU_LDMATRIX_X1)

@@ -139,6 +139,7 @@ class EmulatedModule:
         self.lib.hidetc_emu_switch_count.restype = ctypes.c_ulonglong
         self.lib.hidetc_emu_set_stack_size.argtypes = [ctypes.c_size_t]
         self.lib.hidetc_emu_set_order.argtypes = [ctypes.c_int]
+        self.lib.hidetc_emu_set_race_checks.argtypes = [ctypes.c_int]
 
     def entry(self, kernel_name: str) -> int:
         """The address of `kernel_name`'s emulator entry."""
@@ -150,17 +151,22 @@ class EmulatedModule:
         return ctypes.cast(fn, ctypes.c_void_p).value
 
     def launch(self, kernel_name: str, grid: Dims, block: Dims, args: Sequence[Any],
-               reverse: bool = False) -> None:
+               reverse: bool = False, races: bool = False) -> None:
         """Run `kernel_name<<<grid, block>>>(*args)`; raise EmulatorError if it misbehaves.
         `reverse`: the grid's blocks run last to first and each block's threads start
         and leave its barriers last to first (a kernel whose result depends on either
-        order gives another result)."""
+        order gives another result). `races`: shared-memory loads and stores (and
+        ldmatrix rows, landing cp.async) are tracked per barrier interval; one warp's
+        access to bytes another warp stored (or a store to bytes another loaded) in the
+        same interval fails the launch, naming the threads and source lines (accesses
+        within a warp are taken as warp-synchronous)."""
         entry = self.entry(kernel_name)
         g, b = _dims(grid, "grid"), _dims(block, "block")
         argv, keep = _marshal(args)
         with _LAUNCH_LOCK:
             self.lib.hidetc_emu_set_stack_size(self.stack_size)
             self.lib.hidetc_emu_set_order(int(reverse))
+            self.lib.hidetc_emu_set_race_checks(int(races))
             rc = self._launch(entry, *g, *b, ctypes.cast(argv, ctypes.c_void_p))
             message = self.lib.hidetc_emu_last_error().decode(errors="replace")
         del keep

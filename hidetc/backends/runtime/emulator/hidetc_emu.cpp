@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <vector>
@@ -50,6 +51,17 @@ namespace {
 std::vector<char *> g_stacks;
 size_t g_stack_size = 256 * 1024;
 bool g_reverse = false;   /* blocks last to first, threads last to first (order independence) */
+bool g_races = false;     /* track shared-memory accesses per barrier interval */
+unsigned g_epoch = 1;     /* the block's barrier interval (its barriers released + 1) */
+
+/* Per 2-byte unit of shared memory: the last store (thread, interval, line) and the
+ * warps that loaded it in the current interval. */
+struct Shadow {
+  unsigned w_epoch = 0, r_epoch = 0, reader_warps = 0;
+  int writer = -1, w_line = 0, reader = -1, r_line = 0;
+  const char *w_array = "", *r_array = "";
+};
+std::unordered_map<uintptr_t, Shadow> g_shadow;
 std::vector<int> g_runq;
 size_t g_runq_head;
 std::vector<unsigned> g_exited, g_waiting;  /* per warp: lane bitmasks */
@@ -305,6 +317,7 @@ bool release_barrier() {
     if (f.state == BARRIER) push_runnable(&f);
   }
   g_nbarrier = 0;
+  g_epoch++;                                   /* a new barrier interval */
   return true;
 }
 
@@ -312,6 +325,10 @@ bool release_barrier() {
  * that have none. */
 extern "C" char __start_hidetc_shared[] __attribute__((weak, visibility("hidden")));
 extern "C" char __stop_hidetc_shared[] __attribute__((weak, visibility("hidden")));
+
+static long shared_offset(uintptr_t a) {
+  return __start_hidetc_shared ? (long)(a - (uintptr_t)__start_hidetc_shared) : (long)a;
+}
 
 /* Shared memory's contents are undefined when a block starts (another block's, another
  * kernel's): poison them (all bits set: NaN in floats), so a read of memory no thread
@@ -323,6 +340,8 @@ void poison_shared() {
 
 bool run_block() {
   poison_shared();
+  g_epoch = 1;
+  if (g_races) g_shadow.clear();
   unsigned bx = hidetc_emu_block_dim.x, by = hidetc_emu_block_dim.y;
   g_runq.clear();
   g_runq_head = 0;
@@ -387,13 +406,46 @@ void hidetc_emu_cp_async(void *dst, const void *src, int bytes, bool pred) {
 
 void hidetc_emu_cp_commit() { cur()->open_group++; }
 
+void hidetc_emu_shared_access(const void *p, int bytes, int write, const char *array,
+                              int line) {
+  if (!g_races) return;
+  Fiber *f = cur();
+  int t = f->id, warp = t / 32;
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)1, end = (uintptr_t)p + (uintptr_t)bytes;
+  for (; a < end; a += 2) {
+    Shadow &s = g_shadow[a];
+    bool stored = s.w_epoch == g_epoch && s.writer / 32 != warp;
+    if (write) {
+      bool loaded = s.r_epoch == g_epoch && (s.reader_warps & ~(1u << (warp % 32)));
+      if (stored || loaded)
+        hidetc_emu_fail("race on shared memory (byte %ld): thread %d stores %s (line %d) "
+                        "where thread %d %s %s (line %d) in the same barrier interval",
+                        shared_offset(a), t, array, line, stored ? s.writer : s.reader,
+                        stored ? "stored" : "loaded", stored ? s.w_array : s.r_array,
+                        stored ? s.w_line : s.r_line);
+      s.writer = t; s.w_epoch = g_epoch; s.w_line = line; s.w_array = array;
+    } else {
+      if (stored)
+        hidetc_emu_fail("race on shared memory (byte %ld): thread %d loads %s (line %d) "
+                        "what thread %d stored to %s (line %d) in the same barrier interval",
+                        shared_offset(a), t, array, line, s.writer, s.w_array, s.w_line);
+      if (s.r_epoch != g_epoch) { s.r_epoch = g_epoch; s.reader_warps = 0; }
+      s.reader_warps |= 1u << (warp % 32);
+      s.reader = t; s.r_line = line; s.r_array = array;
+    }
+  }
+}
+
 /* Complete this thread's copies of every committed group but the `pending` newest. */
 void hidetc_emu_cp_wait(int pending) {
   Fiber *f = cur();
   int done_below = f->open_group - pending;
   size_t kept = 0;
   for (PendingCopy &c : f->copies) {
-    if (c.group < done_below) std::memcpy(c.dst, c.data, (size_t)c.bytes);
+    if (c.group < done_below) {
+      hidetc_emu_shared_access(c.dst, c.bytes, 1, "cp.async destination", 0);
+      std::memcpy(c.dst, c.data, (size_t)c.bytes);
+    }
     else f->copies[kept++] = c;
   }
   f->copies.resize(kept);
@@ -451,6 +503,9 @@ extern "C" HIDETC_EMU_EXPORT unsigned long long hidetc_emu_switch_count(void) { 
 extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_order(int reverse) {
   g_reverse = reverse != 0;
 }
+
+/* Shared-memory race checks (hidetc_emu_shared_access) on or off for later launches. */
+extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_race_checks(int on) { g_races = on != 0; }
 
 extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_stack_size(size_t bytes) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);

@@ -75,6 +75,11 @@ HIDETC_EMU_HIDDEN void hidetc_emu_collective(int kind, unsigned mask, const void
 HIDETC_EMU_HIDDEN void hidetc_emu_cp_async(void *dst, const void *src, int bytes, bool pred);
 HIDETC_EMU_HIDDEN void hidetc_emu_cp_commit();
 HIDETC_EMU_HIDDEN void hidetc_emu_cp_wait(int pending);
+/* A shared-memory access of this thread (with race checks on: a load or store of
+ * bytes another warp stored, or a store of bytes another warp loaded, in the same
+ * barrier interval fails the launch, naming both threads and lines). */
+HIDETC_EMU_HIDDEN void hidetc_emu_shared_access(const void *p, int bytes, int write,
+                                                const char *array, int line);
 
 #define __syncthreads() hidetc_emu_syncthreads(__LINE__)
 static inline void __syncwarp(unsigned mask = 0xffffffffu) {
