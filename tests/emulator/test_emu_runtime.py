@@ -62,6 +62,13 @@ extern "C" __global__ void other_warp(const float *in, float *out, int barrier) 
   out[threadIdx.x] = HIDETC_SLD(s, (threadIdx.x + 32) % 64);
 }
 
+extern "C" __global__ void shared_overrun(float *out, int extra) {
+  __shared__ float s[32];
+  HIDETC_SST(s, threadIdx.x + extra, 1.0f);   /* extra = 1: the last thread writes s[32] */
+  __syncthreads();
+  out[threadIdx.x] = HIDETC_SLD(s, threadIdx.x);
+}
+
 extern "C" __global__ void deadlock(float *out) {
   float v = 1.0f;
   if (threadIdx.x < 16) __syncthreads();   /* the shuffle needs lanes 0..15 */
@@ -138,6 +145,9 @@ extern "C" void cp_neighbour_emu_entry(void **a) {
 extern "C" void other_warp_emu_entry(void **a) {
   other_warp((const float *)a[0], (float *)a[1], *(int *)a[2]);
 }
+extern "C" void shared_overrun_emu_entry(void **a) {
+  shared_overrun((float *)a[0], *(int *)a[1]);
+}
 extern "C" void deadlock_emu_entry(void **a) { deadlock((float *)a[0]); }
 extern "C" void divergent_barrier_emu_entry(void **a) { divergent_barrier((float *)a[0]); }
 extern "C" void divergent_collective_emu_entry(void **a) { divergent_collective((unsigned *)a[0]); }
@@ -197,6 +207,16 @@ def test_races_on_shared_memory_are_reported(module):
                                             r"\d+ (loads|stores) s \(line \d+\)"):
         module.launch("other_warp", 1, 64, [src, out, np.int32(0)], races=True)
     module.launch("other_warp", 1, 64, [src, out, np.int32(0)])      # unchecked: runs
+
+
+def test_static_shared_arrays_are_bounds_checked(module):
+    """An index past a static shared array fails the launch (every launch: the check
+    costs a comparison), naming the array, its extent, the index and the line."""
+    out = np.zeros(32, np.float32)
+    module.launch("shared_overrun", 1, 32, [out, np.int32(0)])
+    assert (out == 1).all()
+    with pytest.raises(EmulatorError, match=r"shared array s\[32\] indexed at 32 \(line \d+\)"):
+        module.launch("shared_overrun", 1, 32, [out, np.int32(1)])
 
 
 def test_blocks_and_threads_run_in_order_or_reversed(module):

@@ -47,8 +47,19 @@ static inline T *hidetc_emu_shared(T *p, int write, const char *array, int line)
   hidetc_emu_shared_access(p, (int)sizeof(T), write, array, line);
   return p;
 }
-#define HIDETC_SLD(A, I) (*hidetc_emu_shared(&(A)[I], 0, #A, __LINE__))
-#define HIDETC_SST(A, I, V) (*hidetc_emu_shared(&(A)[I], 1, #A, __LINE__) = (V))
+/* a static shared array: bounds-checked (every launch); a slice of the dynamic shared
+ * array (a pointer): its extent is not in its type, so unchecked */
+template <class A>
+static inline auto *hidetc_emu_shared_at(A &a, long i, int write, const char *array, int line) {
+  if constexpr (std::is_array<A>::value) {
+    constexpr long n = (long)std::extent<A>::value;
+    if (i < 0 || i >= n)
+      hidetc_emu_fail("shared array %s[%ld] indexed at %ld (line %d)", array, n, i, line);
+  }
+  return hidetc_emu_shared(&a[i], write, array, line);
+}
+#define HIDETC_SLD(A, I) (*hidetc_emu_shared_at(A, (long)(I), 0, #A, __LINE__))
+#define HIDETC_SST(A, I, V) (*hidetc_emu_shared_at(A, (long)(I), 1, #A, __LINE__) = (V))
 #else
 #define HIDETC_SLD(A, I) ((A)[I])
 #define HIDETC_SST(A, I, V) ((A)[I] = (V))
