@@ -43,7 +43,7 @@ extern "C" __global__ void cp_groups(const float *in, float *out, int wait) {
     hidetc_cp_async_commit();
   }
   if (wait >= 0) hidetc_cp_async_wait_group(wait);
-  for (int g = 0; g < 3; g++) out[g * 32 + threadIdx.x] = s[g][threadIdx.x * 4];
+  for (int g = 0; g < 3; g++) out[g * 32 + threadIdx.x] = HIDETC_SLD(s[g], threadIdx.x * 4);
 }
 
 extern "C" __global__ void cp_neighbour(const float *in, float *out, int barrier) {
@@ -54,11 +54,17 @@ extern "C" __global__ void cp_neighbour(const float *in, float *out, int barrier
   out[threadIdx.x] = s[((threadIdx.x + 1) % 32) * 4];   /* another thread's copy */
 }
 
-/* thread t stores its slot, then loads another warp's: a barrier between, or not */
-extern "C" __global__ void other_warp(const float *in, float *out, int barrier) {
+/* thread t stores its slot, then loads another warp's. mode 0: nothing stored before
+ * (uninitialized); 1: stored before a barrier, stored again, no barrier (a race); 2: a
+ * barrier after the second store too (clean) */
+extern "C" __global__ void other_warp(const float *in, float *out, int mode) {
   __shared__ float s[64];
+  if (mode > 0) {
+    HIDETC_SST(s, threadIdx.x, 0.0f);
+    __syncthreads();
+  }
   HIDETC_SST(s, threadIdx.x, in[threadIdx.x]);
-  if (barrier) __syncthreads();
+  if (mode == 2) __syncthreads();
   out[threadIdx.x] = HIDETC_SLD(s, (threadIdx.x + 32) % 64);
 }
 
@@ -197,16 +203,32 @@ def test_a_missing_barrier_after_the_wait_reads_a_neighbour_s_copy_too_early(mod
 
 def test_races_on_shared_memory_are_reported(module):
     """With race checks, a load of bytes another warp stored in the same barrier
-    interval fails the launch naming both threads and lines; after a barrier it is
-    fine, and without the checks the race runs (its result is whatever the order
-    gives)."""
+    interval (or a store to bytes another warp loaded) fails the launch naming both
+    threads and lines, in either thread order; a load of bytes no thread of the block
+    stored fails as uninitialized. After a barrier it is fine, and without the checks
+    the race runs."""
     src, out = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
-    module.launch("other_warp", 1, 64, [src, out, np.int32(1)], races=True)
+    module.launch("other_warp", 1, 64, [src, out, np.int32(2)], races=True)
     assert (out == np.roll(src, -32)).all()
-    with pytest.raises(EmulatorError, match=r"race on shared memory \(byte \d+\): thread "
-                                            r"\d+ (loads|stores) s \(line \d+\)"):
+    with pytest.raises(EmulatorError, match=r"thread 0 loads s \(line \d+\) at shared byte "
+                                            r"\d+, which no thread of this block has stored"):
         module.launch("other_warp", 1, 64, [src, out, np.int32(0)], races=True)
-    module.launch("other_warp", 1, 64, [src, out, np.int32(0)])      # unchecked: runs
+    for reverse in (False, True):
+        with pytest.raises(EmulatorError, match=r"race on shared memory \(byte \d+\): "
+                                                r"thread \d+ stores s \(line \d+\) where "
+                                                r"thread \d+ loaded s"):
+            module.launch("other_warp", 1, 64, [src, out, np.int32(1)], races=True,
+                          reverse=reverse)
+    module.launch("other_warp", 1, 64, [src, out, np.int32(1)])      # unchecked: runs
+
+
+def test_reads_of_copies_in_flight_are_reported(module):
+    """With the checks on, loading a cp.async destination before a wait covers its
+    group fails the launch (without them it reads as NaN: the other test)."""
+    src, out = np.arange(3 * 32 * 4, dtype=np.float32), np.zeros(96, np.float32)
+    module.launch("cp_groups", 1, 32, [src, out, np.int32(0)], races=True)   # all waited
+    with pytest.raises(EmulatorError, match=r"while a cp.async to it is still in flight"):
+        module.launch("cp_groups", 1, 32, [src, out, np.int32(1)], races=True)
 
 
 def test_static_shared_arrays_are_bounds_checked(module):

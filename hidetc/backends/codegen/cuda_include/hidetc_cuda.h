@@ -207,6 +207,8 @@ static inline void hidetc_emu_check_align(const void *p, int bytes, const char *
   static inline void hidetc_copy##BYTES(void *dst, const void *src) {               \
     hidetc_emu_check_align(dst, BYTES, "hidetc_copy" #BYTES " destination");        \
     hidetc_emu_check_align(src, BYTES, "hidetc_copy" #BYTES " source");             \
+    hidetc_emu_shared_access(src, BYTES, 0, "hidetc_copy" #BYTES " source", __LINE__); \
+    hidetc_emu_shared_access(dst, BYTES, 1, "hidetc_copy" #BYTES " destination", __LINE__); \
     std::memcpy(dst, src, BYTES);                                                   \
   }                                                                                 \
   static inline void hidetc_cp_async##BYTES(void *smem, const void *gmem, bool pred) { \

@@ -59,6 +59,7 @@ unsigned g_epoch = 1;     /* the block's barrier interval (its barriers released
 struct Shadow {
   unsigned w_epoch = 0, r_epoch = 0, reader_warps = 0;
   int writer = -1, w_line = 0, reader = -1, r_line = 0;
+  bool written = false, pending = false;   /* stored in this block; a cp.async in flight */
   const char *w_array = "", *r_array = "";
 };
 std::unordered_map<uintptr_t, Shadow> g_shadow;
@@ -398,6 +399,7 @@ void hidetc_emu_fail(const char *fmt, ...) {
 
 void hidetc_emu_cp_async(void *dst, const void *src, int bytes, bool pred) {
   Fiber *f = cur();
+  hidetc_emu_shared_pending(dst, bytes);
   PendingCopy copy{dst, {}, bytes, f->open_group};
   if (pred) std::memcpy(copy.data, src, (size_t)bytes);    /* else: zero fill */
   f->copies.push_back(copy);
@@ -406,9 +408,20 @@ void hidetc_emu_cp_async(void *dst, const void *src, int bytes, bool pred) {
 
 void hidetc_emu_cp_commit() { cur()->open_group++; }
 
+static bool in_shared(uintptr_t a) {
+  return __start_hidetc_shared && a >= (uintptr_t)__start_hidetc_shared &&
+         a < (uintptr_t)__stop_hidetc_shared;
+}
+
+void hidetc_emu_shared_pending(const void *p, int bytes) {
+  if (!g_races || !in_shared((uintptr_t)p)) return;
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)1, end = (uintptr_t)p + (uintptr_t)bytes;
+  for (; a < end; a += 2) g_shadow[a].pending = true;
+}
+
 void hidetc_emu_shared_access(const void *p, int bytes, int write, const char *array,
                               int line) {
-  if (!g_races) return;
+  if (!g_races || !in_shared((uintptr_t)p)) return;
   Fiber *f = cur();
   int t = f->id, warp = t / 32;
   uintptr_t a = (uintptr_t)p & ~(uintptr_t)1, end = (uintptr_t)p + (uintptr_t)bytes;
@@ -424,7 +437,17 @@ void hidetc_emu_shared_access(const void *p, int bytes, int write, const char *a
                         stored ? "stored" : "loaded", stored ? s.w_array : s.r_array,
                         stored ? s.w_line : s.r_line);
       s.writer = t; s.w_epoch = g_epoch; s.w_line = line; s.w_array = array;
+      s.written = true;
+      s.pending = false;
     } else {
+      if (s.pending)
+        hidetc_emu_fail("thread %d loads %s (line %d) at shared byte %ld while a cp.async "
+                        "to it is still in flight (no wait_group covers it yet)", t, array,
+                        line, shared_offset(a));
+      if (!s.written)
+        hidetc_emu_fail("thread %d loads %s (line %d) at shared byte %ld, which no thread "
+                        "of this block has stored: uninitialized shared memory", t, array,
+                        line, shared_offset(a));
       if (stored)
         hidetc_emu_fail("race on shared memory (byte %ld): thread %d loads %s (line %d) "
                         "what thread %d stored to %s (line %d) in the same barrier interval",

@@ -81,6 +81,9 @@ HIDETC_EMU_HIDDEN void hidetc_emu_cp_wait(int pending);
  * barrier interval fails the launch, naming both threads and lines). */
 HIDETC_EMU_HIDDEN void hidetc_emu_shared_access(const void *p, int bytes, int write,
                                                 const char *array, int line);
+/* With race checks on, also: a load of shared bytes no thread of the block stored, or
+ * of a cp.async destination still in flight (marked here at issue), fails the launch. */
+HIDETC_EMU_HIDDEN void hidetc_emu_shared_pending(const void *p, int bytes);
 
 #define __syncthreads() hidetc_emu_syncthreads(__LINE__)
 static inline void __syncwarp(unsigned mask = 0xffffffffu) {
