@@ -28,7 +28,7 @@ from hidetc.backends.runtime.select import gpu_available, make_executor
 from hidetc.backends.runtime.weights import write_weights
 from hidetc.driver.backend import BACKENDS
 from hidetc.driver.config import CompileConfig, make_config
-from hidetc.driver.plan import ZEROED_SCRATCH, ExecutionPlan, plan_graph, written_values
+from hidetc.driver.plan import ExecutionPlan, plan_graph, written_values
 from hidetc.driver.verify import compare, load_sample, reference_outputs, sample_inputs
 from hidetc.errors import ArtifactError, ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
@@ -169,11 +169,9 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
                    "total_bytes": plan.memory.total_bytes,
                    "offsets": dict(plan.memory.offsets),
                    "in_place": dict(plan.in_place),
-                   "bytes": dict(plan.value_bytes),      # each arena value's size
-                   # the region every runtime keeps zero between launches (split-K's
-                   # arrival counters): where it is and how big
-                   **({"zeroed": {"offset": plan.memory.offsets[ZEROED_SCRATCH],
-                                  "bytes": plan.zeroed_bytes}} if plan.zeroed_bytes else {})},
+                   # each arena value's size (the kept-zero region's too: `scratch`'s
+                   # ZEROED_REGION, split-K's arrival counters)
+                   "bytes": dict(plan.value_bytes)},
         "weights": {"file": "weights.bin",
                     "entries": {k: _entry_dict(e) for k, e in entries.items()}},
         **built,
@@ -291,6 +289,15 @@ class Model:
             raise ArtifactError(f"{self.path}: per-kernel profiling is not supported for "
                                 f"the {self.target} target yet")
         return profile_rows(self.manifest, profile(inputs, repeat))
+
+    def run_with_hook(self, inputs: Mapping[str, np.ndarray], hook) -> dict[str, np.ndarray]:
+        """One pass with `hook` around each launch (the emulator's `run_with_hook`:
+        what `kernel_check` drives); ArtifactError elsewhere."""
+        run = getattr(self._executor, "run_with_hook", None)
+        if run is None:
+            raise ArtifactError(f"{self.path}: the per-kernel comparison runs in the "
+                                f"emulator: add --emulate")
+        return run(inputs, hook)
 
 
 def load(out_dir: str | os.PathLike, *, verify_checksums: bool = True,

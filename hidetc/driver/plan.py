@@ -78,7 +78,6 @@ class ExecutionPlan:
     choices: dict[str, dict] = field(default_factory=dict)   # kernel -> template, config
     in_place: dict[str, str] = field(default_factory=dict)   # output -> value it overwrites
     facts: dict[str, dict] = field(default_factory=dict)     # kernel -> flops + backend facts
-    zeroed_bytes: int = 0     # the ZEROED_SCRATCH region's size (0: no kernel needs it)
     value_bytes: dict[str, int] = field(default_factory=dict)   # arena value -> its size
 
 
@@ -308,7 +307,6 @@ def plan_graph(graph: Graph, target: Target | str = "cpu", fuse: bool = True,
             types={**graph.types, **{k: TensorType(str(v.dtype), tuple(v.shape))
                                      for k, v in packed.items()}})
     kernels, scratch_values = _bind_scratch(kernels)
-    zeroed_bytes = sum(v.nbytes for v in scratch_values if v.name == ZEROED_SCRATCH)
     steps = [(fused.args, written_values(g, nodes)) for g, _, fused in kernels]
     lifetimes = _lifetimes(graph, steps) + scratch_values
     reuse = _in_place(kernels, nodes, graph, lifetimes) \
@@ -332,11 +330,10 @@ def plan_graph(graph: Graph, target: Target | str = "cpu", fuse: bool = True,
     return ExecutionPlan(graph, target, machine, functions, tasks, steps, weights, memory,
                          output_sources=sources, fusion_fallbacks=fallbacks,
                          choices=kernel_choices, in_place=reuse, facts=facts,
-                         zeroed_bytes=zeroed_bytes,
                          value_bytes={v.name: int(v.nbytes) for v in lifetimes})
 
 
-ZEROED_SCRATCH = "scratch.zeroed"
+ZEROED_SCRATCH = scratch.ZEROED_REGION
 
 
 def _bind_scratch(kernels) -> tuple[list, list[PlanValue]]:

@@ -24,6 +24,8 @@ from hidetc.tir.ir import Buffer, Function
 
 TRANSIENT, ZEROED = "transient", "zeroed"
 KINDS = (TRANSIENT, ZEROED)
+# the arena value every ZEROED buffer is bound to (the plan's name, the runtimes' key)
+ZEROED_REGION = "scratch.zeroed"
 _PREFIX = "scratch:"
 
 

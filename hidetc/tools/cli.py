@@ -263,17 +263,16 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, em
                    "with blocks and threads in reverse order"
                    + ("; every kernel matches the reference interpreter)"
                       if compare_model is not None else ")"))
-    if compare_model is None and sanitize:
-        pass                                   # a sanitized run is not a timing
-    elif compare_model is None:
+    failed = None
+    if compare_model is not None:
+        failed = _compare_with_ort(compare_model, model, inputs, outputs, target, repeat)
+    elif not sanitize:                         # (a sanitized run is not a timing)
         stats = time_call(lambda: model.run(inputs), repeat=repeat)
         click.echo(f"latency (hidetc, {target}): median {stats['median_ms']:.3f} ms, "
                    f"min {stats['min_ms']:.3f} ms over {repeat} runs")
-    else:
-        failed = _compare_with_ort(compare_model, model, inputs, outputs, target, repeat)
     if output_path is not None:
         _save_npz(output_path, outputs)
-    if compare_model is not None and failed:
+    if failed:
         click.echo(f"hidetc: error: {failed}", err=True)
         sys.exit(1)
 

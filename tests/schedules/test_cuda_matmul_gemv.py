@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import targets, tasks
+from helpers.f16_matmul import check_f16_matmul
 from helpers.kernel_device import kernel_module
 
 from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
@@ -83,22 +84,7 @@ def test_every_config_in_emulator(cases):
     module = kernel_module(sources(cases))
     rng = np.random.default_rng(0)
     for _, task, cfg, fn in cases:
-        a = rng.uniform(-1, 1, task.inputs[0].shape).astype(np.float16)
-        b = rng.uniform(-1, 1, task.inputs[1].shape).astype(np.float16)
-        ref = np.matmul(a.astype(np.float32), b.astype(np.float32))
-        size = ref.size
-        storage = np.full(size + 64, np.float16(7.0))
-        storage[:size] = np.nan
-        out = storage[:size].reshape(ref.shape)
-        module.launch(fn.name, fn.attr("grid"), fn.attr("block"), [a, b, out])
-        got = out.astype(np.float32)
-        what = f"{fn.name} {cfg}: {task.signature()}"
-        assert (storage[size:] == np.float16(7.0)).all(), f"{what}: wrote past the output"
-        error = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)
-        assert error <= 1e-2, f"{what}: norm-wise relative error {error}"
-        scale = float(np.sqrt(np.mean(ref * ref))) if ref.size else 0.0
-        bound = 1e-3 * np.abs(ref) + 1e-4 * scale
-        assert (np.abs(got - ref) <= bound).all(), f"{what}: max error {np.abs(got - ref).max()}"
+        check_f16_matmul(module, task, fn, rng, f"{fn.name} {cfg}: {task.signature()}")
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")

@@ -21,7 +21,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from helpers import targets, tasks
-from helpers.kernel_device import kernel_module, launch_checked
+from helpers.f16_matmul import check_f16_matmul
+from helpers.kernel_device import kernel_module
 
 from hidetc.backends.codegen.cuda import (
     CUDA_INCLUDE_DIR,
@@ -199,23 +200,7 @@ def sources(cases, units: int = 2) -> dict[str, str]:
 
 
 def run_case(module, task: Task, fn, rng) -> None:
-    a_type, b_type = task.inputs
-    a = rng.uniform(-1, 1, a_type.shape).astype(np.float16)
-    b = rng.uniform(-1, 1, b_type.shape).astype(np.float16)
-    ref = np.matmul(a.astype(np.float32), b.astype(np.float32))
-    size = ref.size
-    storage = np.full(size + 64, np.float16(7.0))
-    storage[:size] = np.nan                       # anything unwritten fails
-    out = storage[:size].reshape(ref.shape)
-    launch_checked(module, fn, [a, b, out])     # split-K: again, in reverse order
-    got = out.astype(np.float32)
-    what = f"{fn.name}: {task.signature()}"
-    assert (storage[size:] == np.float16(7.0)).all(), f"{what}: wrote past the output"
-    error = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)
-    assert error <= 1e-2, f"{what}: norm-wise relative error {error}"
-    scale = float(np.sqrt(np.mean(ref * ref))) if ref.size else 0.0
-    bound = 1e-3 * np.abs(ref) + 1e-4 * scale     # f16 rounding is 4.9e-4 relative
-    assert (np.abs(got - ref) <= bound).all(), f"{what}: max error {np.abs(got - ref).max()}"
+    check_f16_matmul(module, task, fn, rng, f"{fn.name}: {task.signature()}")
 
 
 def run_all(cases) -> None:

@@ -9,7 +9,7 @@ a fiber, so this is slow; use it on the tiny models.
 `sanitize=True` (`hidetc run --emulate --sanitize`) runs each pass twice and reports
 hazards (`SanitizerError`, one line each, naming the kernel):
 - the arena starts poisoned (all bits set: NaN in floats) but for the region the
-  kernels keep zero (split-K's counters, the manifest's `memory.zeroed`), and every
+  kernels keep zero (split-K's counters, `scratch.ZEROED_REGION`), and every
   float output element starts as a sentinel NaN: one still holding it after the pass
   was never written ("never wrote N elements of output O");
 - every arena value gets a region of its own between red zones (from the manifest's
@@ -44,6 +44,7 @@ from hidetc.backends.runtime.emulator.emulator import (
 from hidetc.backends.runtime.executor import check_inputs, collect_outputs
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.errors import ArtifactError
+from hidetc.tir import scratch
 
 # float outputs start as this NaN (a payload no arithmetic produces): still there after
 # a pass, an element was never written
@@ -114,7 +115,9 @@ class EmulatedCudaExecutor:
         `reverse`: every launch in reverse block and thread order; `digests` receives a
         hash of the arena and outputs after each launch; `outs`: the output buffers;
         `hook("before" | "after", step, place)` runs around each launch, `place(value)`
-        giving the bytes (a uint8 view) where a graph value lives, or None."""
+        giving the bytes (a uint8 view) where a graph value lives, or None. A sanitized
+        forward pass (digests, not reversed) also checks shared memory and red zones."""
+        checking = digests is not None and not reverse
         arrays = [a.copy() for a in check_inputs(self.manifest["inputs"], inputs)]
         if outs is None:
             outs = [np.zeros(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
@@ -129,19 +132,18 @@ class EmulatedCudaExecutor:
             args = [self._pointer_arg(space, index, arrays, outs, step, j)
                     for j, (space, index) in enumerate(launch.args)]
             start = time.perf_counter()
-            races = digests is not None and not reverse     # a sanitized forward pass
             try:
                 self.module.launch(launch.kernel, launch.grid, launch.block, args,
-                                   reverse=reverse, races=races)
+                                   reverse=reverse, races=checking)
             except EmulatorError as exc:
-                if not races:
+                if not checking:
                     raise
                 raise SanitizerError([f"kernel {launch.kernel}: {_detail(exc)}"]) from None
             if seconds is not None:
                 seconds.append(time.perf_counter() - start)
             if hook is not None:
                 hook("after", step, place)
-            if digests is not None and not reverse:      # a sanitized pass: red zones
+            if checking:
                 hazard = self._red_zone_hazard(launch.kernel)
                 if hazard is not None:
                     raise SanitizerError([hazard])
@@ -197,11 +199,9 @@ class EmulatedCudaExecutor:
         """Poison the arena (but the zeroed region) and make sentinel-filled outputs,
         each inside red zones (`self._out_buffers` keeps the whole buffers)."""
         self._arena.fill(0xFF)
-        zeroed = self.manifest["memory"].get("zeroed")
-        if zeroed:
-            start = (self._spaced["scratch.zeroed"] if self._spaced is not None
-                     else int(zeroed["offset"]))
-            self._arena[start:start + int(zeroed["bytes"])] = 0
+        region = self._place(scratch.ZEROED_REGION, [], [])
+        if region is not None:
+            region[...] = 0
         outs, self._out_buffers = [], []
         for spec in self.manifest["outputs"]:
             dtype = np.dtype(spec["dtype"])

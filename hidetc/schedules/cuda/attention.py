@@ -45,13 +45,13 @@ from hidetc.schedules.cuda.tc_common import (
     LDMATRIX_X4,
     SwizzledTile,
     chunk_mapping,
+    copy_pieces,
     copy_width,
     spatial_index,
 )
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.cuda import (
     WARP_SIZE,
-    cp_async,
     cp_async_commit,
     cp_async_wait_all,
     ldmatrix,
@@ -94,16 +94,13 @@ def _load_tile(kb: KernelBuilder, smem: Buffer, tile: SwizzledTile, src, row0: E
     width = copy_width(cols)
     with kb.for_mapping(chunk_mapping(tile.rows, tile.chunks, THREADS), thread_idx(),
                         names=("r", "c")) as (r, c):
-        off = tile.offset(r, c)
         row = row0 + r
+        pieces = []
         for p in range(CHUNK // width):
             col = col0 + c * CHUNK + p * width
-            ok = logical_and(row < rows, col < cols)
-            element = src(minimum(row, rows - 1), minimum(col, cols - width))
-            if width > 1:
-                kb.emit(cp_async(smem[off + p * width], element, 2 * width, ok))
-            else:
-                kb.store(smem, (off + p,), select(ok, element, Const(0.0, F16)))
+            pieces.append((logical_and(row < rows, col < cols),
+                           src(minimum(row, rows - 1), minimum(col, cols - width))))
+        copy_pieces(kb, smem, tile.offset(r, c), width, pieces)
 
 
 class _Attention:

@@ -41,7 +41,7 @@ from typing import Iterable, Optional, Sequence
 
 from hidetc.compute.task import Task, task_flops
 from hidetc.schedules.cuda.common import ceil_div
-from hidetc.schedules.cuda.tc_common import TcConfig, fits
+from hidetc.schedules.cuda.tc_common import TcConfig
 from hidetc.schedules.template import CudaTarget
 from hidetc.tir.ir import Function
 
@@ -176,24 +176,20 @@ def attention_estimate(fn: Function, task: Task, target: CudaTarget,
     return Estimate(blocks, resident, waves, task_flops(task), nbytes, time_us + LAUNCH_US)
 
 
-def split_choices(gemm: Gemm, cfg: TcConfig, target: CudaTarget) -> list[TcConfig]:
+def split_choices(gemm: Gemm, cfg: TcConfig) -> list[TcConfig]:
     """`cfg` at each split of SPLITS that leaves no split empty and keeps the workspace
-    under MAX_WORKSPACE_BYTES; `cfg` itself always."""
+    under MAX_WORKSPACE_BYTES; `cfg` itself always (a split changes no hardware limit:
+    its flag reuses the A tile)."""
     k_tiles = ceil_div(gemm.k, cfg.bk)
-    out = [cfg]
-    for s in SPLITS[1:]:
-        per = ceil_div(k_tiles, s)
-        split = replace(cfg, splits=s)
-        if ((s - 1) * per < k_tiles and fits(split, target)    # (splits change no limit)
-                and gemm.tiles(cfg) * s * cfg.bm * cfg.bn * 4 <= MAX_WORKSPACE_BYTES):
-            out.append(split)
-    return out
+    return [cfg] + [replace(cfg, splits=s) for s in SPLITS[1:]
+                    if (s - 1) * ceil_div(k_tiles, s) < k_tiles
+                    and gemm.tiles(cfg) * s * cfg.bm * cfg.bn * 4 <= MAX_WORKSPACE_BYTES]
 
 
 def with_best_split(gemm: Gemm, cfg: TcConfig, target: CudaTarget) -> TcConfig:
     """`cfg` (unsplit) at its cheapest split for this GEMM (the fewest splits among
     equals)."""
-    return min(split_choices(gemm, replace(cfg, splits=1), target),
+    return min(split_choices(gemm, replace(cfg, splits=1)),
                key=lambda c: (round(gemm_estimate(gemm, c, target).estimate_us, 3), c.splits))
 
 

@@ -40,11 +40,9 @@ Schedule, for one BM x BN output tile per block:
   half once). float64 computes in float64. Vectors are float32 only.
 
 Split-K (`SimtConfig.splits` = S > 1, grid y = the split): each block runs its split's
-range of k tiles, writes its accumulators to a TRANSIENT workspace and counts its
-arrival in a ZEROED counter per tile (`hidetc.tir.scratch`, bound to arena memory by
-the plan); the block that arrives last adds the S partial sums in split order -- the
-same bits whatever order the blocks ran in -- and runs the epilogue, then resets the
-counter (the protocol of `tc_common.TcKernel.reduce_splits`, which documents it). The
+range of k tiles, then `split_k.reduce_splits` (which documents the protocol): the
+block that arrives last at a tile adds the S partial sums in split order -- the same
+bits whatever order the blocks ran in -- and runs the epilogue. The
 default splits where the tiles leave SMs idle (`split_for`).
 
 Space (independent of the shape): block tiles BM, BN in {32, 64, 128} (BM * BN >=
@@ -67,9 +65,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import Iterator, Optional, Sequence
 
+from hidetc.schedules.cuda import split_k
 from hidetc.schedules.cuda.common import WARP, ceil_div
 from hidetc.tir import cuda as tc
-from hidetc.tir import scratch
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
     Buffer,
@@ -81,12 +79,9 @@ from hidetc.tir.ir import (
     block_idx,
     call,
     cast,
-    eq,
     logical_and,
     maximum,
     minimum,
-    ne,
-    select,
     syncthreads,
     thread_idx,
 )
@@ -334,10 +329,8 @@ class SimtGemm:
         cfg, kb = self.cfg, self.kb
         self.blocks = self.tiles_m * self.tiles_n * max(1, self.nbatch)
         if cfg.splits > 1:      # after the subclass's buffers: the scratch buffers
-            threads = cfg.threads
-            acc = cfg.thread[0] * cfg.thread[1]
-            self.ws = kb.buffer("ws", self.acc_dt, (self.blocks * cfg.splits * acc * threads,))
-            self.counters = kb.buffer("counters", "int32", (self.blocks,))
+            self.ws, self.counters = split_k.declare(kb, self.blocks, cfg.splits,
+                                                     cfg.bm * cfg.bn, self.acc_dt)
         if self.m * self.n * self.nbatch > 0:
             self.origin()
             self.alloc()
@@ -351,8 +344,7 @@ class SimtGemm:
     def finish(self) -> Function:
         attrs = {}
         if self.cfg.splits > 1:
-            attrs["scratch"] = ((self.ws.name, scratch.TRANSIENT),
-                                (self.counters.name, scratch.ZEROED))
+            attrs["scratch"] = split_k.scratch_attr(self.ws, self.counters)
         return self.kb.finish(grid=(self.blocks, self.cfg.splits, 1),
                               block=(self.cfg.threads, 1, 1), **attrs)
 
@@ -475,35 +467,11 @@ class SimtGemm:
             kb.emit(syncthreads())
 
     def reduce_splits(self) -> None:
-        """Split-K's end (as `tc_common.TcKernel.reduce_splits`): this block's partial
-        sums to the workspace, its arrival counted, and the block that arrives last at
-        the tile adds the S partials in split order and runs the epilogue."""
-        cfg, kb, splits = self.cfg, self.kb, self.cfg.splits
-        tm, tn = cfg.thread
-        acc, tid = tm * tn, thread_idx()
-        tile = block_idx()
-
-        def slot(split: Expr, u: Expr, v: Expr) -> Expr:
-            return ((tile * splits + split) * acc + u * tn + v) * cfg.threads + tid
-
-        with kb.for_mapping(repeat(tm, tn), 0, names=["u", "v"]) as (u, v):
-            kb.store(self.ws, (slot(block_idx("y"), u, v),), self.acc[u, v])
-        kb.emit(tc.threadfence())
-        kb.emit(syncthreads())         # the main loop ended at a barrier: sa is free
-        one, zero = Const(1.0, self.acc_dt), Const(0.0, self.acc_dt)
-        with kb.if_then(eq(tid, 0)):
-            kb.emit(tc.threadfence())
-            arrived = kb.declare("arrived", "int32", tc.atomic_add(self.counters[tile], 1))
-            kb.emit(tc.threadfence())
-            kb.store(self.sa, (0, 0, 0), select(eq(arrived, splits - 1), one, zero))
-        kb.emit(syncthreads())
-        with kb.if_then(ne(self.sa[0, 0, 0], zero)):
-            with kb.for_mapping(repeat(tm, tn), 0, names=["u", "v"]) as (u, v):
-                kb.store(self.acc, (u, v), zero)
-            with kb.for_range(splits, name="sp") as sp:
-                with kb.for_mapping(repeat(tm, tn), 0, names=["u", "v"]) as (u, v):
-                    kb.store(self.acc, (u, v),
-                             self.acc[u, v] + tc.load_cg(self.ws[slot(sp, u, v)]))
-            self.epilogue()
-            with kb.if_then(eq(tid, 0)):
-                kb.store(self.counters, (tile,), Const(0, "int32"))
+        """`split_k.reduce_splits` over the (tm x tn) accumulators, the flag in the A
+        tile's first element (the main loop ended at a barrier), the epilogue
+        `epilogue`."""
+        tn = self.cfg.thread[1]
+        split_k.reduce_splits(self.kb, self.acc, self.cfg.thread[0] * tn,
+                              lambda a: (a // tn, a % tn), self.ws, self.counters,
+                              block_idx(), block_idx("y"), self.cfg.splits, self.cfg.threads,
+                              self.sa[0, 0, 0], self.epilogue)

@@ -15,19 +15,11 @@ copy mappings, and `TcKernel`, the block-level GEMM skeleton both build on.
   (column pairs as one 4-byte store when the subclass allows it).
 - split-K (`TcConfig.splits` = S > 1): grid z is (outer index) * S + split; split s
   runs k tiles [s * P, min((s + 1) * P, KT)) with P = ceil(KT / S) (none when that is
-  empty: its partial sums are zeros). Each block writes its f32 accumulators to a
-  TRANSIENT workspace (`ws`: per tile and split, each thread's registers at
-  ((tile * S + s) * ACC + a) * threads + tid, coalesced), fences (`threadfence`),
-  waits at a barrier, and one thread, between two more fences (release, acquire),
-  bumps the tile's arrival counter (`counters`, a ZEROED scratch
-  buffer, `hidetc.tir.scratch`) with atomicAdd and tells the block whether it came
-  last through the first element of the A tile (free once every warp has passed the
-  barrier after the main loop: no shared memory beyond the tiles'). The block that
-  arrives last reads the S partial sums back through L2 (`load_cg`) and adds them in
-  split order 0..S-1, whatever order the blocks ran in (so the result is
-  deterministic and the same on every run), runs the ordinary epilogue (so grafted
-  epilogues ride on it), and resets the counter to zero for the next launch. One
-  launch, no memset, no atomics on the data.
+  empty: its partial sums are zeros); then `split_k.reduce_splits` (which documents
+  the protocol) adds the splits' partial sums in the block that arrives last, which
+  runs the epilogue; its "arrived last" flag is the A tile's first element (free once
+  every warp has passed the main loop's last barrier: no shared memory beyond the
+  tiles').
 Subclasses provide the global buffers, `load_tile(stage, kt)` (16-byte chunks, with
 `copy_pieces` for predicated cp.async), `out_element(row, col)`, and pass the unsplit
 grid (x, y, outer) to `TcKernel.__init__`; they read the outer index (batch or group)
@@ -42,21 +34,18 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from hidetc.schedules.cuda import split_k
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.template import CudaTarget, Target
-from hidetc.tir import scratch
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.cuda import (
     WARP_SIZE,
-    atomic_add,
     copy,
     cp_async,
     cp_async_commit,
     cp_async_wait,
     ldmatrix,
-    load_cg,
     mma_m16n8k16,
-    threadfence,
 )
 from hidetc.tir.ir import (
     Buffer,
@@ -65,11 +54,9 @@ from hidetc.tir.ir import (
     Function,
     block_idx,
     cast,
-    eq,
     logical_and,
     maximum,
     minimum,
-    ne,
     select,
     syncthreads,
     thread_idx,
@@ -231,6 +218,19 @@ def spatial_index(mapping: TaskMapping, worker: Expr) -> list[Expr]:
     return idx
 
 
+def copy_pieces(kb: KernelBuilder, dst: Buffer, dst_off: Expr, width: int,
+                pieces: list[tuple[Expr, Expr]]) -> None:
+    """Fill the 16-byte chunk at dst[dst_off] from `pieces`, each (pred, source element)
+    of `width` halves: cp.async (zero-filling when pred is false) or, for width 1, a
+    predicated scalar load and shared store."""
+    for p, (ok, element) in enumerate(pieces):
+        target = dst[dst_off + p * width if p else dst_off]
+        if width > 1:
+            kb.emit(cp_async(target, element, 2 * width, ok))
+        else:
+            kb.store(dst, (dst_off + p,), select(ok, element, Const(0.0, F16)))
+
+
 # ------------------------------------------------------------------ the block GEMM
 
 class TcKernel:
@@ -252,8 +252,7 @@ class TcKernel:
         self.split = block_idx("z") % splits if splits > 1 else None
         tiles = math.prod(grid)
         if splits > 1:
-            self.ws = kb.buffer("ws", F32, (tiles * splits * cfg.bm * cfg.bn,))
-            self.counters = kb.buffer("counters", "int32", (tiles,))
+            self.ws, self.counters = split_k.declare(kb, tiles, splits, cfg.bm * cfg.bn, F32)
         self.tile_a = SwizzledTile(cfg.bm, cfg.bk)
         self.tile_b = SwizzledTile(cfg.bn, cfg.bk) if self.b_nk else SwizzledTile(cfg.bk, cfg.bn)
         self.sa = kb.alloc("sa", F16, (cfg.stages * self.tile_a.size,), "shared")
@@ -284,15 +283,7 @@ class TcKernel:
     # global -> shared ---------------------------------------------------------------
     def copy_pieces(self, dst: Buffer, dst_off: Expr, width: int,
                     pieces: list[tuple[Expr, Expr]]) -> None:
-        """Fill the 16-byte chunk at dst[dst_off] from `pieces`, each (pred, source
-        element) of `width` halves: cp.async (zero-filling when pred is false) or, for
-        width 1, a predicated scalar load and shared store."""
-        for p, (ok, element) in enumerate(pieces):
-            target = dst[dst_off + p * width if p else dst_off]
-            if width > 1:
-                self.kb.emit(cp_async(target, element, 2 * width, ok))
-            else:
-                self.kb.store(dst, (dst_off + p,), select(ok, element, Const(0.0, F16)))
+        copy_pieces(self.kb, dst, dst_off, width, pieces)
 
     # shared -> registers -> tensor cores --------------------------------------------
     def compute_stage(self, stage: Expr) -> None:
@@ -389,39 +380,14 @@ class TcKernel:
 
     # split-K: partial sums, the last block's reduction ----------------------------
     def reduce_splits(self) -> None:
-        """Write this block's partial sums, count its arrival, and in the block that
-        arrives last at the tile add the S partials in split order into the
-        accumulators and run the epilogue (see the module docstring)."""
-        cfg, kb, splits = self.cfg, self.kb, self.cfg.splits
-        acc, threads = self.acc.shape[0], cfg.threads
+        """`split_k.reduce_splits` over this block's accumulators, the flag in the A
+        tile's first element, the epilogue `store_output`."""
         gx, gy, _ = self.grid
-        tile = kb.declare("tile", "int32",
-                          (self.outer * gy + block_idx("y")) * gx + block_idx("x"))
-
-        def slot(split: Expr, a: Expr) -> Expr:
-            return ((tile * splits + split) * acc + a) * threads + self.tid
-
-        with kb.for_range(acc, kind="unroll", name="a") as a:
-            kb.store(self.ws, (slot(self.split, a),), self.acc[a])
-        kb.emit(threadfence())
-        kb.emit(syncthreads())      # every warp is done with the tiles: sa[0] is free
-        with kb.if_then(eq(self.tid, 0)):
-            # release (the block's partials, seen through the barrier, before the count)
-            # and acquire (the other blocks' partials after it): CUTLASS's semaphore
-            kb.emit(threadfence())
-            old = kb.declare("arrived", "int32", atomic_add(self.counters[tile], 1))
-            kb.emit(threadfence())
-            kb.store(self.sa, (0,), select(eq(old, splits - 1), Const(1.0, F16),
-                                           Const(0.0, F16)))
-        kb.emit(syncthreads())
-        with kb.if_then(ne(self.sa[0], Const(0.0, F16))):
-            self.zero_accumulators()
-            with kb.for_range(splits, name="sp") as sp:
-                with kb.for_range(acc, kind="unroll", name="a") as a:
-                    kb.store(self.acc, (a,), self.acc[a] + load_cg(self.ws[slot(sp, a)]))
-            self.store_output()
-            with kb.if_then(eq(self.tid, 0)):
-                kb.store(self.counters, (tile,), Const(0, "int32"))
+        tile = self.kb.declare("tile", "int32",
+                               (self.outer * gy + block_idx("y")) * gx + block_idx("x"))
+        split_k.reduce_splits(self.kb, self.acc, self.acc.shape[0], lambda a: (a,), self.ws,
+                              self.counters, tile, self.split, self.cfg.splits,
+                              self.cfg.threads, self.sa[0], self.store_output)
 
     def run(self) -> None:
         self.zero_accumulators()
@@ -437,7 +403,6 @@ class TcKernel:
         gx, gy, outer = self.grid
         attrs = {"gemm": (self.m, self.n, self.k, outer, operand_bytes, self.cfg)}
         if self.split is not None:
-            attrs["scratch"] = ((self.ws.name, scratch.TRANSIENT),
-                                (self.counters.name, scratch.ZEROED))
+            attrs["scratch"] = split_k.scratch_attr(self.ws, self.counters)
         return self.kb.finish(grid=(gx, gy, outer * self.cfg.splits),
                               block=(self.cfg.threads, 1, 1), **attrs)

@@ -41,6 +41,7 @@
 HidetcEmuIndex *hidetc_emu_current;
 uint3 hidetc_emu_block_idx;
 dim3 hidetc_emu_block_dim, hidetc_emu_grid_dim;
+bool hidetc_emu_checks = false;   /* shared-memory tracking (races, uninitialized, in flight) */
 
 std::vector<hidetc_emu::Fiber> hidetc_emu::g_fibers;
 
@@ -51,7 +52,6 @@ namespace {
 std::vector<char *> g_stacks;
 size_t g_stack_size = 256 * 1024;
 bool g_reverse = false;   /* blocks last to first, threads last to first (order independence) */
-bool g_races = false;     /* track shared-memory accesses per barrier interval */
 unsigned g_epoch = 1;     /* the block's barrier interval (its barriers released + 1) */
 
 /* Per 2-byte unit of shared memory: the last store (thread, interval, line) and the
@@ -342,7 +342,7 @@ void poison_shared() {
 bool run_block() {
   poison_shared();
   g_epoch = 1;
-  if (g_races) g_shadow.clear();
+  if (hidetc_emu_checks) g_shadow.clear();
   unsigned bx = hidetc_emu_block_dim.x, by = hidetc_emu_block_dim.y;
   g_runq.clear();
   g_runq_head = 0;
@@ -414,14 +414,14 @@ static bool in_shared(uintptr_t a) {
 }
 
 void hidetc_emu_shared_pending(const void *p, int bytes) {
-  if (!g_races || !in_shared((uintptr_t)p)) return;
+  if (!hidetc_emu_checks || !in_shared((uintptr_t)p)) return;
   uintptr_t a = (uintptr_t)p & ~(uintptr_t)1, end = (uintptr_t)p + (uintptr_t)bytes;
   for (; a < end; a += 2) g_shadow[a].pending = true;
 }
 
-void hidetc_emu_shared_access(const void *p, int bytes, int write, const char *array,
+void hidetc_emu_shared_record(const void *p, int bytes, int write, const char *array,
                               int line) {
-  if (!g_races || !in_shared((uintptr_t)p)) return;
+  if (!hidetc_emu_checks || !in_shared((uintptr_t)p)) return;
   Fiber *f = cur();
   int t = f->id, warp = t / 32;
   uintptr_t a = (uintptr_t)p & ~(uintptr_t)1, end = (uintptr_t)p + (uintptr_t)bytes;
@@ -528,7 +528,9 @@ extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_order(int reverse) {
 }
 
 /* Shared-memory race checks (hidetc_emu_shared_access) on or off for later launches. */
-extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_race_checks(int on) { g_races = on != 0; }
+extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_race_checks(int on) {
+  hidetc_emu_checks = on != 0;
+}
 
 extern "C" HIDETC_EMU_EXPORT void hidetc_emu_set_stack_size(size_t bytes) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);

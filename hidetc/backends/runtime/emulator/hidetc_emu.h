@@ -78,9 +78,15 @@ HIDETC_EMU_HIDDEN void hidetc_emu_cp_commit();
 HIDETC_EMU_HIDDEN void hidetc_emu_cp_wait(int pending);
 /* A shared-memory access of this thread (with race checks on: a load or store of
  * bytes another warp stored, or a store of bytes another warp loaded, in the same
- * barrier interval fails the launch, naming both threads and lines). */
-HIDETC_EMU_HIDDEN void hidetc_emu_shared_access(const void *p, int bytes, int write,
+ * barrier interval fails the launch, naming both threads and lines). The flag is
+ * tested inline: unchecked launches pay one branch per access, not a call. */
+extern HIDETC_EMU_HIDDEN bool hidetc_emu_checks;
+HIDETC_EMU_HIDDEN void hidetc_emu_shared_record(const void *p, int bytes, int write,
                                                 const char *array, int line);
+static inline void hidetc_emu_shared_access(const void *p, int bytes, int write,
+                                            const char *array, int line) {
+  if (hidetc_emu_checks) hidetc_emu_shared_record(p, bytes, write, array, line);
+}
 /* With race checks on, also: a load of shared bytes no thread of the block stored, or
  * of a cp.async destination still in flight (marked here at issue), fails the launch. */
 HIDETC_EMU_HIDDEN void hidetc_emu_shared_pending(const void *p, int bytes);
