@@ -29,10 +29,12 @@ from hidetc.backends.runtime.weights import write_weights
 from hidetc.driver.backend import BACKENDS
 from hidetc.driver.config import CompileConfig, make_config
 from hidetc.driver.plan import ExecutionPlan, plan_graph, written_values
+from hidetc.driver.recover import fallbacks, recover, worst_kernel
 from hidetc.driver.verify import compare, load_sample, reference_outputs, sample_inputs
 from hidetc.errors import ArtifactError, ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.pipeline import lower_precision, optimize
+from hidetc.graph.reference import run_graph
 from hidetc.target import Target
 
 
@@ -101,7 +103,12 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
             manifest["verification"] = {"status": "skipped", "reason": cannot}
         else:
             writer.stage_manifest({**manifest, "verification": {"status": "pending"}})
-            manifest["verification"] = _verify(writer.path, manifest, model_path, graph, cfg)
+            try:
+                manifest["verification"] = _verify(writer.path, manifest, model_path, graph,
+                                                   cfg)
+            except VerificationError as failure:
+                manifest = _recover(writer, manifest, plan, choices, tuning, machine, cfg,
+                                    backend, Path(model_path), graph, optimized, failure)
         timings["verify_s"] = time.perf_counter() - clock
         writer.finish(manifest)
     return CompileResult(Path(out_dir), manifest, timings)
@@ -171,7 +178,10 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
                    "in_place": dict(plan.in_place),
                    # each arena value's size (the kept-zero region's too: `scratch`'s
                    # ZEROED_REGION, split-K's arrival counters)
-                   "bytes": dict(plan.value_bytes)},
+                   "bytes": dict(plan.value_bytes),
+                   # the graph values' element types (the sanitizer's poison check)
+                   "dtypes": {v: graph.types[v].dtype for v in plan.value_bytes
+                              if v in graph.types}},
         "weights": {"file": "weights.bin",
                     "entries": {k: _entry_dict(e) for k, e in entries.items()}},
         **built,
@@ -216,6 +226,45 @@ def _verify(path: Path, manifest: dict, model_path, graph, cfg: CompileConfig) -
                                 f"{against} ({_describe(worst[1])}, {cfg.precision} tolerance "
                                 f"{cfg.tolerance})")
     return report
+
+
+def _recover(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan, choices: dict,
+             tuning: dict, machine: Target, cfg: CompileConfig, backend, model_path: Path,
+             graph, optimized, failure: VerificationError) -> dict:
+    """Verification failed: rebuild the diverging kernels with exact-order configs
+    (`hidetc.driver.recover`) and return the manifest that passes, else raise the
+    failure naming the kernel that diverges most on exact inputs."""
+    inputs = (load_sample(cfg.sample, list(graph.inputs)) if cfg.sample
+              else sample_inputs(graph, cfg.seed))
+    executor = make_executor(writer.path, manifest, warn_cores=False)
+    run_with_hook = getattr(executor, "run_with_hook", None)
+    if run_with_hook is None:
+        raise failure
+    reference = run_graph(optimized, inputs, keep_all=True)
+
+    def rebuild(new_choices: dict) -> tuple[dict, Optional[str]]:
+        writer.reset()
+        new_plan = plan_graph(optimized, machine, fuse=cfg.fuse,
+                              dump_dir=_dump(cfg, "fusion"), choices=new_choices)
+        rebuilt = _write_artifact(writer, new_plan, cfg, backend, model_path)
+        rebuilt["tuning"] = tuning
+        writer.stage_manifest({**rebuilt, "verification": {"status": "pending"}})
+        try:
+            rebuilt["verification"] = _verify(writer.path, rebuilt, model_path, graph, cfg)
+        except VerificationError as again:
+            return rebuilt, str(again)
+        return rebuilt, None
+
+    passed, errors = recover(manifest, run_with_hook, inputs, reference, plan, choices,
+                             machine, rebuild, str(failure))
+    if passed:
+        return passed
+    worst = worst_kernel(errors)
+    hint = (f"; the kernel diverging most on exact inputs is {worst.kernel} ({worst.op} "
+            f"{worst.node!r}: {worst.describe()})" if worst is not None else "")
+    tried = "exact-order rebuilds did not pass either" if fallbacks(
+        plan, choices, machine, errors) else "no kernel has an exact-order config to rebuild with"
+    raise VerificationError(f"{failure}; {tried}{hint}") from None
 
 
 def _describe(entry: dict) -> str:
@@ -291,12 +340,13 @@ class Model:
         return profile_rows(self.manifest, profile(inputs, repeat))
 
     def run_with_hook(self, inputs: Mapping[str, np.ndarray], hook) -> dict[str, np.ndarray]:
-        """One pass with `hook` around each launch (the emulator's `run_with_hook`:
-        what `kernel_check` drives); ArtifactError elsewhere."""
+        """One pass launch by launch with `hook` around each launch (the CPU executor's
+        or the emulator's `run_with_hook`: what `kernel_check` drives); ArtifactError on
+        a GPU."""
         run = getattr(self._executor, "run_with_hook", None)
         if run is None:
-            raise ArtifactError(f"{self.path}: the per-kernel comparison runs in the "
-                                f"emulator: add --emulate")
+            raise ArtifactError(f"{self.path}: the per-kernel comparison runs on the cpu "
+                                f"target or in the emulator: add --emulate")
         return run(inputs, hook)
 
 

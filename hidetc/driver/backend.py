@@ -18,7 +18,7 @@ from typing import Mapping, Optional
 from hidetc import cpu_isa
 from hidetc.backends.runtime.select import gpu_available, gpu_limits, gpu_name
 from hidetc.backends.toolchain.nvcc import default_arch, parse_archs
-from hidetc.driver.build import build_cpu_library
+from hidetc.driver.build import build_cpu_library, launch_table
 from hidetc.driver.build_cuda import build_cuda_modules
 from hidetc.driver.config import CompileConfig
 from hidetc.driver.plan import ExecutionPlan
@@ -63,8 +63,10 @@ class CpuBackend:
               dump_dir: Optional[str]) -> dict:
         """Build the kernels under `root`/kernels: the manifest keys they need, and
         `resources` per kernel (none on the cpu)."""
-        library = build_cpu_library(plan, entries, root / "kernels", dump_dir=dump_dir)
-        return {"library": str(library.relative_to(root))}
+        library, launches = build_cpu_library(plan, entries, root / "kernels",
+                                              dump_dir=dump_dir)
+        return {"library": str(library.relative_to(root)),
+                "cpu": {"launches": launch_table(launches)}}
 
     def manifest_facts(self, machine: CpuTarget) -> dict:
         return {"cpu_isa": machine.isa}

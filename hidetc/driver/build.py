@@ -32,13 +32,22 @@ def kernel_sources(plan: ExecutionPlan, dump_dir: str | None = None) -> dict[str
     return sources
 
 
+def launch_table(launches: list[Launch]) -> list[list[list]]:
+    """Per launch, its arguments as [space, index] (the manifest's `cpu.launches`: what
+    a launch-by-launch run, `CpuExecutor.run_with_hook`, passes each kernel entry)."""
+    return [[[a.space, int(a.index)] for a in launch.args] for launch in launches]
+
+
 def build_cpu_library(plan: ExecutionPlan, entries: Mapping, out_dir: Path,
-                      dump_dir: str | None = None) -> Path:
+                      dump_dir: str | None = None) -> tuple[Path, list[Launch]]:
+    """The library (kernels, their `NAME_entry`, the launcher) and its launches."""
     sources = kernel_sources(plan, dump_dir)
-    sources["launcher"] = launcher_source(resolve_weight_args(plan, entries))
+    launches = resolve_weight_args(plan, entries)
+    sources["launcher"] = launcher_source(launches)
     src_dir = out_dir / "src"
     src_dir.mkdir(parents=True, exist_ok=True)
     for name, text in sources.items():
         (src_dir / f"{name}.c").write_text(text)
-    return build_shared_library(sources, out_dir / "model.so",
-                                opt_flags=flags_for(plan.machine.isa))
+    library = build_shared_library(sources, out_dir / "model.so",
+                                   opt_flags=flags_for(plan.machine.isa))
+    return library, launches

@@ -3,11 +3,8 @@ per-kernel comparison of `hidetc run --emulate --sanitize --compare model.onnx`.
 
 The compile's graph is rebuilt from the model file and the artifact's recorded config
 (`api.optimized_graph`: the same passes, so the same value names), the reference
-interpreter computes every value of it, and one emulated pass runs the launches with,
-before each launch, the reference's values of everything it reads written where the
-kernel reads them, and after it, the values it wrote (the manifest's `writes`)
-compared with the reference's: so each kernel is judged on exact inputs, and errors do
-not carry from one kernel into the next.
+interpreter computes every value of it, and `divergence.kernel_errors` judges each
+kernel on exact inputs (one pass, launch by launch: in the emulator, or on the CPU).
 
 Tolerance per operation (norm-wise relative error of the written value): float32
 1e-5 (a kernel's own rounding and summation order), float16 5e-3 (ten half ulps: the
@@ -18,7 +15,6 @@ Concat) is compared after its last writer. Reports the first kernel that differs
 from __future__ import annotations
 
 import os
-from collections import Counter
 from pathlib import Path
 from typing import Mapping
 
@@ -26,7 +22,7 @@ import numpy as np
 
 from hidetc.driver.api import Model, optimized_graph
 from hidetc.driver.config import CompileConfig
-from hidetc.driver.verify import compare
+from hidetc.driver.divergence import KernelError, kernel_errors
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.reference import run_graph
 
@@ -47,43 +43,16 @@ def check_kernels(model: Model, model_path: str | os.PathLike,
     graph = optimized_graph(load_model(Path(model_path), shapes=cfg.shapes), cfg,
                             manifest["target"])
     reference = run_graph(graph, inputs, keep_all=True)
-    kernels = manifest["kernels"]
-    last_writer = {}
-    for step, kernel in enumerate(kernels):
-        for value in kernel.get("writes", []):
-            last_writer[value] = step
-    writers = Counter(v for k in kernels for v in k.get("writes", []))
-    hazards: list[str] = []
 
-    def hook(when: str, step: int, place) -> None:
-        if hazards:
-            return
-        kernel = kernels[step]
-        writes = set(kernel.get("writes", []))
-        if when == "before":
-            for value in set(kernel["args"]) - writes:
-                view = place(value)
-                want = reference.get(value)
-                if view is not None and want is not None and view.nbytes == want.nbytes:
-                    view[...] = np.ascontiguousarray(want).reshape(-1).view(np.uint8)
-            return
-        for value in sorted(writes):
-            view, want = place(value), reference.get(value)
-            if view is None or want is None or last_writer[value] != step:
-                continue
-            got = view.view(want.dtype).reshape(want.shape)
-            rtol = RTOL.get(str(want.dtype), 0.0)
-            report = compare({value: got}, {value: want}, rtol)
-            if report["status"] != "passed":
-                entry = report["outputs"][value]
-                what = (f"relative error {entry['rel_error']:.3g} > {rtol:g}"
-                        if "rel_error" in entry else
-                        f"{entry.get('mismatches')} mismatched elements")
-                shared = f" (written by {writers[value]} launches)" if writers[value] > 1 else ""
-                hazards.append(f"kernel {kernel['name']} ({kernel['op']} {kernel['node']!r}): "
-                               f"{value!r}{shared} differs from the reference interpreter's "
-                               f"given the same inputs ({what})")
-                return
+    def over(error: KernelError) -> bool:
+        return error.exceeds(RTOL.get(str(np.asarray(reference[error.value]).dtype), 0.0))
 
-    model.run_with_hook(inputs, hook)
-    return hazards
+    errors = kernel_errors(manifest, model.run_with_hook, inputs, reference, stop=over)
+    bad = [e for e in errors if over(e)]
+    if not bad:
+        return []
+    e = bad[0]
+    rtol = RTOL.get(str(np.asarray(reference[e.value]).dtype), 0.0)
+    shared = f" (written by {e.writers} launches)" if e.writers > 1 else ""
+    return [f"kernel {e.kernel} ({e.op} {e.node!r}): {e.value!r}{shared} differs from the "
+            f"reference interpreter's given the same inputs ({e.describe(rtol)})"]

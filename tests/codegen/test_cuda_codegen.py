@@ -149,8 +149,8 @@ def test_shared_arrays_past_48k_are_dynamic_shared_memory():
         kb.store(out, (0,), b[0, 0] + cast(a[0], F32))
     src = text(big)
     assert "HIDETC_DYNAMIC_SHARED(hidetc_smem, 65552);" in src
-    assert "half *__restrict__ a = (half *)(hidetc_smem + 0);" in src
-    assert "float *__restrict__ b = (float *)(hidetc_smem + 16);" in src
+    assert "HIDETC_SHARED_SLICE(half, a, 3, hidetc_smem, 0);" in src
+    assert "HIDETC_SHARED_SLICE(float, b, 16384, hidetc_smem, 16);" in src
     assert "__shared__" not in src
     kb = KernelBuilder("dyn", target="cuda")
     big(kb)

@@ -75,6 +75,41 @@ extern "C" __global__ void shared_overrun(float *out, int extra) {
   out[threadIdx.x] = HIDETC_SLD(s, threadIdx.x);
 }
 
+/* slices of a dynamic shared array are bounds-checked like static arrays */
+extern "C" __global__ void slice_overrun(float *out, int extra) {
+  HIDETC_DYNAMIC_SHARED(smem, 256);
+  HIDETC_SHARED_SLICE(float, a, 16, smem, 0);
+  HIDETC_SHARED_SLICE(float, b, 32, smem, 64);
+  if (threadIdx.x < 16) HIDETC_SST(a, threadIdx.x, 1.0f);
+  HIDETC_SST(b, threadIdx.x + extra, 2.0f);   /* extra = 1: b[32] is past b (in smem) */
+  __syncthreads();
+  out[threadIdx.x] = HIDETC_SLD(a, threadIdx.x % 16) + HIDETC_SLD(b, threadIdx.x);
+}
+
+/* lane t stores its slot, then loads lane t+1's: mode 0 with nothing between (a race
+ * within the warp), 1 with __syncwarp between, 2 with a shuffle between (clean) */
+extern "C" __global__ void same_warp(const float *in, float *out, int mode) {
+  __shared__ float s[32];
+  HIDETC_SST(s, threadIdx.x, 0.0f);
+  __syncthreads();
+  HIDETC_SST(s, threadIdx.x, in[threadIdx.x]);
+  if (mode == 1) __syncwarp();
+  float v = 0.0f;
+  if (mode == 2) v = __shfl_sync(0xffffffffu, v, 0);
+  out[threadIdx.x] = v + HIDETC_SLD(s, (threadIdx.x + 1) % 32);
+}
+
+/* an accumulator zeroed (zero = 1) or not: a local array starts as poison */
+extern "C" __global__ void accumulate(const float *in, float *out, int zero) {
+  float acc[4];
+  HIDETC_LOCAL_POISON(acc);
+  if (zero)
+    for (int i = 0; i < 4; i++) acc[i] = 0.0f;
+  int t = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int i = 0; i < 4; i++) acc[i] += in[t * 4 + i];
+  out[t] = acc[0] + acc[1] + acc[2] + acc[3];
+}
+
 extern "C" __global__ void deadlock(float *out) {
   float v = 1.0f;
   if (threadIdx.x < 16) __syncthreads();   /* the shuffle needs lanes 0..15 */
@@ -155,6 +190,13 @@ extern "C" void shared_overrun_emu_entry(void **a) {
   shared_overrun((float *)a[0], *(int *)a[1]);
 }
 extern "C" void deadlock_emu_entry(void **a) { deadlock((float *)a[0]); }
+extern "C" void slice_overrun_emu_entry(void **a) { slice_overrun((float *)a[0], *(int *)a[1]); }
+extern "C" void same_warp_emu_entry(void **a) {
+  same_warp((const float *)a[0], (float *)a[1], *(int *)a[2]);
+}
+extern "C" void accumulate_emu_entry(void **a) {
+  accumulate((const float *)a[0], (float *)a[1], *(int *)a[2]);
+}
 extern "C" void divergent_barrier_emu_entry(void **a) { divergent_barrier((float *)a[0]); }
 extern "C" void divergent_collective_emu_entry(void **a) { divergent_collective((unsigned *)a[0]); }
 extern "C" void mask_without_me_emu_entry(void **a) { mask_without_me((unsigned *)a[0]); }
@@ -239,6 +281,43 @@ def test_static_shared_arrays_are_bounds_checked(module):
     assert (out == 1).all()
     with pytest.raises(EmulatorError, match=r"shared array s\[32\] indexed at 32 \(line \d+\)"):
         module.launch("shared_overrun", 1, 32, [out, np.int32(1)])
+
+
+def test_dynamic_shared_slices_are_bounds_checked(module):
+    """A slice of the dynamic shared array (HIDETC_SHARED_SLICE, what the printer emits
+    past 48 KiB) has its extent in its type in the emulator: an index past it fails the
+    launch even though the byte is inside the dynamic array."""
+    out = np.zeros(32, np.float32)
+    module.launch("slice_overrun", 1, 32, [out, np.int32(0)], races=True)
+    assert (out == 3).all()
+    with pytest.raises(EmulatorError, match=r"shared array b\[32\] indexed at 32"):
+        module.launch("slice_overrun", 1, 32, [out, np.int32(1)])
+
+
+def test_races_within_a_warp_need_a_warp_synchronization(module):
+    """Lanes of a warp run independently (Volta on): a load of what another lane stored
+    with no __syncwarp or full-warp collective between is a race; either one orders
+    them."""
+    src, out = np.arange(32, dtype=np.float32), np.zeros(32, np.float32)
+    for mode in (1, 2):
+        module.launch("same_warp", 1, 32, [src, out, np.int32(mode)], races=True)
+        assert (out == np.roll(src, -1)).all()
+    for reverse in (False, True):
+        with pytest.raises(EmulatorError, match=r"race on shared memory .*same warp, no "
+                                                r"__syncwarp between"):
+            module.launch("same_warp", 1, 32, [src, out, np.int32(0)], races=True,
+                          reverse=reverse)
+
+
+def test_local_arrays_start_as_poison(module):
+    """An accumulator never zeroed reads poison (NaN), in the first block as in later
+    ones (a fresh fiber stack would read zeros and pass)."""
+    src = np.arange(64 * 4, dtype=np.float32)
+    want = src.reshape(64, 4).sum(axis=1)
+    for zero, ok in ((1, True), (0, False)):
+        out = np.zeros(64, np.float32)
+        module.launch("accumulate", 2, 32, [src, out, np.int32(zero)])
+        assert (out == want).all() if ok else np.isnan(out).all()
 
 
 def test_blocks_and_threads_run_in_order_or_reversed(module):

@@ -119,6 +119,14 @@ CASES = {
     "avgpool_pad_ceil": ("AveragePool", {"x": f(1, 2, 8, 9)},
                          {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 0, 1],
                           "ceil_mode": 1, "count_include_pad": 1}, {}),
+    # kernels larger than the padded input under ceil_mode (an exported global pool):
+    # one window per channel, cut to the input, as ONNX Runtime gives
+    "avgpool_kernel_past_input": ("AveragePool", {"x": f(1, 3, 7, 7)},
+                                  {"kernel_shape": [13, 13], "strides": [13, 13],
+                                   "ceil_mode": 1}, {}),
+    "maxpool_kernel_past_input": ("MaxPool", {"x": f(1, 2, 5, 6)},
+                                  {"kernel_shape": [7, 8], "strides": [7, 8],
+                                   "pads": [1, 1, 0, 0], "ceil_mode": 1}, {}),
     "avgpool": ("AveragePool", {"x": f(1, 3, 8, 7)},
                 {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1]}, {}),
     # big enough for an interior (the branch-free windows) beside every border

@@ -1,6 +1,10 @@
 """Artifact directory: atomic writing, replacing, refusing, and every read error."""
 import hashlib
+import json
 import os
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +14,8 @@ from hidetc.backends.runtime.artifact import (
     FORMAT_VERSION,
     MANIFEST,
     REQUIRED_KEYS,
+    OWNER_FILE,
+    UNOWNED_GRACE_S,
     ArtifactWriter,
     check_output_dir,
     read_manifest,
@@ -175,6 +181,43 @@ def test_finish_validates_manifest(tmp_path):
             write_weights(w.path / "weights.bin", {})
             w.finish(bad)
     assert not out.exists() and _siblings(out) == []
+
+
+def _leftover(out, kind: str, owner) -> "os.PathLike":
+    """A temp dir as a dead (or live) writer leaves it next to `out`."""
+    path = out.parent / f".{out.name}.{kind}-{os.urandom(4).hex()}"
+    path.mkdir()
+    (path / "kernels.so").write_bytes(b"half written")
+    if owner is not None:
+        (path / OWNER_FILE).write_text(json.dumps(owner))
+    return path
+
+
+def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
+    """A compile killed mid-way leaves `.OUT.tmp-*` (or, mid-swap, `.OUT.old-*`); the
+    next writer into OUT removes those whose owner process is gone (a reused pid with
+    another start time counts as gone), keeps a live writer's, another host's, and an
+    unowned one until it is older than the grace period. The finished artifact holds no
+    owner record."""
+    out = tmp_path / "out"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    host = socket.gethostname()
+    gone = [_leftover(out, "tmp", {"host": host, "pid": int(dead.stdout), "start": "1"}),
+            _leftover(out, "old", {"host": host, "pid": int(dead.stdout), "start": "1"}),
+            _leftover(out, "tmp", {"host": host, "pid": os.getpid(), "start": "0"}),
+            _leftover(out, "tmp", None)]
+    old = os.path.getmtime(gone[-1]) - UNOWNED_GRACE_S - 60
+    os.utime(gone[-1], (old, old))
+    kept = [_leftover(out, "tmp", {"host": host, "pid": os.getpid(), "start": None}),
+            _leftover(out, "tmp", {"host": host + "-elsewhere", "pid": 1, "start": None}),
+            _leftover(out, "tmp", None)]
+    other = tmp_path / f".other.tmp-1234"            # another OUT's: not ours to judge
+    other.mkdir()
+    _write(out)
+    assert not any(p.exists() for p in gone)
+    assert all(p.exists() for p in kept) and other.exists()
+    assert not (out / OWNER_FILE).exists() and OWNER_FILE not in read_manifest(out)["files"]
 
 
 # ------------------------------------------------------------------ read errors

@@ -26,13 +26,16 @@ What the printer adds to the C printer (`hidetc.backends.codegen.c.CPrinter`, su
 - buffers: shared Allocs print as `__shared__ __align__(16) T name[N];` (constant N)
   while a kernel's shared arrays fit static shared memory's 48 KiB; past that each is
   a pointer `T *name = (T *)(hidetc_smem + OFFSET)` into one dynamic shared array
-  (`HIDETC_DYNAMIC_SHARED(hidetc_smem, BYTES)`, 16-byte aligned slices,
+  (`HIDETC_DYNAMIC_SHARED(hidetc_smem, BYTES)`, 16-byte aligned slices
+  `HIDETC_SHARED_SLICE(T, name, N, hidetc_smem, OFFSET)`: a restrict pointer for nvcc,
+  a reference to an array of N for the emulator, which bounds-checks it;
   `shared_layout`), and the launch passes BYTES (`dynamic_shared_bytes`: the manifest's
   `shared_bytes`; the runtime raises the kernel's limit above 48 KiB). Loads and stores
   of shared buffers print as `HIDETC_SLD(a, i)` / `HIDETC_SST(a, i, v)` (plain
   accesses for nvcc; the emulator's race check records them), address operands as
   plain `&a[i]`. Local Allocs
-  print as `__align__(16) T name[N];` (registers or local memory); loops of kind
+  print as `__align__(16) T name[N]; HIDETC_LOCAL_POISON(name);` (registers or local
+  memory; the emulator fills them with poison, nvcc ignores it); loops of kind
   "unroll" get `#pragma unroll`; kind "parallel" is a CPU notion and is rejected.
 - float16 is `half` (cuda_fp16.h). Arithmetic on two halves uses the correctly rounded
   `__hadd_rn/__hsub_rn/__hmul_rn` and `hidetc_hdiv` (division in float, rounded once),
@@ -282,12 +285,14 @@ class CudaPrinter(CPrinter):
             raise NotImplementedError(f"{self.fn.name}: {buf.scope} buffer {buf.name} has a "
                                       "symbolic shape; CUDA arrays need constant sizes")
         numel = max(1, math.prod(int(getattr(d, "value", d)) for d in buf.shape))
+        name, ctype = self.ident(buf.name), self.ctype(buf.dtype)
         if buf.scope == "shared" and buf.name in self.dynamic_offsets:
-            ctype = self.ctype(buf.dtype)
-            return [f"{ind}{ctype} *__restrict__ {self.ident(buf.name)} = ({ctype} *)"
-                    f"({DYNAMIC_SHARED_NAME} + {self.dynamic_offsets[buf.name]});"]
-        decl = f"__align__(16) {self.ctype(buf.dtype)} {self.ident(buf.name)}[{numel}];"
-        return [f"{ind}__shared__ {decl}" if buf.scope == "shared" else f"{ind}{decl}"]
+            return [f"{ind}HIDETC_SHARED_SLICE({ctype}, {name}, {numel}, "
+                    f"{DYNAMIC_SHARED_NAME}, {self.dynamic_offsets[buf.name]});"]
+        decl = f"__align__(16) {ctype} {name}[{numel}];"
+        if buf.scope == "shared":
+            return [f"{ind}__shared__ {decl}"]
+        return [f"{ind}{decl}", f"{ind}HIDETC_LOCAL_POISON({name});"]
 
     # functions -------------------------------------------------------------------------
     def threads(self) -> int:

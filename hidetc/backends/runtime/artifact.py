@@ -25,6 +25,9 @@ this order:
 Guarantees: `ArtifactWriter` never leaves a half-written OUT: it builds the artifact in
 a sibling temp dir and renames it into place only in `finish()`; an existing artifact
 (or empty dir) at OUT is replaced, anything else there is refused before any work.
+The temp dir holds an `.owner` record (host, pid, the process's start time); a later
+writer into the same OUT removes the temp dirs (and half-swapped `.old-` dirs) whose
+owner process is gone -- a compile killed mid-way leaves nothing for long.
 `read_manifest` turns every problem (missing, not an artifact, bad YAML, missing keys,
 newer format, a listed file missing or modified) into a one-line `ArtifactError`.
 Assumes: OUT's parent is on one filesystem with OUT (renames are atomic), POSIX rename
@@ -35,9 +38,12 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
+import json
 import secrets
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
@@ -276,6 +282,78 @@ def _swap_into_place(new: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+OWNER_FILE = ".owner"
+# a temp dir without an owner record (a writer killed between mkdtemp and writing it,
+# or an older hidetc) is left alone this long (seconds), then taken as stale
+UNOWNED_GRACE_S = 600.0
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux /proc), which tells a
+    reused pid from the original; None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19] if ")" in stat else None
+
+
+def _owner_record() -> dict:
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
+
+
+def _owner_alive(owner: Mapping[str, Any]) -> bool:
+    """Whether the process that wrote `owner` may still be running (another host's
+    process is taken as alive: its liveness cannot be seen from here)."""
+    if owner.get("host") != socket.gethostname():
+        return True
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass                                  # alive, another user's
+    start = owner.get("start")
+    return start is None or _process_start(pid) in (None, start)
+
+
+def remove_stale_temporaries(out_dir: str | os.PathLike) -> list[Path]:
+    """Remove the `.OUT.tmp-*` and `.OUT.old-*` dirs next to `out_dir` left by writers
+    that died (their owner process gone; an unowned one after UNOWNED_GRACE_S).
+    Returns what was removed; never raises for a dir it cannot read or remove."""
+    out = Path(out_dir)
+    parent, removed = out.absolute().parent, []
+    try:
+        candidates = [p for p in parent.iterdir()
+                      if p.name.startswith((f".{out.name}.tmp-", f".{out.name}.old-"))]
+    except OSError:
+        return removed
+    for path in candidates:
+        try:
+            if not path.is_dir() or path.is_symlink():
+                continue
+            owner_file = path / OWNER_FILE
+            if owner_file.is_file():
+                try:
+                    owner = json.loads(owner_file.read_text())
+                except (OSError, ValueError):
+                    owner = {}
+                if isinstance(owner, dict) and _owner_alive(owner):
+                    continue
+            elif time.time() - path.stat().st_mtime < UNOWNED_GRACE_S:
+                continue
+            shutil.rmtree(path)
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
+
+
 class ArtifactWriter:
     """Build an artifact in a temp dir next to OUT; move it into place on `finish()`.
 
@@ -300,7 +378,9 @@ class ArtifactWriter:
         parent = self.out_dir.absolute().parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(self.out_dir)
             tmp = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=parent))
+            (tmp / OWNER_FILE).write_text(json.dumps(_owner_record()))
         except OSError as e:
             raise ArtifactError(f"{self.out_dir}: cannot create the artifact directory "
                                 f"({e.strerror or e})") from None
@@ -315,6 +395,17 @@ class ArtifactWriter:
             raise RuntimeError("ArtifactWriter.path is only valid inside the with-block "
                                "before finish()")
         return self._tmp
+
+    def reset(self) -> None:
+        """Empty the temp dir (its owner record kept) for a rebuild from scratch (the
+        verification recovery builds the artifact again)."""
+        for child in self.path.iterdir():
+            if child.name == OWNER_FILE:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
 
     def _complete(self, manifest: Mapping[str, Any]) -> dict:
         m = to_plain(manifest)
@@ -334,6 +425,7 @@ class ArtifactWriter:
     def finish(self, manifest: Mapping[str, Any]) -> dict:
         """Write the final manifest (`files` recomputed) and move the artifact to OUT.
         Returns the manifest as written."""
+        (self.path / OWNER_FILE).unlink(missing_ok=True)
         m = self._complete(manifest)
         _write_text_atomic(self.path / MANIFEST, dump_manifest(m))
         check_output_dir(self.out_dir)

@@ -11,7 +11,12 @@ hazards (`SanitizerError`, one line each, naming the kernel):
 - the arena starts poisoned (all bits set: NaN in floats) but for the region the
   kernels keep zero (split-K's counters, `scratch.ZEROED_REGION`), and every
   float output element starts as a sentinel NaN: one still holding it after the pass
-  was never written ("never wrote N elements of output O");
+  was never written ("never wrote N elements of output O"); one holding poison's bits
+  (all set: arithmetic passes a NaN's payload on) was computed from memory never
+  written -- shared memory and local arrays start as poison in the emulator too; so
+  does every float arena value holding poison after the pass (the manifest's
+  `memory.dtypes`), named with the kernels that write it (unless the inputs or float
+  weights hold poison's bits themselves: then it cannot be told from data);
 - every arena value gets a region of its own between red zones (from the manifest's
   `memory.offsets` and `memory.bytes`; the launches' arguments are remapped to them),
   and so does every output: a launch that writes into a red zone is reported ("wrote N
@@ -81,6 +86,7 @@ class EmulatedCudaExecutor:
         self._arena = np.zeros(max(int(manifest["memory"]["arena_bytes"]), 64), np.uint8)
         self._spaced: Optional[dict[str, int]] = None     # sanitize: value -> its region
         self._regions: list[tuple[str, int, int]] = []    # (value, start, end)
+        self._data_poison = False      # sanitize: the data holds poison's bits itself
         if sanitize:
             self._space_values()
         self.last_latency_ms = 0.0
@@ -233,8 +239,51 @@ class EmulatedCudaExecutor:
                     return f"kernel {kernel}: wrote {touched.size} bytes {where} output {name!r}"
         return None
 
+    def _poisoned_values(self) -> list[str]:
+        """After a sanitized forward pass: the float arena values (each in its own
+        region) holding poison's bits, named with the kernels that write them."""
+        if self._spaced is None:
+            return []
+        memory, hazards = self.manifest["memory"], []
+        writers: dict[str, list[str]] = {}
+        for k in self.manifest.get("kernels", []):
+            for value in k.get("writes", []):
+                writers.setdefault(value, []).append(k["name"])
+        for value, dtype in sorted(memory.get("dtypes", {}).items()):
+            region = self._place(value, [], [])
+            sentinel = SENTINEL.get(np.dtype(dtype))
+            if region is None or sentinel is None or value not in writers:
+                continue
+            bits = region[:region.size - region.size % sentinel.dtype.itemsize].view(sentinel.dtype)
+            poisoned = int(np.count_nonzero(bits == np.iinfo(sentinel.dtype).max))
+            if poisoned:
+                hazards.append(f"kernel {', '.join(writers[value])}: {poisoned} of the "
+                               f"{bits.size} elements of {value!r} hold poison after the "
+                               f"pass (never written, or computed from memory never "
+                               f"written: shared, local or arena)")
+        return hazards
+
+    def _holds_poison(self, inputs: Mapping[str, np.ndarray]) -> bool:
+        """Whether the data itself (an input, or a float weight) holds poison's bits in
+        an element of 2 or more bytes (an int -1 reinterpreted by a BitCast is
+        legitimately all ones): then poison in a result cannot be told from data, and
+        is not reported."""
+        arrays = [np.ascontiguousarray(a) for a in inputs.values()]
+        for e in self.manifest["weights"]["entries"].values():
+            dtype = np.dtype(e["dtype"]) if e["dtype"] != "bfloat16" else np.dtype(np.uint16)
+            if dtype.kind == "f" or e["dtype"] == "bfloat16":
+                raw = self._weights[int(e["offset"]):int(e["offset"]) + int(e["nbytes"])]
+                arrays.append(raw.view(dtype))
+        for a in arrays:
+            if a.dtype.itemsize in (2, 4, 8):
+                units = a.reshape(-1).view(f"u{a.dtype.itemsize}")
+                if np.any(units == np.iinfo(units.dtype).max):
+                    return True
+        return False
+
     def _sanitized(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Two passes, forward and reversed (see the module docstring)."""
+        self._data_poison = self._holds_poison(inputs)
         hazards: list[str] = []
         forward: list[str] = []
         outs = self._poisoned()
@@ -245,10 +294,19 @@ class EmulatedCudaExecutor:
             sentinel = SENTINEL.get(out.dtype)
             if sentinel is None or k not in writers:
                 continue
-            unwritten = int(np.count_nonzero(out.view(sentinel.dtype) == sentinel))
+            bits = out.view(sentinel.dtype)
+            unwritten = int(np.count_nonzero(bits == sentinel))
             if unwritten:
                 hazards.append(f"kernel {writers[k]}: never wrote {unwritten} of the "
                                f"{out.size} elements of output {spec['name']!r}")
+            poisoned = (0 if self._data_poison else
+                        int(np.count_nonzero(bits == np.iinfo(sentinel.dtype).max)))
+            if poisoned:
+                hazards.append(f"kernel {writers[k]}: {poisoned} of the {out.size} elements "
+                               f"of output {spec['name']!r} carry poison (computed from "
+                               f"memory never written: shared, local or arena)")
+        if not self._data_poison:
+            hazards.extend(self._poisoned_values())
         backward: list[str] = []
         self._run(inputs, None, reverse=True, digests=backward, outs=self._poisoned())
         for launch, a, b in zip(self.section.launches, forward, backward):

@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 
@@ -129,6 +129,50 @@ class CpuExecutor:
             fn(in_ptrs, out_ptrs, self._arena.ctypes.data, self._blob.ctypes.data,
                seconds[r].ctypes.data)
         return [float(v) for v in np.median(seconds[1:], axis=0) * 1e3]
+
+    def run_with_hook(self, inputs: Mapping[str, np.ndarray],
+                      hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
+        """One pass launch by launch through each kernel's exported `NAME_entry` (the
+        manifest's `cpu.launches` say where each argument lives), with
+        `hook("before" | "after", step, place)` around each launch; `place(value)` is the
+        bytes (a uint8 view) where graph value `value` lives, or None (weights, or not
+        in this pass). What the per-kernel comparison and the verification recovery
+        drive; ArtifactError for an artifact without the table (an older hidetc)."""
+        table = (self.manifest.get("cpu") or {}).get("launches")
+        kernels = self.manifest["kernels"]
+        if table is None or len(table) != len(kernels):
+            raise ArtifactError("this artifact has no launch table (compiled by an older "
+                                "hidetc): recompile it to run it launch by launch")
+        arrays = check_inputs(self.manifest["inputs"], inputs)
+        outs = [np.zeros(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
+        memory = self.manifest["memory"]
+
+        def place(value: str) -> Optional[np.ndarray]:
+            if value in memory["offsets"] and value in memory.get("bytes", {}):
+                start = int(memory["offsets"][value])
+                return self._arena[start:start + int(memory["bytes"][value])]
+            for k, spec in enumerate(self.manifest["outputs"]):
+                if spec["name"] == value:
+                    return outs[k].reshape(-1).view(np.uint8)
+            for k, spec in enumerate(self.manifest["inputs"]):
+                if spec["name"] == value:
+                    return arrays[k].reshape(-1).view(np.uint8)
+            return None
+
+        bases = {"input": [a.ctypes.data for a in arrays],
+                 "output": [o.ctypes.data for o in outs]}
+        for step, (kernel, args) in enumerate(zip(kernels, table)):
+            hook("before", step, place)
+            ptrs = (ctypes.c_void_p * max(len(args), 1))()
+            for i, (space, index) in enumerate(args):
+                if space in bases:
+                    ptrs[i] = bases[space][index]
+                else:
+                    base = self._arena if space == "arena" else self._blob
+                    ptrs[i] = base.ctypes.data + int(index)
+            getattr(self._lib, f"{kernel['name']}_entry")(ptrs)
+            hook("after", step, place)
+        return collect_outputs(self.manifest, arrays, outs, self.constants)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         arrays = check_inputs(self.manifest["inputs"], inputs)

@@ -14,6 +14,7 @@ exporter Shape->Gather->Concat->Reshape chains resolve to static shapes.
 """
 from __future__ import annotations
 
+import math
 import os
 from functools import lru_cache
 from typing import Mapping, Sequence
@@ -130,6 +131,22 @@ def _check_supported(graph: onnx.GraphProto, names: list[str], opsets: Mapping[s
                     if node.domain in DEFAULT_DOMAINS), opsets[""])
 
 
+# the largest tensor the kernels index: they compute element offsets in int32 (the C
+# and CUDA printers' index type), so a tensor past it is refused at import, naming it
+MAX_ELEMENTS = 2 ** 31 - 1
+
+
+def _check_extent(what: str, shape: Sequence[int]) -> None:
+    """ModelError unless every dim of `shape` is >= 0 and it has at most MAX_ELEMENTS."""
+    for i, d in enumerate(shape):
+        if d < 0:
+            raise ModelError(f"{what} dim {i} is {d}; dimensions must be >= 0")
+    size = math.prod(shape)
+    if size > MAX_ELEMENTS:
+        raise ModelError(f"{what} has {size} elements (shape {list(shape)}), more than the "
+                         f"{MAX_ELEMENTS} a kernel can index (int32 offsets)")
+
+
 def _input_type(info: onnx.ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
     described = value_info_dims(info)
     if described is None:
@@ -143,6 +160,7 @@ def _input_type(info: onnx.ValueInfoProto, bound: Sequence[int] | None) -> Tenso
                              f"the model's {['?' if d is None else d for d in dims]}")
         if any(d < 0 for d in bound):
             raise ModelError(f"input '{info.name}': bound shape {list(bound)} is negative")
+        _check_extent(f"input '{info.name}'", bound)
         return TensorType(dtype, bound)
     if dims is None:
         raise ModelError(f"input '{info.name}' has no shape; bind one (e.g. --shape "
@@ -152,6 +170,7 @@ def _input_type(info: onnx.ValueInfoProto, bound: Sequence[int] | None) -> Tenso
             what = f"symbolic ('{d}')" if d else "unknown"
             raise ModelError(f"input '{info.name}' dim {i} is {what}; bind it with --shape "
                              f"{info.name}=d0,d1,...")
+    _check_extent(f"input '{info.name}'", dims)
     return TensorType(dtype, tuple(dims))
 
 
@@ -273,6 +292,9 @@ class _Importer:
         types = [self.types[i] if i else None for i in node.inputs]
         values = [self.values.get(i) if i else None for i in node.inputs]
         out_types = infer_node(node, types, values)
+        for name, t in zip(node.outputs, out_types):
+            if name and t is not None:
+                _check_extent(f"node '{node.name}' ({node.op}) output '{name}'", t.shape)
         known = type_values(node, types)
         if known is None and self._foldable(node, out_types):
             known = evaluate_node(node, values)

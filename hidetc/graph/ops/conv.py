@@ -92,12 +92,16 @@ def window_geometry(op: str, sizes: tuple[int, ...], kernel: tuple[int, ...], at
     for i, (size, k, s, d) in enumerate(zip(sizes, kernel, strides, dilations)):
         span = (k - 1) * d + 1
         padded = size + begin[i] + end[i]
-        if padded < span:
-            fail(op, f"input 0 spatial dim {i} is {size} (padded {padded}), smaller than the "
-                     f"dilated kernel {span}")
+        # ONNX: ceil((padded - span) / s) + 1 under ceil_mode, floor otherwise; the
+        # difference may be negative under ceil_mode (a kernel larger than the padded
+        # input, an exported global pool): one window, cut to the input, as ONNX Runtime
+        # and PyTorch give
         n = (-(-(padded - span) // s) if ceil_mode else (padded - span) // s) + 1
-        if ceil_mode and (n - 1) * s >= size + begin[i]:
+        if ceil_mode and n > 1 and (n - 1) * s >= size + begin[i]:
             n -= 1
+        if n < 1:
+            fail(op, f"input 0 spatial dim {i} is {size} (padded {padded}), smaller than the "
+                     f"dilated kernel {span}" + ("" if ceil_mode else " (no ceil_mode)"))
         out.append(n)
         extra.append(max(0, (n - 1) * s + span - padded))
     return Window(kernel, strides, dilations, tuple(begin), tuple(end), tuple(extra), tuple(out))

@@ -39,7 +39,7 @@ store out of bounds (padding taps are skipped or zero-filled, never clamped read
 """
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -134,6 +134,17 @@ class ConvTemplate:
         if geo.channels_last:
             return conv_direct.LAST_SHORT_LIST[target.isa][0]
         return default_gemm(geo.ocg, geo.oh * geo.ow, target.isa)
+
+    def exact_config(self, task: Task, config: ConvConfig,
+                     target: CpuTarget) -> Optional[ConvConfig]:
+        """The config to fall back to when `config`'s order of operations is not the
+        direct sum's (a Winograd convolution: its transforms trade accuracy for speed,
+        see `winograd`): the default (a direct or GEMM convolution); None when `config`
+        already sums in the direct order. What a compile whose verification misses the
+        tolerance rebuilds the diverging kernels with (`hidetc.driver.recover`)."""
+        if isinstance(config, WinogradConfig):
+            return self.default(task, target)
+        return None
 
     def build(self, task: Task, config: ConvConfig, name: str, target: CpuTarget,
               prepacked: bool = False) -> Function:

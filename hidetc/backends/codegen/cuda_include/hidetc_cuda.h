@@ -8,6 +8,9 @@
  *
  * Helpers (names the CUDA printer emits, see hidetc/backends/codegen/cuda.py):
  *   HIDETC_DYNAMIC_SHARED(name, bytes)    a kernel's dynamic shared array
+ *   HIDETC_SHARED_SLICE(T, name, n, base, offset)  one shared array inside it
+ *   HIDETC_LOCAL_POISON(name)            a local array's undefined first contents
+ *   HIDETC_SLD(a, i), HIDETC_SST(a, i, v) shared loads and stores (checked emulated)
  *   hidetc_{min,max}_<dtype>(a, b)       NaN-propagating for floats (numpy semantics)
  *   hidetc_{sigmoid,rsqrt}_<float dtype>  exact: 1/(1+exp(-x)), 1/sqrt(x)
  *   hidetc_<fn>_float16(...)             float16 math: computed in float, rounded once
@@ -39,6 +42,26 @@
 #define HIDETC_DYNAMIC_SHARED(NAME, BYTES) extern __shared__ __align__(16) unsigned char NAME[]
 #endif
 
+/* ---- one shared array as a slice of the dynamic one: a restrict pointer on the GPU;
+ * in the emulator a reference to an array of N, so its indexing is bounds-checked like
+ * a static array's ------------------------------------------------------------------ */
+#ifdef HIDETC_EMULATE
+#define HIDETC_SHARED_SLICE(T, NAME, N, BASE, OFFSET) \
+  T(&NAME)[N] = *reinterpret_cast<T(*)[N]>((BASE) + (OFFSET))
+#else
+#define HIDETC_SHARED_SLICE(T, NAME, N, BASE, OFFSET) \
+  T *__restrict__ NAME = (T *)((BASE) + (OFFSET))
+#endif
+
+/* ---- a per-thread local array's first contents: undefined on the GPU; poison (all
+ * bits set: NaN in floats) in the emulator, so a read before a store (an accumulator
+ * never zeroed) shows in the results instead of passing on a stale stack ---------- */
+#ifdef HIDETC_EMULATE
+#define HIDETC_LOCAL_POISON(NAME) std::memset(NAME, 0xff, sizeof(NAME))
+#else
+#define HIDETC_LOCAL_POISON(NAME) ((void)0)
+#endif
+
 /* ---- shared-memory loads and stores (the printer's): plain accesses on the GPU; the
  * emulator records each one (thread, barrier interval) for its race check ----------- */
 #ifdef HIDETC_EMULATE
@@ -47,8 +70,8 @@ static inline T *hidetc_emu_shared(T *p, int write, const char *array, int line)
   hidetc_emu_shared_access(p, (int)sizeof(T), write, array, line);
   return p;
 }
-/* a static shared array: bounds-checked (every launch); a slice of the dynamic shared
- * array (a pointer): its extent is not in its type, so unchecked */
+/* a shared array (static, or a slice of the dynamic one: HIDETC_SHARED_SLICE gives it
+ * its array type) is bounds-checked in every launch; a plain pointer is not */
 template <class A>
 static inline auto *hidetc_emu_shared_at(A &a, long i, int write, const char *array, int line) {
   if constexpr (std::is_array<A>::value) {

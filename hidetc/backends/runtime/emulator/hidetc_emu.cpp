@@ -54,10 +54,10 @@ size_t g_stack_size = 256 * 1024;
 bool g_reverse = false;   /* blocks last to first, threads last to first (order independence) */
 unsigned g_epoch = 1;     /* the block's barrier interval (its barriers released + 1) */
 
-/* Per 2-byte unit of shared memory: the last store (thread, interval, line) and the
- * warps that loaded it in the current interval. */
+/* Per 2-byte unit of shared memory: the last store (thread, interval, line, its warp's
+ * sync count), the warps that loaded it in the current interval and the last reader. */
 struct Shadow {
-  unsigned w_epoch = 0, r_epoch = 0, reader_warps = 0;
+  unsigned w_epoch = 0, r_epoch = 0, reader_warps = 0, w_sync = 0, r_sync = 0;
   int writer = -1, w_line = 0, reader = -1, r_line = 0;
   bool written = false, pending = false;   /* stored in this block; a cp.async in flight */
   const char *w_array = "", *r_array = "";
@@ -66,6 +66,9 @@ std::unordered_map<uintptr_t, Shadow> g_shadow;
 std::vector<int> g_runq;
 size_t g_runq_head;
 std::vector<unsigned> g_exited, g_waiting;  /* per warp: lane bitmasks */
+/* per warp: how many warp-wide synchronizations (a collective every live lane joined:
+ * __syncwarp, a full-mask shuffle or vote, ldmatrix, mma) it has passed in this block */
+std::vector<unsigned> g_warp_sync;
 int g_nthreads, g_nexited, g_nbarrier;
 void (*g_entry)(void **);
 void **g_args;
@@ -236,6 +239,7 @@ bool try_resolve(int warp, unsigned mask) {
                       warp, first, kKindNames[kind], l, kKindNames[g.kind]);
   }
   resolve(kind, warp, part);
+  if (part == (existing_lanes(warp) & ~g_exited[warp])) g_warp_sync[warp]++;
   g_waiting[warp] &= ~part;
   for (int l = 0; l < 32; l++) {
     Fiber *g = &g_fibers[warp * 32 + l];
@@ -361,6 +365,7 @@ bool run_block() {
   }
   std::fill(g_exited.begin(), g_exited.end(), 0u);
   std::fill(g_waiting.begin(), g_waiting.end(), 0u);
+  std::fill(g_warp_sync.begin(), g_warp_sync.end(), 0u);
   g_nexited = g_nbarrier = 0;
   for (;;) {
     while (g_runq_head < g_runq.size()) {
@@ -419,24 +424,39 @@ void hidetc_emu_shared_pending(const void *p, int bytes) {
   for (; a < end; a += 2) g_shadow[a].pending = true;
 }
 
+/* Another thread's access in the current barrier interval that nothing orders before
+ * this one: from another warp, or from another lane of this warp with no warp-wide
+ * synchronization since (lanes run independently since Volta: only __syncwarp or a
+ * collective orders them). */
+static bool unordered(int other, unsigned epoch, unsigned sync, int t) {
+  if (other < 0 || other == t || epoch != g_epoch) return false;
+  return other / 32 != t / 32 || sync == g_warp_sync[t / 32];
+}
+
 void hidetc_emu_shared_record(const void *p, int bytes, int write, const char *array,
                               int line) {
   if (!hidetc_emu_checks || !in_shared((uintptr_t)p)) return;
   Fiber *f = cur();
   int t = f->id, warp = t / 32;
+  unsigned sync = g_warp_sync[warp];
   uintptr_t a = (uintptr_t)p & ~(uintptr_t)1, end = (uintptr_t)p + (uintptr_t)bytes;
   for (; a < end; a += 2) {
     Shadow &s = g_shadow[a];
-    bool stored = s.w_epoch == g_epoch && s.writer / 32 != warp;
+    bool stored = unordered(s.writer, s.w_epoch, s.w_sync, t);
     if (write) {
-      bool loaded = s.r_epoch == g_epoch && (s.reader_warps & ~(1u << (warp % 32)));
-      if (stored || loaded)
+      bool other_warps = s.r_epoch == g_epoch && (s.reader_warps & ~(1u << (warp % 32)));
+      int reader = other_warps ? s.reader : -1;
+      if (!other_warps && unordered(s.reader, s.r_epoch, s.r_sync, t)) reader = s.reader;
+      if (stored || reader >= 0)
         hidetc_emu_fail("race on shared memory (byte %ld): thread %d stores %s (line %d) "
-                        "where thread %d %s %s (line %d) in the same barrier interval",
-                        shared_offset(a), t, array, line, stored ? s.writer : s.reader,
+                        "where thread %d %s %s (line %d) in the same barrier interval%s",
+                        shared_offset(a), t, array, line, stored ? s.writer : reader,
                         stored ? "stored" : "loaded", stored ? s.w_array : s.r_array,
-                        stored ? s.w_line : s.r_line);
+                        stored ? s.w_line : s.r_line,
+                        (stored ? s.writer : reader) / 32 == warp
+                            ? " (same warp, no __syncwarp between)" : "");
       s.writer = t; s.w_epoch = g_epoch; s.w_line = line; s.w_array = array;
+      s.w_sync = sync;
       s.written = true;
       s.pending = false;
     } else {
@@ -450,11 +470,13 @@ void hidetc_emu_shared_record(const void *p, int bytes, int write, const char *a
                         line, shared_offset(a));
       if (stored)
         hidetc_emu_fail("race on shared memory (byte %ld): thread %d loads %s (line %d) "
-                        "what thread %d stored to %s (line %d) in the same barrier interval",
-                        shared_offset(a), t, array, line, s.writer, s.w_array, s.w_line);
+                        "what thread %d stored to %s (line %d) in the same barrier "
+                        "interval%s", shared_offset(a), t, array, line, s.writer, s.w_array,
+                        s.w_line, s.writer / 32 == warp ? " (same warp, no __syncwarp between)"
+                                                        : "");
       if (s.r_epoch != g_epoch) { s.r_epoch = g_epoch; s.reader_warps = 0; }
       s.reader_warps |= 1u << (warp % 32);
-      s.reader = t; s.r_line = line; s.r_array = array;
+      s.reader = t; s.r_line = line; s.r_array = array; s.r_sync = sync;
     }
   }
 }
@@ -560,6 +582,7 @@ static int launch(void (*entry)(void **), unsigned gx, unsigned gy, unsigned gz,
   g_fibers.assign((size_t)g_nthreads, Fiber());
   g_exited.assign((size_t)(g_nthreads + 31) / 32, 0u);
   g_waiting.assign(g_exited.size(), 0u);
+  g_warp_sync.assign(g_exited.size(), 0u);
   g_entry = entry;
   g_args = args;
   hidetc_emu_grid_dim = dim3{gx, gy, gz};
