@@ -134,7 +134,7 @@ def _tune(graph, backend, machine: Target, cfg: CompileConfig, progress
         choices, summary = tune_graph(graph, machine, tune=tune, level=level, arch=arch,
                                       records=store, device=device,
                                       toolchain=toolchain_version(target),
-                                      progress=progress)
+                                      progress=progress, tolerance=cfg.tolerance)
         record = {"enabled": tune, "space": level, "device": device, "arch": arch,
                   "records": str(store.path), **summary.as_dict()}
     return choices, record
@@ -232,8 +232,10 @@ def _recover(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan, choice
              tuning: dict, machine: Target, cfg: CompileConfig, backend, model_path: Path,
              graph, optimized, failure: VerificationError) -> dict:
     """Verification failed: rebuild the diverging kernels with exact-order configs
-    (`hidetc.driver.recover`) and return the manifest that passes, else raise the
-    failure naming the kernel that diverges most on exact inputs."""
+    (`hidetc.driver.recover`); failing that, with the default layout pass on, the whole
+    model once more with the model's own NCHW layout (the layout pass changes the
+    kernels and their summation order everywhere); return the manifest that passes,
+    else raise the failure naming the kernel that diverges most on exact inputs."""
     inputs = (load_sample(cfg.sample, list(graph.inputs)) if cfg.sample
               else sample_inputs(graph, cfg.seed))
     executor = make_executor(writer.path, manifest, warn_cores=False)
@@ -242,15 +244,16 @@ def _recover(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan, choice
         raise failure
     reference = run_graph(optimized, inputs, keep_all=True)
 
-    def rebuild(new_choices: dict) -> tuple[dict, Optional[str]]:
+    def rebuild(new_choices: dict, graph_=optimized, tuning_=tuning, cfg_=cfg
+                ) -> tuple[dict, Optional[str]]:
         writer.reset()
-        new_plan = plan_graph(optimized, machine, fuse=cfg.fuse,
-                              dump_dir=_dump(cfg, "fusion"), choices=new_choices)
-        rebuilt = _write_artifact(writer, new_plan, cfg, backend, model_path)
-        rebuilt["tuning"] = tuning
+        new_plan = plan_graph(graph_, machine, fuse=cfg_.fuse,
+                              dump_dir=_dump(cfg_, "fusion"), choices=new_choices)
+        rebuilt = _write_artifact(writer, new_plan, cfg_, backend, model_path)
+        rebuilt["tuning"] = tuning_
         writer.stage_manifest({**rebuilt, "verification": {"status": "pending"}})
         try:
-            rebuilt["verification"] = _verify(writer.path, rebuilt, model_path, graph, cfg)
+            rebuilt["verification"] = _verify(writer.path, rebuilt, model_path, graph, cfg_)
         except VerificationError as again:
             return rebuilt, str(again)
         return rebuilt, None
@@ -259,11 +262,25 @@ def _recover(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan, choice
                              machine, rebuild, str(failure))
     if passed:
         return passed
+    tried = ("exact-order rebuilds did not pass either" if fallbacks(plan, choices, machine,
+                                                                      errors)
+             else "no kernel has an exact-order config to rebuild with")
+    if cfg.layout == "auto":
+        nchw = replace(cfg, layout="nchw")
+        kept = optimized_graph(graph, nchw, backend.kind)
+        if [n.op for n in kept.nodes] != [n.op for n in optimized.nodes]:
+            tried += ", nor did the model's own NCHW layout"
+            kept_choices, kept_tuning = _tune(kept, backend, machine, nchw, None)
+            rebuilt, again = rebuild(kept_choices, kept, kept_tuning, nchw)
+            if again is None:
+                rebuilt["verification"]["recovery"] = {
+                    "first_failure": str(failure), "layout": "nchw",
+                    "rebuilt": "every kernel: the model's own NCHW layout (the exact-order "
+                               "kernel rebuilds did not pass)"}
+                return rebuilt
     worst = worst_kernel(errors)
     hint = (f"; the kernel diverging most on exact inputs is {worst.kernel} ({worst.op} "
             f"{worst.node!r}: {worst.describe()})" if worst is not None else "")
-    tried = "exact-order rebuilds did not pass either" if fallbacks(
-        plan, choices, machine, errors) else "no kernel has an exact-order config to rebuild with"
     raise VerificationError(f"{failure}; {tried}{hint}") from None
 
 

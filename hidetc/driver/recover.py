@@ -19,8 +19,10 @@ model misses its tolerance. Then, instead of failing:
    rebuilt (kernel, node, op, from, to, its error on exact inputs) and the first
    failure.
 
-Only when no round passes (or no kernel has a fallback) does the compile fail, with
-the original one-line error plus the kernel that diverges most on exact inputs.
+When no round passes (or no kernel has a fallback), the compile (`api._recover`)
+builds the model once more with its own NCHW layout where the layout pass had changed
+it; only when that fails too does the compile fail, with the original one-line error
+plus the kernel that diverges most on exact inputs.
 Assumes the plan's `tasks` map kernel names to the tasks `choices` is keyed by.
 """
 from __future__ import annotations

@@ -273,6 +273,11 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, em
     if output_path is not None:
         _save_npz(output_path, outputs)
     if failed:
+        if not sanitize and model.target == "cpu":      # which kernel: judged one by one
+            hazards = check_kernels(model, compare_model, inputs)
+            if hazards:
+                failed += f"; the first kernel that differs on exact inputs: " \
+                          f"{hazards[0].removeprefix('kernel ')}"
         click.echo(f"hidetc: error: {failed}", err=True)
         sys.exit(1)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +100,9 @@ def test_run_compare_exits_1_when_an_output_misses_the_tolerance(artifact, tmp_p
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hidetc: error: output 'y' differs"), lines
     assert "tolerance 0.0001" in lines[0] and "Traceback" not in result.output
+    # and on the cpu the kernels judged one by one name the one that differs
+    assert re.search(r"; the first kernel that differs on exact inputs: matmul\w* "
+                     r"\(MatMul '[^']+'\)", lines[0]), lines[0]
 
 
 def test_inspect_json(artifact):

@@ -112,8 +112,33 @@ def test_a_missed_tolerance_is_recovered_with_exact_configs(tmp_path, errors):
 def test_an_unrecoverable_miss_names_the_worst_kernel(tmp_path, errors):
     path, _, e_d = errors
     with pytest.raises(VerificationError, match=r"verification failed: .*; exact-order "
-                                                r"rebuilds did not pass either; the kernel "
+                                                r"rebuilds did not pass either, nor did the "
+                                                r"model's own NCHW layout; the kernel "
                                                 r"diverging most on exact inputs is \w+ "
                                                 r"\(\w+ '[^']+': relative error"):
         hidetc.compile_model(path, tmp_path / "out", target="cpu", tune=False, rtol=e_d / 100)
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.tmp-*"))
+
+
+def test_the_last_resort_is_the_models_own_layout(tmp_path, monkeypatch):
+    """No kernel has an exact-order fallback (the defaults), and the channels-last
+    build misses (a verifier that fails every build of the default layout pass): the
+    model is rebuilt once with its own NCHW layout, which passes, and the manifest's
+    config says so (so every later per-kernel check rebuilds the same graph)."""
+    proto = _model()
+    path = tmp_path / "m.onnx"
+    models.save(proto, path)
+    real = api._verify
+
+    def verify(out, manifest, model_path, graph, cfg):
+        if cfg.layout == "auto":
+            raise VerificationError("verification failed: output 'r2' differs (planted)")
+        return real(out, manifest, model_path, graph, cfg)
+
+    monkeypatch.setattr(api, "_verify", verify)
+    result = hidetc.compile_model(path, tmp_path / "out", target="cpu", tune=False)
+    recovery = result.manifest["verification"]["recovery"]
+    assert recovery["layout"] == "nchw" and "planted" in recovery["first_failure"]
+    assert result.manifest["config"]["layout"] == "nchw"
+    assert not any(k["op"] == "ConvNHWC" for k in result.manifest["kernels"])
+    assert _error(tmp_path / "out", proto) < 1e-4

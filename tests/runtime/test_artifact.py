@@ -13,8 +13,8 @@ import yaml
 from hidetc.backends.runtime.artifact import (
     FORMAT_VERSION,
     MANIFEST,
-    REQUIRED_KEYS,
     OWNER_FILE,
+    REQUIRED_KEYS,
     UNOWNED_GRACE_S,
     ArtifactWriter,
     check_output_dir,
@@ -212,7 +212,7 @@ def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
     kept = [_leftover(out, "tmp", {"host": host, "pid": os.getpid(), "start": None}),
             _leftover(out, "tmp", {"host": host + "-elsewhere", "pid": 1, "start": None}),
             _leftover(out, "tmp", None)]
-    other = tmp_path / f".other.tmp-1234"            # another OUT's: not ours to judge
+    other = tmp_path / ".other.tmp-1234"            # another OUT's: not ours to judge
     other.mkdir()
     _write(out)
     assert not any(p.exists() for p in gone)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from hidetc.compute.task import Task
 from hidetc.driver.tune.measure import CandidateResult, MeasureStats, best, measure_candidates
+from hidetc.driver.tune.worker import wide_reference
 from hidetc.errors import HidetcError
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cpu import TEMPLATES
@@ -236,3 +238,40 @@ def test_workers_run_numpy_blas_on_one_thread(monkeypatch):
     results = measure_built(["blas"], {}, [0], job=job, stats=MeasureStats(),
                             module="helpers.stall_worker", timeout_s=30.0, progress=None)
     assert results[0].time_ms == 1.0
+
+
+def test_candidates_over_their_numerics_budget_are_dropped():
+    """The worker measures each candidate's error against the op's reference in float64
+    (`wide_reference`); one within the dtype's RTOL but over the job's budget is dropped
+    as "over the numerics budget", naming its error and share; without a budget the
+    same candidates pass."""
+    task = matmul_task(32, 512, 48)
+    configs = [GemmConfig(4, 16, 64, 128, 64), GemmConfig(5, 16, 64, 384, 256)]
+    fine = measure_candidates(task, TEMPLATES["MatMul"], configs, repeat=2)
+    assert all(r.error is None for r in fine), fine
+    tight = measure_candidates(task, TEMPLATES["MatMul"], configs, repeat=2,
+                               budget_rtol=1e-12)
+    assert all(r.error is not None and r.error.startswith(
+        "over the numerics budget: output 0: rel err ") and "> its share 1e-12" in r.error
+        for r in tight), tight
+
+
+def test_the_yardstick_is_float64_unless_that_changes_the_op():
+    """A float MatMul's reference is computed in float64; a BitCast's (whose meaning
+    depends on its input type) stays the native one."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((8, 300)).astype(np.float32), \
+        rng.standard_normal((300, 5)).astype(np.float32)
+    (ref,) = wide_reference(matmul_task(8, 300, 5), [a, b])
+    assert ref.dtype == np.float64
+    np.testing.assert_allclose(ref, a.astype(np.float64) @ b, rtol=1e-12)
+    bits = np.arange(-3, 3, dtype=np.int32)
+    cast = Task("BitCast", (TensorType("int32", (6,)),), (TensorType(F32, (6,)),),
+                (("to", F32),), (None,))
+    (same,) = wide_reference(cast, [bits])
+    np.testing.assert_array_equal(same.view(np.int32), bits)
+    f = rng.standard_normal(6).astype(np.float32)
+    back = Task("BitCast", (TensorType(F32, (6,)),), (TensorType("int32", (6,)),),
+                (("to", "int32"),), (None,))
+    (raw,) = wide_reference(back, [f])
+    np.testing.assert_array_equal(raw, f.view(np.int32))

@@ -180,9 +180,9 @@ def test_f16_tensor_core_matmul_checked_at_1e_2(tmp_path, monkeypatch):
     assert all(r.error is None and r.time_ms > 0 for r in results), results
     assert stats.units == stats.units_cached == 1
     inputs, (ref,) = worker_cuda.inputs_and_reference(task, 0)
-    assert ref.dtype == np.float16 and all(a.dtype == np.float16 for a in inputs)
-    exact = inputs[0].astype(np.float32) @ inputs[1].astype(np.float32)
-    np.testing.assert_array_equal(ref, exact.astype(np.float16))
+    assert ref.dtype == np.float64 and all(a.dtype == np.float16 for a in inputs)
+    exact = inputs[0].astype(np.float64) @ inputs[1].astype(np.float64)
+    np.testing.assert_allclose(ref, exact, rtol=1e-12)   # the float64 yardstick
     assert worker_cuda.mismatch(ref, exact) is None                  # within 1e-2
     assert worker_cuda.mismatch((ref * 1.05).astype(np.float16), exact) is not None
 

@@ -8,7 +8,15 @@ from helpers.fusion_graphs import graph_of, resnet_block
 from helpers.tasks import nhwc_task
 
 from hidetc.driver.tune.records import CandidateResult, RecordStore
-from hidetc.driver.tune.search import SHORT_LIST, anchor_tasks, candidates, tune_graph
+from hidetc.driver.tune.search import (
+    BUDGET_FLOOR,
+    SHORT_LIST,
+    UNIT_ROUNDOFF,
+    anchor_tasks,
+    candidates,
+    numerics_budget,
+    tune_graph,
+)
 from hidetc.schedules.cpu import TEMPLATES
 
 DEVICE, ARCH, TOOLS = "cpu:test", "x86-64-avx2", "gcc test"
@@ -144,3 +152,27 @@ def test_candidates_measure_each_distinct_kernel_once():
     short = candidates(template, task, target, 1)
     assert short[0] == template.default(task, target)
     assert len({key(c) for c in short}) == len(short) == min(SHORT_LIST, len(whole))
+
+
+def test_the_numerics_budget_shares_the_tolerance():
+    """A kernel's share falls as 1/sqrt(kernels), never under a few unit roundoffs of
+    its output type, and there is none for integer outputs or without a tolerance; the
+    summary records the float32 share, and candidates dropped for it are counted."""
+    graph = graph_of(resnet_block())
+    task = next(t for t, _ in anchor_tasks(graph, targets.CPU))
+    shares = [numerics_budget(1e-4, task, n) for n in (1, 4, 100, 10 ** 6)]
+    assert shares[0] == 5e-5 and shares[1] == 2.5e-5 and shares[2] == 5e-6
+    assert shares[3] == BUDGET_FLOOR * UNIT_ROUNDOFF["float32"]
+    assert numerics_budget(None, task, 10) is None
+
+    class OverBudget(FakeMeasure):
+        def __call__(self, task, template, configs, *, target, progress=None):
+            return [CandidateResult(repr(c), None, "over the numerics budget: output 0: "
+                                    "rel err 1e-05 > its share 5e-06") for c in configs]
+
+    with RecordStore(":memory:") as store:
+        choices, summary = tune(graph, store, OverBudget(), level=0, tolerance=1e-4)
+    assert summary.over_budget == summary.failures > 0
+    kernels = summary.as_dict()["numerics_budget"]
+    assert 0 < kernels < 5e-5
+    assert all(c.source == "default (all failed)" for c in choices.values())

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import os
 import json
+import os
 import secrets
 import shutil
 import socket

@@ -46,7 +46,7 @@ from hidetc.backends.runtime.emulator.emulator import (
     EmulatorError,
     build_emulated,
 )
-from hidetc.backends.runtime.executor import check_inputs, collect_outputs
+from hidetc.backends.runtime.executor import check_inputs, collect_outputs, value_bytes
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.errors import ArtifactError
 from hidetc.tir import scratch
@@ -164,18 +164,8 @@ class EmulatedCudaExecutor:
     def _place(self, value: str, arrays, outs) -> Optional[np.ndarray]:
         """The bytes of graph value `value` in this pass: its arena region (its own,
         when sanitizing), its output or input buffer; None for weights or unknown."""
-        memory = self.manifest["memory"]
-        if value in memory["offsets"] and value in memory.get("bytes", {}):
-            start = (self._spaced[value] if self._spaced is not None
-                     else int(memory["offsets"][value]))
-            return self._arena[start:start + int(memory["bytes"][value])]
-        for k, spec in enumerate(self.manifest["outputs"]):
-            if spec["name"] == value:
-                return outs[k].reshape(-1).view(np.uint8)
-        for k, spec in enumerate(self.manifest["inputs"]):
-            if spec["name"] == value:
-                return arrays[k].reshape(-1).view(np.uint8)
-        return None
+        start = self._spaced.get(value) if self._spaced is not None else None
+        return value_bytes(self.manifest, value, self._arena, arrays, outs, start)
 
     def run_with_hook(self, inputs: Mapping[str, np.ndarray],
                       hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:

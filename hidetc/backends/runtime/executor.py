@@ -57,6 +57,25 @@ def collect_outputs(manifest: dict, inputs: list[np.ndarray], outputs: list[np.n
     return {o["name"]: a for o, a in zip(manifest["outputs"], outputs)}
 
 
+def value_bytes(manifest: dict, value: str, arena: np.ndarray, inputs: list[np.ndarray],
+                outputs: list[np.ndarray], arena_start: Optional[int] = None
+                ) -> Optional[np.ndarray]:
+    """The bytes (a uint8 view) where graph value `value` lives in one pass: its arena
+    region (at `arena_start` when given: a sanitized pass spaces the values, else at
+    its planned offset), or its output or input buffer; None for weights or unknown."""
+    memory = manifest["memory"]
+    if value in memory["offsets"] and value in memory.get("bytes", {}):
+        start = int(memory["offsets"][value]) if arena_start is None else arena_start
+        return arena[start:start + int(memory["bytes"][value])]
+    for k, spec in enumerate(manifest["outputs"]):
+        if spec["name"] == value:
+            return outputs[k].reshape(-1).view(np.uint8)
+    for k, spec in enumerate(manifest["inputs"]):
+        if spec["name"] == value:
+            return inputs[k].reshape(-1).view(np.uint8)
+    return None
+
+
 def _pointers(arrays: list[np.ndarray]) -> ctypes.Array:
     ptrs = (ctypes.c_void_p * max(len(arrays), 1))()
     for i, a in enumerate(arrays):
@@ -145,19 +164,9 @@ class CpuExecutor:
                                 "hidetc): recompile it to run it launch by launch")
         arrays = check_inputs(self.manifest["inputs"], inputs)
         outs = [np.zeros(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
-        memory = self.manifest["memory"]
 
         def place(value: str) -> Optional[np.ndarray]:
-            if value in memory["offsets"] and value in memory.get("bytes", {}):
-                start = int(memory["offsets"][value])
-                return self._arena[start:start + int(memory["bytes"][value])]
-            for k, spec in enumerate(self.manifest["outputs"]):
-                if spec["name"] == value:
-                    return outs[k].reshape(-1).view(np.uint8)
-            for k, spec in enumerate(self.manifest["inputs"]):
-                if spec["name"] == value:
-                    return arrays[k].reshape(-1).view(np.uint8)
-            return None
+            return value_bytes(self.manifest, value, self._arena, arrays, outs)
 
         bases = {"input": [a.ctypes.data for a in arrays],
                  "output": [o.ctypes.data for o in outs]}

@@ -110,7 +110,8 @@ def measure_candidates(task: Task, template, configs: Sequence[Config], *,
                        jobs: int | None = None,
                        progress: Callable[[int], None] | None = None,
                        stats: MeasureStats | None = None, arch: str | None = None,
-                       backend: str | None = None) -> list[CandidateResult]:
+                       backend: str | None = None,
+                       budget_rtol: float | None = None) -> list[CandidateResult]:
     """One result per config, in order (see the module docstring). `progress(n)` is
     called with the number of configs finished so far. `target`: the Target the
     kernels are built for (a kind name: `default_target`)."""
@@ -122,7 +123,7 @@ def measure_candidates(task: Task, template, configs: Sequence[Config], *,
     results = MEASURERS[machine.kind](task, template, list(configs), repeat=repeat,
                                       timeout_s=timeout_s, jobs=jobs or default_jobs(),
                                       progress=progress, stats=stats, machine=machine,
-                                      arch=arch, backend=backend)
+                                      arch=arch, backend=backend, budget_rtol=budget_rtol)
     for r in results:
         if r.error is not None:
             log.warning("dropped %s for %s: %s", r.config, task.signature(), r.error)
@@ -228,7 +229,8 @@ def _build_cpu(task: Task, template, configs: list, jobs: int, stats: MeasureSta
 def _measure_cpu(task: Task, template, configs: list, *, repeat: int, timeout_s: float,
                  jobs: int, progress: Optional[Callable[[int], None]],
                  stats: MeasureStats, machine: CpuTarget, arch: Optional[str] = None,
-                 backend: Optional[str] = None) -> list[CandidateResult]:
+                 backend: Optional[str] = None,
+                 budget_rtol: Optional[float] = None) -> list[CandidateResult]:
     stats.candidates = len(configs)
     errors: dict[int, str] = {}
     units = _build_cpu(task, template, configs, jobs, stats, errors, machine)
@@ -236,7 +238,7 @@ def _measure_cpu(task: Task, template, configs: list, *, repeat: int, timeout_s:
     candidates = [(str(u.so), fn.name) for u in units if u.so is not None
                   for _, fn in u.kernels]
     job = {"task": task, "candidates": candidates, "repeat": max(1, repeat),
-           "warmup": WARMUP, "seed": SEED}
+           "warmup": WARMUP, "seed": SEED, "budget_rtol": budget_rtol}
     if hasattr(template, "prepare_inputs"):   # weights packed per config (cpu.prepack)
         job["prepare"] = template
         job["configs"] = [configs[i] for i in index]

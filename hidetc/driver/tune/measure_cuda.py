@@ -244,7 +244,8 @@ def _compile_units(units: list[_Unit], arch: str, backend: Optional[str], out_di
 def measure_cuda(task: Task, template, configs: list, *, repeat: int, timeout_s: float,
                  jobs: int, progress: Optional[Callable[[int], None]],
                  stats: MeasureStats, machine: CudaTarget, arch: Optional[str] = None,
-                 backend: Optional[str] = None) -> list[CandidateResult]:
+                 backend: Optional[str] = None,
+                 budget_rtol: Optional[float] = None) -> list[CandidateResult]:
     """`MEASURERS["cuda"]`: see the module docstring."""
     backend = resolve_backend(backend)
     arch = resolve_arch(arch, backend)
@@ -262,7 +263,8 @@ def measure_cuda(task: Task, template, configs: list, *, repeat: int, timeout_s:
                                        _scratch_specs(fn), dynamic_shared_bytes(fn)))
                     index.append(i)
         job = {"task": task, "candidates": candidates, "backend": backend,
-               "repeat": max(1, repeat), "warmup": WARMUP, "seed": SEED}
+               "repeat": max(1, repeat), "warmup": WARMUP, "seed": SEED,
+               "budget_rtol": budget_rtol}
         return measure_built(configs, errors, index, module=WORKER, job=job,
                              timeout_s=timeout_s, progress=progress, stats=stats,
                              tmp=Path(tmp))

@@ -18,8 +18,10 @@ Per task, in order:
    1: a short list (the default, the template's `short_list` if it has one, then a
    seeded sample, SHORT_LIST in all); 2: the whole
    hardware-centric space -- measured in isolation (`hidetc.driver.tune.measure`), every
-   result and the winner saved to the records. A task whose candidates all fail keeps
-   the default (and says so).
+   result and the winner saved to the records. A candidate whose error against the
+   float64 reference passes its share of the model's tolerance (`numerics_budget`) is
+   dropped like a wrong one. A task whose candidates all fail keeps the default (and
+   says so).
 3. otherwise the template's default.
 
 `tune_graph` returns {task: Choice} for `plan_graph(choices=...)` and a `TuneSummary`.
@@ -60,10 +62,13 @@ class TuneSummary:
     failures: int = 0
     seconds: float = 0.0
     failed: list[dict] = field(default_factory=list)   # {"task", "config", "error"}
+    budget: Optional[float] = None     # a float32 kernel's share of the tolerance
+    over_budget: int = 0               # candidates dropped for it
 
     def as_dict(self) -> dict:
         return {"tasks": self.tasks, "from_records": self.from_records, "tuned": self.tuned,
                 "candidates": self.candidates, "failures": self.failures,
+                "numerics_budget": self.budget, "over_budget": self.over_budget,
                 "seconds": round(self.seconds, 2), "failed": self.failed[:20]}
 
     def line(self) -> str:
@@ -129,13 +134,35 @@ def _kernel_key(template, task: Task, target: Target) -> Callable[[Any], Any]:
     return lambda config: key(task, config, target)
 
 
+# float32 / float16 unit roundoff: a share below a few of them is below what an exact
+# kernel's own output rounding costs, so the share never goes under BUDGET_FLOOR of them
+UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "float64": 2.0 ** -53}
+BUDGET_FLOOR = 4
+
+
+def numerics_budget(tolerance: Optional[float], task: Task, kernels: int) -> Optional[float]:
+    """A kernel's share of the model's tolerance: the most norm-wise relative error (vs
+    the op's reference in float64, on the task's real shapes) a candidate may have and
+    still be chosen. The model's error is taken as the kernels' errors adding in
+    quadrature (independent roundings), and half the tolerance is left for their growth
+    through the layers: tolerance / (2 sqrt(kernels)), at least BUDGET_FLOOR unit
+    roundoffs of the task's output type. None (no budget) without a tolerance or for
+    non-float outputs. Documented beside the tolerances (`hidetc.driver.config`)."""
+    dtype = task.outputs[0].dtype if task.outputs else None
+    if tolerance is None or dtype not in UNIT_ROUNDOFF:
+        return None
+    return max(tolerance / (2.0 * max(kernels, 1) ** 0.5), BUDGET_FLOOR * UNIT_ROUNDOFF[dtype])
+
+
 class LocalMeasurer:
     """Candidates built and timed on this machine (`hidetc.driver.tune.measure`): what tuning
     uses unless a caller (a test) passes another `measure(task, template, configs, *,
-    target, progress)`. `prebuild` compiles every task's candidates ahead, in parallel."""
+    target, progress)`. `prebuild` compiles every task's candidates ahead, in parallel.
+    `budget(task)`: the task's numerics budget (`numerics_budget`), None for none."""
 
-    def __init__(self, arch: str):
+    def __init__(self, arch: str, budget: Callable[[Task], Optional[float]] | None = None):
         self.arch = arch
+        self.budget = budget
 
     def prebuild(self, work: list, *, target: Target) -> None:
         prebuild(work, target=target, arch=self.arch)
@@ -143,26 +170,33 @@ class LocalMeasurer:
     def __call__(self, task: Task, template, configs: list, *, target: Target,
                  progress: Callable[[int], None] | None = None) -> list:
         return measure_candidates(task, template, configs, target=target, progress=progress,
-                                  arch=self.arch)
+                                  arch=self.arch,
+                                  budget_rtol=self.budget(task) if self.budget else None)
 
 
 def tune_graph(graph: Graph, target: Target | str, *, tune: bool, level: int, arch: str,
                records: RecordStore, device: str, toolchain: str,
                progress: Callable[[str, int, int], None] | None = None,
-               measure: Callable | None = None) -> tuple[dict[Task, Choice], TuneSummary]:
+               measure: Callable | None = None, tolerance: Optional[float] = None
+               ) -> tuple[dict[Task, Choice], TuneSummary]:
     """{task: Choice} for every templated anchor task of `graph` (see the module
     docstring). `progress(label, done, total)` is called as candidates finish. `target`:
     the Target the kernels are built for (a kind name: `default_target`); `arch` keys
     the records (the facts of the target that change the choice). `measure` times
     candidates (default `LocalMeasurer(arch)`; its `prebuild`, where it has one, runs
     first over every pending task)."""
-    measure = measure if measure is not None else LocalMeasurer(arch)
     clock = time.perf_counter()
     summary = TuneSummary()
     choices: dict[Task, Choice] = {}
     limits = default_target(target, arch) if isinstance(target, str) else target
     work = anchor_tasks(graph, limits)
     summary.tasks = len(work)
+    kernels = sum(1 for _ in partition(graph, True, limits.kind))
+    if tolerance is not None:
+        summary.budget = max(tolerance / (2.0 * max(kernels, 1) ** 0.5),
+                             BUDGET_FLOOR * UNIT_ROUNDOFF["float32"])
+    measure = measure if measure is not None else LocalMeasurer(
+        arch, lambda task: numerics_budget(tolerance, task, kernels))
     pending = []
     for task, template in work:
         key = key_for(task, template.name, device, arch, toolchain,
@@ -196,6 +230,8 @@ def tune_graph(graph: Graph, target: Target | str, *, tune: bool, level: int, ar
         summary.candidates += len(results)
         failed = [r for r in results if r.error]
         summary.failures += len(failed)
+        summary.over_budget += sum(r.error.startswith("over the numerics budget")
+                                   for r in failed)
         summary.failed += [{"task": task.signature(), "config": r.config, "error": r.error}
                            for r in failed]
         winner = best(results)

@@ -22,9 +22,10 @@ shared bytes) and JOB["backend"] says how it runs:
 Per candidate. Correctness first, on the task's real shapes: the outputs of input set
 0 are filled with NaN (ints: a sentinel), one launch, outputs copied back and compared
 with the op's numpy reference (`get_op(task.op).reference`, norm-wise, `worker.RTOL`:
-1e-4 for f32, 1e-2 for f16; a mismatch is "wrong result: ..."). float16 inputs are
-random float16 values (standard normal: |x| < ~5, no overflow in the products), and the
-reference is computed in float32 from those very values and cast to float16 outputs.
+1e-4 for f32, 1e-2 for f16; a mismatch is "wrong result: ..."; past the job's
+`budget_rtol`, "over the numerics budget: ..."). float16 inputs are random float16
+values (standard normal: |x| < ~5, no overflow in the products), and the reference is
+computed in float64 from those very values (`worker.wide_reference`).
 Then timing (`timed_runs`: warm-up, at most `repeat` timed launches within the time
 budget, the median): on a GPU each launch is timed alone by two CUDA events recorded
 around it on the stream (device time, no host overhead), then the end event is
@@ -47,7 +48,14 @@ from typing import Any
 import numpy as np
 
 from hidetc.driver.tune import worker as cpu_worker
-from hidetc.driver.tune.worker import Fault, make_inputs, mismatch, serve, timed_runs
+from hidetc.driver.tune.worker import (
+    Fault,
+    make_inputs,
+    mismatch,
+    serve,
+    timed_runs,
+    wide_reference,
+)
 from hidetc.target import KNOWN_GPUS
 
 ROTATE_L2_FACTOR = cpu_worker.ROTATE_CACHE_FACTOR
@@ -70,14 +78,9 @@ def rotation_copies(footprint: int, l2_bytes: int) -> int:
 
 def inputs_and_reference(task, seed: int) -> tuple[list, list[np.ndarray]]:
     """The task's inputs (`worker.make_inputs`) and its reference outputs, computed in
-    float32 from float16 inputs and cast to float16 outputs."""
-    from hidetc.graph.ops.registry import get_op
+    float64 from the (float16 or float32) inputs (`worker.wide_reference`)."""
     inputs = make_inputs(task, seed)
-    wide = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == np.float16
-            else a for a in inputs]
-    refs = get_op(task.op).reference(wide, dict(task.attrs))
-    return inputs, [np.asarray(r).astype(t.dtype) if t.dtype == "float16" else np.asarray(r)
-                    for r, t in zip(refs, task.outputs)]
+    return inputs, wide_reference(task, inputs)
 
 
 def poison(shape, dtype) -> np.ndarray:
@@ -278,9 +281,9 @@ class DeviceMeasurer:
         backend.run(fn, grid, block, first_set)
         first = time.perf_counter_ns() - t0
         for k, (buf, like, ref) in enumerate(zip(outs, self.poison, self.reference)):
-            why = mismatch(backend.read(buf, like), ref)
+            why = mismatch(backend.read(buf, like), ref, self.job.get("budget_rtol"))
             if why is not None:
-                return None, None, f"wrong result: output {k}: {why}"
+                return None, None, why.replace(": ", f": output {k}: ", 1)
 
         def call(i: int) -> int:
             return backend.timed(fn, grid, block, sets[i % len(sets)])

@@ -17,9 +17,17 @@ run one after another; a block's threads are fibers on the calling thread, switc
 `__syncthreads` and the warp collectives, so barriers, shared memory, shuffles, votes,
 ldmatrix and mma behave as on the GPU; divergent barriers, divergent warp collectives,
 misaligned vector/async copies and deadlocks raise EmulatorError naming the block and
-the threads. Out-of-bounds accesses are NOT detected (they corrupt memory or crash).
-cp.async copies complete immediately, so a missing wait is not detected either.
-Launches are serialized by a process-wide lock.
+the threads. What a GPU leaves undefined is made visible: each block starts with its
+shared memory poisoned (all bits set: NaN in floats), each local array too; cp.async
+lands only at its thread's covering wait_group (poison until then); every index into a
+shared array (static, or a slice of the dynamic one) is bounds-checked. With
+`launch(races=True)` shared-memory accesses are tracked per barrier interval (races
+between warps, and within a warp with no warp synchronization between; loads of bytes
+never stored or still in flight); `reverse=True` runs blocks and threads last to
+first. Global memory is not bounds-checked here (the sanitized executor,
+`hidetc.backends.runtime.emulated`, puts red zones around every tensor), and races
+between blocks show only as a result that depends on their order (blocks run one at a
+time). Launches are serialized by a process-wide lock.
 """
 from __future__ import annotations
 

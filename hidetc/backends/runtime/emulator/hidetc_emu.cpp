@@ -18,9 +18,13 @@
  *
  * When no fiber can run and the block is not finished, the launch fails with a
  * deadlock report (who waits where). Failures return nonzero from hidetc_emu_launch;
- * hidetc_emu_last_error() has the message. Memory errors are not detected (a wild
- * write corrupts or crashes the process, as on the GPU); overflowing a fiber's stack
- * hits its guard page (SIGSEGV): raise the stack size for kernels with big local arrays.
+ * hidetc_emu_last_error() has the message. Shared memory is poisoned when a block
+ * starts and, with the checks on (hidetc_emu_set_race_checks), shadowed per 2-byte unit
+ * (races, uninitialized loads, loads of copies in flight); global memory errors are not
+ * detected here (a wild write corrupts or crashes the process, as on the GPU: the
+ * sanitized executor's red zones catch writes past a tensor); overflowing a fiber's
+ * stack hits its guard page (SIGSEGV): raise the stack size for kernels with big local
+ * arrays.
  *
  * The results of the collectives are computed in hidetc_emu_resolve.cpp.
  * Context switches: hand-written x86-64 (callee-saved registers + stack pointer), or
