@@ -176,3 +176,14 @@ def test_injective_guard_off_by_one(built, tmp_path, bound, words):
                        lambda t: t.replace(f"< {total})", f"< {total + bound})", 1))
     (hazard,) = hazards
     assert hazard.startswith(f"kernel {transpose}: ") and words in hazard, hazard
+
+
+def test_a_load_past_the_input_reads_poison(built, tmp_path):
+    """The GEMM's first A-tile load shifted one row down: the last row reads past the
+    graph input, into its red zone, and the poison reaches the value it computes."""
+    matmul = _kernel(built["gemm"][1], "MatMul")
+    hazards = _planted(built, tmp_path, "gemm", matmul,
+                       lambda t: t.replace("&a[(m0 + (int32_t)threadIdx.x / 4) * 64",
+                                           "&a[(m0 + (int32_t)threadIdx.x / 4 + 1) * 64", 1))
+    assert any(h.startswith(f"kernel {matmul}: ") and "'h' hold poison" in h
+               for h in hazards), hazards

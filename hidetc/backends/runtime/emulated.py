@@ -19,8 +19,9 @@ hazards (`SanitizerError`, one line each, naming the kernel):
   weights hold poison's bits themselves: then it cannot be told from data);
 - every arena value gets a region of its own between red zones (from the manifest's
   `memory.offsets` and `memory.bytes`; the launches' arguments are remapped to them),
-  and so does every output: a launch that writes into a red zone is reported ("wrote N
-  bytes past the end of V"); reads there read poison;
+  and so does every output, input and weight: a launch that writes into a red zone is
+  reported ("wrote N bytes past the end of V"); reads there read poison, which shows
+  in the results (below);
 - the second pass runs every launch with its blocks and threads in reverse order
   (`EmulatedModule.launch(reverse=True)`): the arena and outputs after each launch must
   be the same bits as in the first pass, else "the result depends on the order of
@@ -87,8 +88,11 @@ class EmulatedCudaExecutor:
         self._spaced: Optional[dict[str, int]] = None     # sanitize: value -> its region
         self._regions: list[tuple[str, int, int]] = []    # (value, start, end)
         self._data_poison = False      # sanitize: the data holds poison's bits itself
+        self._spaced_weights: Optional[np.ndarray] = None   # sanitize: weights spaced out
+        self._weight_at: dict[int, int] = {}                # offset -> its spaced offset
         if sanitize:
             self._space_values()
+            self._space_weights()
         self.last_latency_ms = 0.0
         self.uses_graph = False
         self.graph_unavailable: Optional[str] = "emulated: launches run one by one on the CPU"
@@ -103,6 +107,10 @@ class EmulatedCudaExecutor:
         if space == "arena" and self._spaced is not None:
             value = self.manifest["kernels"][step]["args"][position]
             return self._arena[self._spaced[value]:]
+        if space == "weights" and self._spaced_weights is not None:
+            start = self._weight_at.get(int(index))
+            if start is not None:
+                return self._spaced_weights[start:]
         base = self._arena if space == "arena" else self._weights
         return base[int(index):]
 
@@ -125,6 +133,8 @@ class EmulatedCudaExecutor:
         forward pass (digests, not reversed) also checks shared memory and red zones."""
         checking = digests is not None and not reverse
         arrays = [a.copy() for a in check_inputs(self.manifest["inputs"], inputs)]
+        if digests is not None:                 # a sanitized pass: inputs in red zones
+            arrays = self._red_zoned_inputs(arrays)
         if outs is None:
             outs = [np.zeros(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
 
@@ -191,6 +201,33 @@ class EmulatedCudaExecutor:
         self._spaced = spaced
         self._arena = np.zeros(pos, np.uint8)
 
+    def _space_weights(self) -> None:
+        """A copy of the weights with every entry between poisoned red zones: a read
+        past one reads poison, not its neighbour (the launches' weight offsets are
+        remapped; an offset into the middle of an entry keeps the plain blob)."""
+        entries = sorted(self.manifest["weights"]["entries"].values(),
+                         key=lambda e: int(e["offset"]))
+        pos, at = RED_ZONE, {}
+        for e in entries:
+            at[int(e["offset"])] = pos
+            pos += -(-int(e["nbytes"]) // 64) * 64 + RED_ZONE
+        spaced = np.full(max(pos, 64), 0xFF, np.uint8)
+        for e in entries:
+            start, size = at[int(e["offset"])], int(e["nbytes"])
+            spaced[start:start + size] = self._weights[int(e["offset"]):int(e["offset"]) + size]
+        self._spaced_weights, self._weight_at = spaced, at
+
+    def _red_zoned_inputs(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """Each input copied between poisoned red zones (a read past its end reads
+        poison; `self._in_buffers` keeps the whole buffers for the write check)."""
+        out, self._in_buffers = [], []
+        for spec, a in zip(self.manifest["inputs"], arrays):
+            buf = np.full(a.nbytes + 2 * RED_ZONE, 0xFF, np.uint8)
+            buf[RED_ZONE:RED_ZONE + a.nbytes] = a.reshape(-1).view(np.uint8)
+            out.append(buf[RED_ZONE:RED_ZONE + a.nbytes].view(a.dtype).reshape(a.shape))
+            self._in_buffers.append((spec["name"], buf))
+        return out
+
     def _poisoned(self) -> list[np.ndarray]:
         """Poison the arena (but the zeroed region) and make sentinel-filled outputs,
         each inside red zones (`self._out_buffers` keeps the whole buffers)."""
@@ -221,12 +258,18 @@ class EmulatedCudaExecutor:
                 touched = np.flatnonzero(zone != 0xFF)
                 if touched.size:
                     return f"kernel {kernel}: wrote {touched.size} bytes {where} {value!r}"
-        for name, buf in self._out_buffers:
+        buffers = [("output", name, buf) for name, buf in self._out_buffers]
+        buffers += [("input", name, buf) for name, buf in getattr(self, "_in_buffers", [])]
+        for kind, name, buf in buffers:
             zones = (buf[:RED_ZONE], buf[-RED_ZONE:]) if RED_ZONE else ()
             for zone, where in zip(zones, ("before", "past the end of")):
                 touched = np.flatnonzero(zone != 0xFF)
                 if touched.size:
-                    return f"kernel {kernel}: wrote {touched.size} bytes {where} output {name!r}"
+                    return f"kernel {kernel}: wrote {touched.size} bytes {where} {kind} {name!r}"
+        if self._spaced_weights is not None:
+            for offset, start in self._weight_at.items():
+                if self._spaced_weights[start - RED_ZONE:start].min() != 0xFF:
+                    return f"kernel {kernel}: wrote before a weight (offset {offset})"
         return None
 
     def _poisoned_values(self) -> list[str]:
