@@ -25,7 +25,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
-test-slow: $(STAMP)
+# The slow tests also need PyTorch, onnxscript and transformers (tests/zoo: the
+# transformers zoo through both torch.onnx exporters); `make test` never installs them.
+ZOO_STAMP := $(VENV)/.zoo-installed
+ZOO_PACKAGES := torch==2.13.0 onnxscript==0.7.2 'transformers>=5.25,<5.26'
+
+$(ZOO_STAMP): $(STAMP)
+	$(PY) -m pip install -q $(ZOO_PACKAGES)
+	touch $(ZOO_STAMP)
+
+test-slow: $(ZOO_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m slow
 
 # The five models beside ONNX Runtime on this machine's target (tuned; records reused).

@@ -179,6 +179,15 @@ def cuda_target(arch: Optional[str] = None, gpu: Optional[str] = None,
 # ---------------------------------------------------------------- this host's CPU
 
 
+def host_memory_bytes() -> Optional[int]:
+    """This host's physical memory (None where the OS does not say): what a compile
+    that runs the model here (tuning, verification) can use."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its affinity mask; os.cpu_count elsewhere)."""
     try:

@@ -25,15 +25,17 @@ example inputs' shapes) and the weights inside the .onnx file.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import torch
-import transformers as tf
-from torch import nn
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 SEED = 0
 BATCH, SEQ, VOCAB, PAD = 2, 16, 128, 4     # token inputs; PAD: masked positions of row 1
@@ -43,18 +45,24 @@ EXPORTERS = ("ts", "dynamo")
 TS_OPSET = 17
 
 
-class Wrapped(nn.Module):
-    """`model(**dict(zip(names, args)), **extra)` as a tuple of the outputs `keys`."""
+@functools.cache
+def _wrapper_class() -> type:
+    from torch import nn
 
-    def __init__(self, model: nn.Module, names: tuple[str, ...], keys: tuple[str, ...],
-                 extra: dict | None = None):
-        super().__init__()
-        self.model, self.names, self.keys = model, names, keys
-        self.extra = dict(extra or {})
+    class Wrapped(nn.Module):
+        """`model(**dict(zip(names, args)), **extra)` as a tuple of the outputs `keys`."""
 
-    def forward(self, *args):
-        out = self.model(**dict(zip(self.names, args)), **self.extra, return_dict=True)
-        return tuple(out[k] for k in self.keys)
+        def __init__(self, model: nn.Module, names: tuple[str, ...], keys: tuple[str, ...],
+                     extra: dict | None = None):
+            super().__init__()
+            self.model, self.names, self.keys = model, names, keys
+            self.extra = dict(extra or {})
+
+        def forward(self, *args):
+            out = self.model(**dict(zip(self.names, args)), **self.extra, return_dict=True)
+            return tuple(out[k] for k in self.keys)
+
+    return Wrapped
 
 
 @dataclass(frozen=True)
@@ -69,16 +77,18 @@ class Entry:
     def build(self) -> tuple[nn.Module, dict[str, torch.Tensor]]:
         """(the wrapped module in eval mode, the example inputs); seeded, so every call
         gives the same weights and inputs."""
+        import torch
         torch.manual_seed(SEED)
         model = self.model().eval()
         inputs = self.inputs()
-        module = Wrapped(model, tuple(inputs), self.outputs, dict(self.extra)).eval()
+        module = _wrapper_class()(model, tuple(inputs), self.outputs, dict(self.extra)).eval()
         return module, inputs
 
 
 # ----------------------------------------------------------------------------- inputs
 
 def _gen(salt: int = 0) -> torch.Generator:
+    import torch
     return torch.Generator().manual_seed(SEED + salt)
 
 
@@ -86,6 +96,7 @@ def _tokens(mask: bool = True, token_types: bool = False, low: int = 3) -> Calla
     """input_ids [BATCH, SEQ] in [low, VOCAB) (ids below `low` are the special tokens),
     attention_mask with row 1 right-padded, optionally token_type_ids."""
     def make():
+        import torch
         g = _gen(1)
         ids = torch.randint(low, VOCAB, (BATCH, SEQ), generator=g)
         inputs = {"input_ids": ids}
@@ -102,6 +113,7 @@ def _tokens(mask: bool = True, token_types: bool = False, low: int = 3) -> Calla
 
 
 def _seq2seq_tokens() -> dict:
+    import torch
     inputs = _tokens()()
     g = _gen(2)
     inputs["decoder_input_ids"] = torch.randint(3, VOCAB, (BATCH, SEQ // 2), generator=g)
@@ -109,15 +121,22 @@ def _seq2seq_tokens() -> dict:
 
 
 def _image(name: str = "pixel_values", size: int = IMAGE) -> Callable[[], dict]:
-    return lambda: {name: torch.randn(1, 3, size, size, generator=_gen(3))}
+    def make():
+        import torch
+        return {name: torch.randn(1, 3, size, size, generator=_gen(3))}
+    return make
 
 
 def _audio() -> dict:
+    import torch
     return {"input_values": torch.randn(1, AUDIO, generator=_gen(4))}
 
 
 def _mel(bins: int, frames: int) -> Callable[[], dict]:
-    return lambda: {"input_features": torch.randn(1, bins, frames, generator=_gen(5))}
+    def make():
+        import torch
+        return {"input_features": torch.randn(1, bins, frames, generator=_gen(5))}
+    return make
 
 
 # ----------------------------------------------------------------------------- configs
@@ -134,11 +153,19 @@ SPEECH = dict(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_
               num_conv_pos_embedding_groups=4, mask_time_prob=0.0)
 
 
-def _m(model_cls, config_cls, **kw) -> Callable[[], nn.Module]:
-    return lambda: model_cls(config_cls(**kw))
+def _tf() -> Any:
+    import transformers
+    return transformers
+
+
+def _m(model_cls: str, config_cls: str, **kw) -> Callable[[], nn.Module]:
+    """A builder of transformers' `model_cls` from `config_cls(**kw)` (looked up when
+    called: importing this module needs neither torch nor transformers)."""
+    return lambda: getattr(_tf(), model_cls)(getattr(_tf(), config_cls)(**kw))
 
 
 def _whisper_encoder() -> nn.Module:
+    tf = _tf()
     cfg = tf.WhisperConfig(vocab_size=VOCAB, num_mel_bins=16, d_model=32, encoder_layers=2,
                            encoder_attention_heads=4, decoder_layers=2,
                            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
@@ -150,71 +177,71 @@ def _whisper_encoder() -> nn.Module:
 
 ENTRIES: tuple[Entry, ...] = (
     # ---- encoders
-    Entry("bert", "encoder", _m(tf.BertModel, tf.BertConfig, **TEXT),
+    Entry("bert", "encoder", _m("BertModel", "BertConfig", **TEXT),
           _tokens(token_types=True), ("last_hidden_state", "pooler_output")),
     Entry("roberta", "encoder",
-          _m(tf.RobertaModel, tf.RobertaConfig, **dict(TEXT, max_position_embeddings=66),
+          _m("RobertaModel", "RobertaConfig", **dict(TEXT, max_position_embeddings=66),
              pad_token_id=1), _tokens(), ("last_hidden_state",)),
     Entry("distilbert", "encoder",
-          _m(tf.DistilBertModel, tf.DistilBertConfig, vocab_size=VOCAB, dim=32, n_layers=2,
+          _m("DistilBertModel", "DistilBertConfig", vocab_size=VOCAB, dim=32, n_layers=2,
              n_heads=4, hidden_dim=64, max_position_embeddings=64),
           _tokens(), ("last_hidden_state",)),
     Entry("albert", "encoder",
-          _m(tf.AlbertModel, tf.AlbertConfig, **TEXT, embedding_size=16),
+          _m("AlbertModel", "AlbertConfig", **TEXT, embedding_size=16),
           _tokens(token_types=True), ("last_hidden_state", "pooler_output")),
     Entry("electra", "encoder",
-          _m(tf.ElectraModel, tf.ElectraConfig, **TEXT, embedding_size=16),
+          _m("ElectraModel", "ElectraConfig", **TEXT, embedding_size=16),
           _tokens(), ("last_hidden_state",)),
     Entry("deberta_v2", "encoder",
-          _m(tf.DebertaV2Model, tf.DebertaV2Config, **TEXT, relative_attention=True,
+          _m("DebertaV2Model", "DebertaV2Config", **TEXT, relative_attention=True,
              position_buckets=16, max_relative_positions=-1, pos_att_type=["p2c", "c2p"],
              position_biased_input=False),
           _tokens(), ("last_hidden_state",)),
     Entry("modernbert", "encoder",
-          _m(tf.ModernBertModel, tf.ModernBertConfig, **dict(TEXT, num_hidden_layers=3),
+          _m("ModernBertModel", "ModernBertConfig", **dict(TEXT, num_hidden_layers=3),
              global_attn_every_n_layers=2, local_attention=8, pad_token_id=0,
              bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2),
           _tokens(), ("last_hidden_state",)),
     # ---- decoders (no KV cache)
     Entry("gpt2", "decoder",
-          _m(tf.GPT2LMHeadModel, tf.GPT2Config, vocab_size=VOCAB, n_positions=64, n_embd=32,
+          _m("GPT2LMHeadModel", "GPT2Config", vocab_size=VOCAB, n_positions=64, n_embd=32,
              n_layer=2, n_head=4, n_inner=64, use_cache=False, bos_token_id=1,
              eos_token_id=2),
           _tokens(), ("logits",), (("use_cache", False),)),
     Entry("gpt_neo", "decoder",
-          _m(tf.GPTNeoForCausalLM, tf.GPTNeoConfig, vocab_size=VOCAB,
+          _m("GPTNeoForCausalLM", "GPTNeoConfig", vocab_size=VOCAB,
              max_position_embeddings=64, hidden_size=32, num_layers=2, num_heads=4,
              intermediate_size=64, attention_types=[[["global", "local"], 1]], window_size=8,
              use_cache=False, bos_token_id=1, eos_token_id=2),
           _tokens(), ("logits",), (("use_cache", False),)),
     Entry("opt", "decoder",
-          _m(tf.OPTForCausalLM, tf.OPTConfig, vocab_size=VOCAB, hidden_size=32,
+          _m("OPTForCausalLM", "OPTConfig", vocab_size=VOCAB, hidden_size=32,
              num_hidden_layers=2, num_attention_heads=4, ffn_dim=64, word_embed_proj_dim=32,
              max_position_embeddings=64, use_cache=False, pad_token_id=0, bos_token_id=1,
              eos_token_id=2),
           _tokens(), ("logits",), (("use_cache", False),)),
-    Entry("llama", "decoder", _m(tf.LlamaForCausalLM, tf.LlamaConfig, **DECODER),
+    Entry("llama", "decoder", _m("LlamaForCausalLM", "LlamaConfig", **DECODER),
           _tokens(), ("logits",), (("use_cache", False),)),
     Entry("mistral", "decoder",
-          _m(tf.MistralForCausalLM, tf.MistralConfig, **DECODER, sliding_window=8),
+          _m("MistralForCausalLM", "MistralConfig", **DECODER, sliding_window=8),
           _tokens(), ("logits",), (("use_cache", False),)),
-    Entry("qwen2", "decoder", _m(tf.Qwen2ForCausalLM, tf.Qwen2Config, **DECODER),
+    Entry("qwen2", "decoder", _m("Qwen2ForCausalLM", "Qwen2Config", **DECODER),
           _tokens(), ("logits",), (("use_cache", False),)),
     Entry("phi3", "decoder",
-          _m(tf.Phi3ForCausalLM, tf.Phi3Config, **DECODER, original_max_position_embeddings=64),
+          _m("Phi3ForCausalLM", "Phi3Config", **DECODER, original_max_position_embeddings=64),
           _tokens(), ("logits",), (("use_cache", False),)),
     Entry("gemma", "decoder",
-          _m(tf.GemmaForCausalLM, tf.GemmaConfig, **DECODER, head_dim=8),
+          _m("GemmaForCausalLM", "GemmaConfig", **DECODER, head_dim=8),
           _tokens(), ("logits",), (("use_cache", False),)),
     # ---- encoder-decoder
     Entry("t5_encoder", "seq2seq",
-          _m(tf.T5EncoderModel, tf.T5Config, vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64,
+          _m("T5EncoderModel", "T5Config", vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64,
              num_layers=2, num_heads=4, relative_attention_num_buckets=8,
              relative_attention_max_distance=16, pad_token_id=0, eos_token_id=1,
              decoder_start_token_id=0),
           _tokens(), ("last_hidden_state",)),
     Entry("bart", "seq2seq",
-          _m(tf.BartModel, tf.BartConfig, vocab_size=VOCAB, d_model=32, encoder_layers=2,
+          _m("BartModel", "BartConfig", vocab_size=VOCAB, d_model=32, encoder_layers=2,
              decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
              encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
              use_cache=False, pad_token_id=1, bos_token_id=0, eos_token_id=2,
@@ -222,43 +249,43 @@ ENTRIES: tuple[Entry, ...] = (
           _seq2seq_tokens, ("last_hidden_state", "encoder_last_hidden_state"),
           (("use_cache", False),)),
     # ---- vision
-    Entry("vit", "vision", _m(tf.ViTModel, tf.ViTConfig, **VIT), _image(),
+    Entry("vit", "vision", _m("ViTModel", "ViTConfig", **VIT), _image(),
           ("last_hidden_state", "pooler_output")),
     Entry("deit", "vision",
-          _m(tf.DeiTForImageClassificationWithTeacher, tf.DeiTConfig, **VIT, num_labels=10),
+          _m("DeiTForImageClassificationWithTeacher", "DeiTConfig", **VIT, num_labels=10),
           _image(), ("logits",)),
     Entry("beit", "vision",
-          _m(tf.BeitModel, tf.BeitConfig, **VIT, use_relative_position_bias=True,
+          _m("BeitModel", "BeitConfig", **VIT, use_relative_position_bias=True,
              use_mean_pooling=True),
           _image(), ("last_hidden_state", "pooler_output")),
     Entry("swin", "vision",
-          _m(tf.SwinModel, tf.SwinConfig, image_size=IMAGE, patch_size=2, num_channels=3,
+          _m("SwinModel", "SwinConfig", image_size=IMAGE, patch_size=2, num_channels=3,
              embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=4, mlp_ratio=2.0),
           _image(), ("last_hidden_state", "pooler_output")),
     Entry("convnext", "vision",
-          _m(tf.ConvNextForImageClassification, tf.ConvNextConfig, num_channels=3,
-             patch_size=4, hidden_sizes=[16, 32], depths=[2, 2], image_size=IMAGE,
+          _m("ConvNextForImageClassification", "ConvNextConfig", num_channels=3,
+             patch_size=4, num_stages=2, hidden_sizes=[16, 32], depths=[2, 2], image_size=IMAGE,
              num_labels=10),
           _image(), ("logits",)),
     Entry("resnet", "vision",
-          _m(tf.ResNetForImageClassification, tf.ResNetConfig, num_channels=3,
+          _m("ResNetForImageClassification", "ResNetConfig", num_channels=3,
              embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="bottleneck",
              num_labels=10),
           _image(), ("logits",)),
     Entry("mobilenet_v2", "vision",
-          _m(tf.MobileNetV2ForImageClassification, tf.MobileNetV2Config, num_channels=3,
+          _m("MobileNetV2ForImageClassification", "MobileNetV2Config", num_channels=3,
              image_size=IMAGE, depth_multiplier=0.35, num_labels=10),
           _image(), ("logits",)),
     Entry("segformer", "vision",
-          _m(tf.SegformerForSemanticSegmentation, tf.SegformerConfig, num_channels=3,
+          _m("SegformerForSemanticSegmentation", "SegformerConfig", num_channels=3,
              num_encoder_blocks=2, depths=[1, 1], sr_ratios=[4, 2], hidden_sizes=[16, 32],
              patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2],
              mlp_ratios=[2, 2], decoder_hidden_size=32, num_labels=5),
           _image(), ("logits",)),
     # ---- speech
-    Entry("wav2vec2", "speech", _m(tf.Wav2Vec2Model, tf.Wav2Vec2Config, **SPEECH),
+    Entry("wav2vec2", "speech", _m("Wav2Vec2Model", "Wav2Vec2Config", **SPEECH),
           _audio, ("last_hidden_state",)),
-    Entry("hubert", "speech", _m(tf.HubertModel, tf.HubertConfig, **SPEECH),
+    Entry("hubert", "speech", _m("HubertModel", "HubertConfig", **SPEECH),
           _audio, ("last_hidden_state",)),
     Entry("whisper_encoder", "speech", _whisper_encoder, _mel(16, 32),
           ("last_hidden_state",)),
@@ -287,6 +314,7 @@ def export(name: str, exporter: str, path: str | os.PathLike,
     `built` reuses a `build(name)` result."""
     if exporter not in EXPORTERS:
         raise ValueError(f"exporter: expected one of {EXPORTERS}, got {exporter!r}")
+    import torch
     module, inputs = built or build(name)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -305,6 +333,7 @@ def export(name: str, exporter: str, path: str | os.PathLike,
 
 def eager_outputs(module: nn.Module, inputs: dict[str, torch.Tensor]) -> list[np.ndarray]:
     """PyTorch eager's outputs of `module` on `inputs`, as numpy arrays."""
+    import torch
     with torch.no_grad():
         result = module(*inputs.values())
     return [r.detach().cpu().numpy() for r in result]

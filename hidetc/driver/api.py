@@ -35,7 +35,7 @@ from hidetc.errors import ArtifactError, ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.pipeline import lower_precision, optimize
 from hidetc.graph.reference import run_graph
-from hidetc.target import Target
+from hidetc.target import Target, host_memory_bytes
 
 
 @dataclass
@@ -87,6 +87,7 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     timings["frontend_s"] = time.perf_counter() - clock
     backend = BACKENDS[target]
     machine = backend.machine(cfg)
+    _check_memory(optimized, cfg, backend, machine)
     clock = time.perf_counter()
     choices, tuning = _tune(optimized, backend, machine, cfg, progress)
     timings["tune_s"] = time.perf_counter() - clock
@@ -112,6 +113,36 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
         timings["verify_s"] = time.perf_counter() - clock
         writer.finish(manifest)
     return CompileResult(Path(out_dir), manifest, timings)
+
+
+def _check_memory(graph, cfg: CompileConfig, backend, machine: Target) -> None:
+    """A one-line ConfigError, before any work, when the compile would run the model on
+    this host (tuning or verification) and its tensors cannot fit this host's memory:
+    at least the inputs, outputs and weights plus the largest intermediate value."""
+    runs_here = cfg.verify and backend.cannot_verify(machine) is None
+    if not runs_here and not cfg.tuning(machine.kind, backend.on_this_machine(machine))[0]:
+        return
+    memory = host_memory_bytes()
+    if memory is None:
+        return
+    io = sum(graph.types[v].nbytes for v in (*graph.inputs, *graph.outputs))
+    weights = sum(int(a.nbytes) for a in graph.constants.values())
+    inner = [(graph.types[o].nbytes, n.name, o) for n in graph.nodes for o in n.outputs
+             if o and o not in graph.outputs]
+    largest = max(inner, default=(0, "", ""))
+    need = io + weights + largest[0]
+    if need <= memory:
+        return
+    where = f"; the largest: node {largest[1]!r} output {largest[2]!r}, " \
+            f"{_gib(largest[0])}" if largest[0] else ""
+    raise ConfigError(f"the model's tensors need at least {_gib(need)} (inputs, outputs "
+                      f"and weights {_gib(io + weights)}{where}) and this machine has "
+                      f"{_gib(memory)}: tuning and verification run the model here; "
+                      f"compile with --no-tune --no-verify to build it for a bigger machine")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2 ** 30:,.1f} GiB"
 
 
 def _tune(graph, backend, machine: Target, cfg: CompileConfig, progress

@@ -97,10 +97,11 @@ class KernelBuilder:
 
     @contextmanager
     def for_range(self, extent: ExprLike, kind: str = "serial", name: str = "i") -> Iterator[Var]:
-        var = Var(self.fresh(name), INDEX_DTYPE)
+        extent = as_expr(extent)
+        var = Var(self.fresh(name), "int64" if extent.dtype == "int64" else INDEX_DTYPE)
         with self._block() as body:
             yield var
-        self.emit(For(var, as_expr(extent), seq(*body) if body else seq(), kind))
+        self.emit(For(var, extent, seq(*body) if body else seq(), kind))
 
     @contextmanager
     def for_mapping(self, mapping: TaskMapping, worker: ExprLike,

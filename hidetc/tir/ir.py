@@ -11,7 +11,10 @@ over the tasks a task mapping assigns to one worker) exists until `lower_mapping
 turns it into `For` loops and index arithmetic.
 
 Scalar dtypes are numpy dtype names ("float32", "int32", "bool", ...) plus "void".
-Index arithmetic is int32 unless a buffer needs more (see `INDEX_DTYPE`).
+Index arithmetic is int32 unless a buffer or an extent needs more: an int past int32's
+range becomes an int64 Const (`as_expr`), a loop over such an extent gets an int64
+variable (the builder), and flattening casts the indices of a buffer of 2**31 or more
+elements to int64 (`flatten_buffers`); int64 then spreads by promotion.
 """
 from __future__ import annotations
 
@@ -229,6 +232,8 @@ def as_expr(value: ExprLike, like: Expr | None = None) -> Expr:
         dtype = like.dtype if like is not None and like.dtype in INTS else INDEX_DTYPE
         if like is not None and like.dtype in FLOATS:
             return Const(float(value), like.dtype)
+        if dtype == INDEX_DTYPE and not -2 ** 31 <= value < 2 ** 31:
+            dtype = "int64"            # an extent or offset past int32: index in int64
         return Const(value, dtype)
     if isinstance(value, float):
         dtype = like.dtype if like is not None and like.dtype in FLOATS else "float32"

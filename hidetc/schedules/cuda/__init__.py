@@ -92,8 +92,20 @@ def supports(op: str) -> bool:
     return op in RULES or op in TEMPLATES
 
 
+# the cuda templates compute element offsets from blockIdx/threadIdx in int32
+INDEX_LIMIT = 2 ** 31 - 1
+
+
 def check_node(node, graph) -> None:
-    """The plan's per-node refusal: nothing beyond `supports` on cuda."""
+    """The plan's per-node refusal: a tensor past INDEX_LIMIT elements (the kernels'
+    int32 offsets; the cpu target indexes such tensors in int64)."""
+    for value in (*node.inputs, *node.outputs):
+        if value and graph.types[value].size > INDEX_LIMIT:
+            t = graph.types[value]
+            raise UnsupportedOpError(
+                f"node {node.name!r} ({node.op}): {value!r} has {t.size} elements (shape "
+                f"{list(t.shape)}); the cuda kernels index at most {INDEX_LIMIT} "
+                f"(int32 offsets): compile for the cpu target, or split the tensor")
 
 
 def kernel_facts(fn: Function, target: CudaTarget, task: Task) -> dict:

@@ -32,8 +32,10 @@ verifies with lowered=True; a function without MapFor is returned unchanged (sam
 """
 from __future__ import annotations
 
+import math
+
 from hidetc.tir.functor import Rewriter, all_names, substitute
-from hidetc.tir.ir import Const, For, Function, If, MapFor, Stmt, Var
+from hidetc.tir.ir import Const, For, Function, If, MapFor, Stmt, Var, cast
 from hidetc.tir.passes.simplify import effects
 
 UNROLL_MAX_EXTENT = 16
@@ -63,7 +65,10 @@ class _LowerMappings(Rewriter):
                              "call to a variable first")
         body = self.stmt(s.body)
         hint = s.vars[0].name if s.vars else "m"
-        loops, indices = s.mapping.emit(s.worker, "r")
+        worker = s.worker
+        if math.prod(s.mapping.task_shape) >= 2 ** 31 and worker.dtype != "int64":
+            worker = cast(worker, "int64")      # task indices past int32: index in int64
+        loops, indices = s.mapping.emit(worker, "r")
         renames = {lp.var: Var(self.names.fresh(f"{hint}_{lp.var.name}"), lp.var.dtype)
                    for lp in loops}
         indices = [substitute(ix, renames) for ix in indices]
