@@ -222,6 +222,18 @@ def test_remove_identity_keeps_copy_of_graph_input_and_renames_constant():
     assert remove_identity.run(out) is out
 
 
+def test_remove_same_type_casts_keeps_real_ones():
+    """Cast to the type it already has (an exporter's autocast `.float()`) is an
+    identity and goes; a Cast that converts stays."""
+    nodes = [N("Cast", ["x"], ["c"], to="float32"), N("Relu", ["c"], ["r"]),
+             N("Cast", ["r"], ["h"], to="float16"), N("Cast", ["h"], ["y"], to="float32")]
+    graph = build({"x": ("float32", (3,))}, nodes, ["y"])
+    out = remove_identity.run(graph)
+    assert [(n.op, n.inputs) for n in out.nodes] == [
+        ("Relu", ("x",)), ("Cast", ("r",)), ("Cast", ("h",))]
+    check_rewrite(graph, out)
+
+
 def test_remove_dropout_with_used_mask():
     nodes = [N("Dropout", ["x"], ["d", "mask"]), N("Cast", ["mask"], ["m"], to="float32"),
              N("Mul", ["d", "m"], ["y"]), N("Dropout", ["y"], ["y2"])]

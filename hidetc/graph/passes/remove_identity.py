@@ -1,4 +1,9 @@
-"""Remove Identity and (inference) Dropout nodes by renaming the uses of their output.
+"""Remove Identity, (inference) Dropout and no-op Cast nodes by renaming the uses of
+their output.
+
+A Cast (or CastLike) whose output type is its input's is an identity: exporters write
+them for autocast (`x.float()` on a float32 tensor: ModernBERT's and Phi-3's rotary
+embeddings have four per layer), each a copy kernel otherwise.
 
 Dropout is taken with inference semantics (training_mode false): its output equals its
 data input, and its mask output, when something needs it (a node or a graph output),
@@ -14,7 +19,7 @@ Graph output names stay stable. For a removed node `src -> dst`:
 Other passes turn no-op nodes into Identity and call `run` to get the same treatment.
 
 Assumes: nodes in topological order. Guarantees: graph input/output names unchanged;
-no Dropout remains; an Identity remains only in the last case above. Returns the same
+no Dropout and no same-type Cast remains; an Identity remains only in the last case above. Returns the same
 graph object when there is nothing to remove.
 """
 from __future__ import annotations
@@ -27,15 +32,22 @@ from hidetc.graph.passes.common import live_types, rename_node, resolve
 REMOVABLE_OPS = frozenset({"Identity", "Dropout"})
 
 
+def _removable(graph: Graph, node: Node) -> bool:
+    if node.op in REMOVABLE_OPS:
+        return True
+    return (node.op in ("Cast", "CastLike") and bool(node.inputs) and bool(node.inputs[0])
+            and graph.types[node.inputs[0]] == graph.types[node.outputs[0]])
+
+
 def run(graph: Graph) -> Graph:
-    if not any(node.op in REMOVABLE_OPS for node in graph.nodes):
+    if not any(_removable(graph, node) for node in graph.nodes):
         return graph
     interface = set(graph.inputs) | set(graph.outputs)
     subst: dict[str, str] = {}
     constants = dict(graph.constants)
     kept: list[Node] = []
     for node in graph.nodes:
-        if node.op not in REMOVABLE_OPS:
+        if not _removable(graph, node):
             kept.append(node)
             continue
         constants.update(mask_constants(graph, node))
