@@ -38,6 +38,12 @@ Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[prec
                        elementwise ops, channel Concats and pools, so CNNs stay NHWC
                        between convolutions (f16 implies the cuda target; f32 cuda
                        graphs stay NCHW: the SIMT GEMM is NCHW).
+       hoist_transposes
+                       the NHWC transpose before a convolution moved above channel
+                       Concats and spatial Resizes of NCHW values (SegFormer's head);
+       fold_movement_chains
+                       Transpose/Reshape chains that move no element (what the layout
+                       pass leaves where NHWC meets the model's reshuffles) -> Reshape.
 Then the target's passes `TARGET_PASSES[target]` (when `lower_precision` is given one):
   cpu:  widen_half_cpu  MatMul/Conv on float16/bfloat16 -> float32 between Casts (the
                         CPU templates are float32-only; numpy sums half products in f32).
@@ -45,10 +51,11 @@ Then the target's passes `TARGET_PASSES[target]` (when `lower_precision` is give
                         (channels-last kernels, OHWI weights), transposes sunk through
                         elementwise ops, channel Concats, pools and global pools, so
                         CNNs stay NHWC from the first convolution to the head.
+        hoist_transposes, fold_movement_chains  as for f16, after the layout pass.
   cuda: fuse_attention  float16 MatMul -> [scale, mask, bias]* -> Softmax -> MatMul
                         chains -> one FusedAttention node (the tensor-core flash-style
                         kernel, `schedules/cuda/attention.py`).
-`lower_precision(..., layout="nchw")` (`--layout nchw`) leaves the layout passes out.
+`lower_precision(..., layout="nchw")` (`--layout nchw`) leaves `choose_layout` out.
 Kept apart from PASSES so the optimizations see the model's own dtypes (folding in
 float32) and each precision's list stays explicit.
 
@@ -71,7 +78,9 @@ from hidetc.graph.passes import (
     flatten_concats,
     fold_batchnorm,
     fold_constants,
+    fold_movement_chains,
     fuse_attention,
+    hoist_transposes,
     remove_identity,
     simplify_pow,
     to_float16,
@@ -99,13 +108,17 @@ PASSES: tuple[tuple[str, Pass], ...] = (
 PRECISION_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
     "f32": (),
     "f16": (("to_float16", to_float16.run),
-            ("choose_layout", lambda graph: choose_layout.run(graph, "cuda", "f16"))),
+            ("choose_layout", lambda graph: choose_layout.run(graph, "cuda", "f16")),
+            ("hoist_transposes", hoist_transposes.run),
+            ("fold_movement_chains", fold_movement_chains.run)),
 }
 
 
 TARGET_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
     "cpu": (("widen_half_cpu", widen_half_cpu.run),
-            ("choose_layout", lambda graph: choose_layout.run(graph, "cpu", "f32"))),
+            ("choose_layout", lambda graph: choose_layout.run(graph, "cpu", "f32")),
+            ("hoist_transposes", hoist_transposes.run),
+            ("fold_movement_chains", fold_movement_chains.run)),
     "cuda": (("fuse_attention", fuse_attention.run),),
 }
 LAYOUT_PASS = "choose_layout"   # skipped by `lower_precision(..., layout="nchw")`

@@ -91,8 +91,9 @@ def mixed(dtype: str) -> Graph:
 
 
 def feeds(graph: Graph) -> dict[str, np.ndarray]:
-    t = graph.types["x"]
-    return {"x": np.random.default_rng(2).standard_normal(t.shape).astype(t.dtype)}
+    rng = np.random.default_rng(2)
+    return {name: rng.standard_normal(graph.types[name].shape).astype(graph.types[name].dtype)
+            for name in graph.inputs}
 
 
 def assert_same(before: Graph, after: Graph) -> None:

@@ -186,5 +186,7 @@ def test_lower_precision_dumps_after_optimize(tmp_path):
     assert_lowered(graph, lowered)
     dumped = sorted(p.name for p in tmp_path.iterdir())
     assert dumped == [f"{len(PASSES) + 1:02d}_to_float16.txt",
-                      f"{len(PASSES) + 2:02d}_choose_layout.txt"]
+                      f"{len(PASSES) + 2:02d}_choose_layout.txt",
+                      f"{len(PASSES) + 3:02d}_hoist_transposes.txt",
+                      f"{len(PASSES) + 4:02d}_fold_movement_chains.txt"]
     assert "float16" in (tmp_path / dumped[0]).read_text()
