@@ -5,14 +5,20 @@ them (torch 2.13.0, onnxscript 0.7.2, transformers 5.25) into the venv, and
 tests/zoo/test_transformers_zoo.py exports every entry here with both torch.onnx
 exporters, compiles it with hidetc and compares with PyTorch eager.
 
-Each entry builds its model from a transformers config class at a tiny size (hidden
-32-64, 2 layers, a 128-token vocabulary, 32x32 images, 0.1 s of 16 kHz audio), with
-random weights (``torch.manual_seed(SEED)`` before construction, so the library's own
-initializers draw them) in eval mode, wrapped so that ``forward`` takes the example
-inputs positionally and returns a tuple of tensors (``last_hidden_state``, ``logits``,
-...). Attention is the library's default (``sdpa`` where a model has it). Decoders run
-without KV cache (``use_cache=False``) on ``input_ids`` and ``attention_mask``; token
-inputs are [2, 16] with the second row right-padded (its last 4 positions masked).
+28 entries (ENTRIES): encoders (BERT, RoBERTa, DistilBERT, ALBERT, ELECTRA, DeBERTa-v2,
+ModernBERT), decoders (GPT-2, GPT-Neo, OPT, Llama, Mistral, Qwen2, Phi-3, Gemma),
+encoder-decoders (T5 encoder, BART), vision (ViT, DeiT, BEiT, Swin, ConvNeXt, ResNet,
+MobileNetV2, SegFormer) and speech (Wav2Vec2, HuBERT, Whisper encoder). Each builds its
+model from a transformers config class at a tiny size (hidden 32; 2 layers, ModernBERT
+3 for global, local, global attention; a 128-token vocabulary, 32x32 images, 0.1 s of
+16 kHz audio), with random weights (``torch.manual_seed(SEED)`` before construction, so
+the library's own initializers draw them; the ConvNets then get He-normal convolutions
+and random BatchNorm statistics, see ``_conv_weights``) in eval mode, wrapped so that
+``forward`` takes the example inputs positionally and returns a tuple of tensors
+(``last_hidden_state``, ``logits``, ...). Attention is the library's default (``sdpa``
+where a model has it). Decoders run without KV cache (``use_cache=False``) on
+``input_ids`` and ``attention_mask``; token inputs are [2, 16] with the second row
+right-padded (its last 4 positions masked).
 
     >>> from models import zoo
     >>> module, inputs = zoo.build("bert")
@@ -73,6 +79,7 @@ class Entry:
     inputs: Callable[[], dict]           # example inputs: name -> tensor
     outputs: tuple[str, ...]             # the model output keys the wrapper returns
     extra: tuple = ()                    # fixed keyword arguments, as (key, value) pairs
+    post: Callable[[nn.Module], None] | None = None   # adjusts the weights after init
 
     def build(self) -> tuple[nn.Module, dict[str, torch.Tensor]]:
         """(the wrapped module in eval mode, the example inputs); seeded, so every call
@@ -80,6 +87,8 @@ class Entry:
         import torch
         torch.manual_seed(SEED)
         model = self.model().eval()
+        if self.post is not None:
+            self.post(model)
         inputs = self.inputs()
         module = _wrapper_class()(model, tuple(inputs), self.outputs, dict(self.extra)).eval()
         return module, inputs
@@ -137,6 +146,27 @@ def _mel(bins: int, frames: int) -> Callable[[], dict]:
         import torch
         return {"input_features": torch.randn(1, bins, frames, generator=_gen(5))}
     return make
+
+
+def _conv_weights(model: nn.Module) -> None:
+    """ConvNet weights that keep activations O(1): He-normal convolutions (the library
+    draws them at std 0.02, which leaves a 17-block MobileNetV2's logits at 1e-30) and
+    non-trivial BatchNorm statistics and affine parameters (so that folding them is
+    exercised)."""
+    import torch
+    from torch import nn
+    g = _gen(6)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Conv2d):
+                fan_in = m.weight[0].numel()
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * (2.0 / fan_in) ** 0.5)
+            elif isinstance(m, nn.BatchNorm2d):
+                n = m.num_features
+                m.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(n, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(n, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(n, generator=g) * 0.1)
 
 
 # ----------------------------------------------------------------------------- configs
@@ -266,22 +296,22 @@ ENTRIES: tuple[Entry, ...] = (
           _m("ConvNextForImageClassification", "ConvNextConfig", num_channels=3,
              patch_size=4, num_stages=2, hidden_sizes=[16, 32], depths=[2, 2], image_size=IMAGE,
              num_labels=10),
-          _image(), ("logits",)),
+          _image(), ("logits",), post=_conv_weights),
     Entry("resnet", "vision",
           _m("ResNetForImageClassification", "ResNetConfig", num_channels=3,
              embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="bottleneck",
              num_labels=10),
-          _image(), ("logits",)),
+          _image(), ("logits",), post=_conv_weights),
     Entry("mobilenet_v2", "vision",
           _m("MobileNetV2ForImageClassification", "MobileNetV2Config", num_channels=3,
              image_size=IMAGE, depth_multiplier=0.35, num_labels=10),
-          _image(), ("logits",)),
+          _image(), ("logits",), post=_conv_weights),
     Entry("segformer", "vision",
           _m("SegformerForSemanticSegmentation", "SegformerConfig", num_channels=3,
              num_encoder_blocks=2, depths=[1, 1], sr_ratios=[4, 2], hidden_sizes=[16, 32],
              patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2],
              mlp_ratios=[2, 2], decoder_hidden_size=32, num_labels=5),
-          _image(), ("logits",)),
+          _image(), ("logits",), post=_conv_weights),
     # ---- speech
     Entry("wav2vec2", "speech", _m("Wav2Vec2Model", "Wav2Vec2Config", **SPEECH),
           _audio, ("last_hidden_state",)),

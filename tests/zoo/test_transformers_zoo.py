@@ -15,8 +15,7 @@ HIDETC_ZOO_KEEP=DIR keeps each case's export as DIR/<arch>_<exporter>.onnx, its 
 as DIR/<arch>_<exporter>.npz (by input name, for `hidetc run --input`) and torch's
 outputs as DIR/<arch>_<exporter>.expected.npz (by output name).
 
-Measured (torch 2.13.0+cpu, onnxscript 0.7.2, transformers 5.25.0; 2-core x86 CPU,
-the suite's HIDETC_TUNE=0): PASS_RATE_PLACEHOLDER
+Measured pass rate and times: bench/results/2026-12-06-transformers-zoo.md.
 """
 from __future__ import annotations
 
