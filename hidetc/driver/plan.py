@@ -318,7 +318,9 @@ def plan_graph(graph: Graph, target: Target | str = "cpu", fuse: bool = True,
     functions: dict[str, Function] = {}
     steps = []
     for group, name, fused in kernels:
-        functions.setdefault(name, fused.function)
+        if name not in functions:
+            functions[name] = SCHEDULES[target].finish_kernel(fused.function, machine,
+                                                              tasks[name])
         used_constants.update(v for v in fused.args if v in graph.constants)
         anchor = nodes[group.anchor]
         launch = Launch(name, tuple(_arg(v, graph, memory, slot_of) for v in fused.args))

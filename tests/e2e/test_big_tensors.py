@@ -1,4 +1,5 @@
-"""Tensors past int32 indexing and past the machine (issue 27 item 6): the cpu kernels
+"""Tensors past int32 indexing and past the machine (issue 27 item 6), and launches too
+small to share (the other end of the scale): the cpu kernels
 index them in int64 (a loop over 2^31 + 64 elements gets an int64 variable; a slow
 test runs one), the cuda kernels refuse them at plan time naming the node, and a model
 whose tensors cannot fit this machine's memory is refused before tuning or verifying
@@ -9,11 +10,12 @@ import shutil
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import hidetc
 import models
 from hidetc.errors import ConfigError, UnsupportedOpError
+from hidetc.schedules.cpu import SERIAL_WORK
 
 BIG = 2 ** 31 + 64
 
@@ -72,3 +74,31 @@ def test_cpu_runs_a_tensor_past_int32_indexing(tmp_path):
     x[-5:] = True
     y = hidetc.load(tmp_path / "out").run({"x": x})["y"]
     assert np.array_equal(y, ~x)
+
+
+def _matmul(m: int, k: int, n: int, path):
+    w = np.random.default_rng(0).standard_normal((k, n)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                              [numpy_helper.from_array(w, "w")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    models.save(proto, path)
+    return path
+
+
+def test_launches_too_small_to_share_run_on_the_calling_thread(tmp_path):
+    """A kernel whose anchor does less than SERIAL_WORK prints its parallel loops as
+    plain loops (no fork and join per launch); a big one keeps its parallel region. Each
+    computes what ONNX Runtime does (the compile verifies)."""
+    def source(shape, cores):
+        out = tmp_path / f"out{'x'.join(map(str, shape))}c{cores}"
+        hidetc.compile_model(_matmul(*shape, tmp_path / f"{out.name}.onnx"), out,
+                             target="cpu", tune=False, cpu_cores=cores)
+        (text,) = [p.read_text() for p in (out / "kernels" / "src").glob("matmul_*.c")]
+        return text
+    small, big = (2, 16, 8), (64, 256, 256)
+    assert 2 * 2 * 16 * 8 < SERIAL_WORK < 2 * 64 * 256 * 256
+    assert "#pragma omp parallel" not in source(small, 2)
+    assert "#pragma omp parallel" in source(big, 2)

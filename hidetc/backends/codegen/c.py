@@ -198,6 +198,8 @@ class CPrinter:
         return const_text(c)
 
     def loop_pragma(self, s: For, ind: str) -> list[str]:
+        if s.kind == "parallel" and self.fn.attr("serial", False):
+            return []               # a launch too small to share (schedules.cpu.finish_kernel)
         if s.kind == "parallel":    # a constant extent prints as `_parallel_for` instead
             return [f"{ind}#pragma omp parallel for schedule(dynamic)"]
         if s.kind == "unroll":
@@ -369,7 +371,7 @@ class CPrinter:
     def _for(self, s: For, ind: str) -> list[str]:
         pragma = self.loop_pragma(s, ind)     # (a target without parallel loops raises)
         if (s.kind == "parallel" and isinstance(s.extent, Const)
-                and 0 < int(s.extent.value) < 2 ** 31):
+                and 0 < int(s.extent.value) < 2 ** 31 and not self.fn.attr("serial", False)):
             return self._parallel_for(s, ind)
         v = self.ident(s.var.name)
         head = (f"{ind}for ({self.ctype(s.var.dtype)} {v} = 0; {v} < "

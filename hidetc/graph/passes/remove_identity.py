@@ -19,8 +19,8 @@ Graph output names stay stable. For a removed node `src -> dst`:
 Other passes turn no-op nodes into Identity and call `run` to get the same treatment.
 
 Assumes: nodes in topological order. Guarantees: graph input/output names unchanged;
-no Dropout and no same-type Cast remains; an Identity remains only in the last case above. Returns the same
-graph object when there is nothing to remove.
+no Dropout and no same-type Cast remains; an Identity remains only in the last case
+above. Returns the same graph object when there is nothing to remove.
 """
 from __future__ import annotations
 

@@ -20,11 +20,12 @@ with one is refused unless its op is a data-movement or Cast rule (`NARROW_OK`).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 from hidetc.compute.injective import COMPUTE
 from hidetc.compute.narrow_types import NARROW_DTYPES
-from hidetc.compute.task import Task
+from hidetc.compute.task import Task, task_flops
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.common import empty, norm
 from hidetc.schedules.common.reducers import REDUCERS
@@ -97,6 +98,25 @@ def check_node(node, graph) -> None:
     dtype check): `check_op_dtypes` on the node's values."""
     check_op_dtypes(node.op, (graph.types[v].dtype for v in (*node.inputs, *node.outputs)
                               if v), f"node {node.name!r}")
+
+
+# A parallel region's fork and join cost about what this much work does on one core
+# (flops, or floats moved for the memory-bound kernels): launches below it run their
+# parallel loops on the calling thread (tiny models: a 32x32 ResNet ran 66 us on two
+# threads and 36 us on one, bench/results/2026-12-06-exported-models.md)
+SERIAL_WORK = 1 << 16
+
+
+def finish_kernel(fn: Function, target: CpuTarget, task: Task) -> Function:
+    """The plan's last word on a built (fused) kernel: one whose anchor does less than
+    SERIAL_WORK (its flops or the floats it reads and writes, whichever is more) is
+    marked ("serial", True) -- the C printer then prints its parallel loops as plain
+    loops, so the launch pays no fork and join. Single-core targets need no mark (one
+    thread forks nothing)."""
+    moved = sum(t.size for t in (*task.inputs, *task.outputs) if t is not None)
+    if target.cores > 1 and max(task_flops(task), moved) < SERIAL_WORK:
+        return replace(fn, attrs=tuple(sorted({**dict(fn.attrs), "serial": True}.items())))
+    return fn
 
 
 def kernel_facts(fn: Function, target: CpuTarget, task: Task) -> dict:

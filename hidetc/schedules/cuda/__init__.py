@@ -108,6 +108,11 @@ def check_node(node, graph) -> None:
                 f"(int32 offsets): compile for the cpu target, or split the tensor")
 
 
+def finish_kernel(fn: Function, target: CudaTarget, task: Task) -> Function:
+    """The plan's last word on a built kernel: nothing to change on cuda."""
+    return fn
+
+
 def kernel_facts(fn: Function, target: CudaTarget, task: Task) -> dict:
     """The launch shape (`grid`, `block`, `blocks`: the grid's product) and the cost
     model's `blocks_per_sm`, `waves`, `bytes` and `estimate_us` (`cost.kernel_estimate`,
