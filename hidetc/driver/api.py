@@ -29,7 +29,7 @@ from hidetc.backends.runtime.weights import write_weights
 from hidetc.driver.backend import BACKENDS
 from hidetc.driver.config import CompileConfig, make_config
 from hidetc.driver.plan import ExecutionPlan, plan_graph, written_values
-from hidetc.driver.recover import fallbacks, recover, worst_kernel
+from hidetc.driver.recover import recover, worst_kernel
 from hidetc.driver.verify import compare, load_sample, reference_outputs, sample_inputs
 from hidetc.errors import ArtifactError, ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
@@ -104,12 +104,13 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
             manifest["verification"] = {"status": "skipped", "reason": cannot}
         else:
             writer.stage_manifest({**manifest, "verification": {"status": "pending"}})
+            yardstick = _yardstick(model_path, graph, cfg)
             try:
-                manifest["verification"] = _verify(writer.path, manifest, model_path, graph,
-                                                   cfg)
+                manifest["verification"] = _verify(writer.path, manifest, yardstick, cfg)
             except VerificationError as failure:
                 manifest = _recover(writer, manifest, plan, choices, tuning, machine, cfg,
-                                    backend, Path(model_path), graph, optimized, failure)
+                                    backend, Path(model_path), graph, optimized, yardstick,
+                                    failure)
         timings["verify_s"] = time.perf_counter() - clock
         writer.finish(manifest)
     return CompileResult(Path(out_dir), manifest, timings)
@@ -240,12 +241,26 @@ def _spec(graph, value: str) -> dict:
     return {"name": value, "dtype": t.dtype, "shape": list(t.shape)}
 
 
-def _verify(path: Path, manifest: dict, model_path, graph, cfg: CompileConfig) -> dict:
+@dataclass(frozen=True)
+class _Yardstick:
+    """What a compile verifies against, computed once (a recovery verifies several
+    builds against it): the sample inputs and the reference's outputs on them."""
+    inputs: dict
+    reference: dict
+    name: str          # "onnxruntime", or the numpy reference where ORT cannot run it
+
+
+def _yardstick(model_path, graph, cfg: CompileConfig) -> _Yardstick:
     names = list(graph.inputs)
     inputs = load_sample(cfg.sample, names) if cfg.sample else sample_inputs(graph, cfg.seed)
-    outputs = make_executor(path, manifest, warn_cores=False).run(inputs)
-    reference, reference_name = reference_outputs(model_path, graph, inputs)
-    report = compare(outputs, reference, cfg.tolerance)
+    reference, name = reference_outputs(model_path, graph, inputs)
+    return _Yardstick(inputs, reference, name)
+
+
+def _verify(path: Path, manifest: dict, yardstick: _Yardstick, cfg: CompileConfig) -> dict:
+    outputs = make_executor(path, manifest, warn_cores=False).run(yardstick.inputs)
+    reference_name = yardstick.name
+    report = compare(outputs, yardstick.reference, cfg.tolerance)
     report.update({"reference": reference_name, "metric": "norm-wise relative error",
                    "tolerance": cfg.tolerance, "precision": cfg.precision,
                    "sample": cfg.sample or f"random (seed {cfg.seed})"})
@@ -261,19 +276,17 @@ def _verify(path: Path, manifest: dict, model_path, graph, cfg: CompileConfig) -
 
 def _recover(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan, choices: dict,
              tuning: dict, machine: Target, cfg: CompileConfig, backend, model_path: Path,
-             graph, optimized, failure: VerificationError) -> dict:
+             graph, optimized, yardstick: _Yardstick, failure: VerificationError) -> dict:
     """Verification failed: rebuild the diverging kernels with exact-order configs
     (`hidetc.driver.recover`); failing that, with the default layout pass on, the whole
     model once more with the model's own NCHW layout (the layout pass changes the
     kernels and their summation order everywhere); return the manifest that passes,
     else raise the failure naming the kernel that diverges most on exact inputs."""
-    inputs = (load_sample(cfg.sample, list(graph.inputs)) if cfg.sample
-              else sample_inputs(graph, cfg.seed))
     executor = make_executor(writer.path, manifest, warn_cores=False)
     run_with_hook = getattr(executor, "run_with_hook", None)
     if run_with_hook is None:
         raise failure
-    reference = run_graph(optimized, inputs, keep_all=True)
+    reference = run_graph(optimized, yardstick.inputs, keep_all=True)
 
     def rebuild(new_choices: dict, graph_=optimized, tuning_=tuning, cfg_=cfg
                 ) -> tuple[dict, Optional[str]]:
@@ -284,17 +297,16 @@ def _recover(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan, choice
         rebuilt["tuning"] = tuning_
         writer.stage_manifest({**rebuilt, "verification": {"status": "pending"}})
         try:
-            rebuilt["verification"] = _verify(writer.path, rebuilt, model_path, graph, cfg_)
+            rebuilt["verification"] = _verify(writer.path, rebuilt, yardstick, cfg_)
         except VerificationError as again:
             return rebuilt, str(again)
         return rebuilt, None
 
-    passed, errors = recover(manifest, run_with_hook, inputs, reference, plan, choices,
-                             machine, rebuild, str(failure))
+    passed, errors, rebuilds = recover(manifest, run_with_hook, yardstick.inputs, reference,
+                                       plan, choices, machine, rebuild, str(failure))
     if passed:
         return passed
-    tried = ("exact-order rebuilds did not pass either" if fallbacks(plan, choices, machine,
-                                                                      errors)
+    tried = ("exact-order rebuilds did not pass either" if rebuilds
              else "no kernel has an exact-order config to rebuild with")
     if cfg.layout == "auto":
         nchw = replace(cfg, layout="nchw")
@@ -306,8 +318,7 @@ def _recover(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan, choice
             if again is None:
                 rebuilt["verification"]["recovery"] = {
                     "first_failure": str(failure), "layout": "nchw",
-                    "rebuilt": "every kernel: the model's own NCHW layout (the exact-order "
-                               "kernel rebuilds did not pass)"}
+                    "rebuilt": f"every kernel: the model's own NCHW layout ({tried})"}
                 return rebuilt
     worst = worst_kernel(errors)
     hint = (f"; the kernel diverging most on exact inputs is {worst.kernel} ({worst.op} "

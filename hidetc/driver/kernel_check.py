@@ -1,5 +1,7 @@
-"""Each kernel of an emulated cuda artifact against the reference interpreter, alone: the
-per-kernel comparison of `hidetc run --emulate --sanitize --compare model.onnx`.
+"""Each kernel of an artifact (cpu, or cuda in the emulator) against the reference
+interpreter, alone: the per-kernel comparison of `hidetc run --emulate --sanitize
+--compare model.onnx`, and the kernel `hidetc run --compare` names when an output
+misses the artifact's tolerance.
 
 The compile's graph is rebuilt from the model file and the artifact's recorded config
 (`api.optimized_graph`: the same passes, so the same value names), the reference

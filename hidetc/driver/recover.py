@@ -89,15 +89,15 @@ def recover(manifest: dict, run_with_hook: Callable, inputs: Mapping[str, np.nda
             reference: Mapping[str, np.ndarray], plan: ExecutionPlan,
             choices: Mapping[Any, Choice], machine: Target,
             rebuild: Callable[[dict], tuple[dict, Optional[str]]],
-            failure: str) -> tuple[dict, list[KernelError]]:
+            failure: str) -> tuple[dict, list[KernelError], int]:
     """Try the rounds (see the module docstring). `rebuild(choices)` plans, builds and
     verifies with those choices: (its manifest, None) when it passed, else (manifest,
     the failure's one-line message). Returns (the manifest that passed, with
-    `verification.recovery`); raises nothing itself -- when no round passes it returns
-    ({}, the errors measured) and the caller reports."""
+    `verification.recovery`, or {} when no round passed; the errors measured; how many
+    kernels had a fallback to try); raises nothing itself -- the caller reports."""
     errors = kernel_errors(manifest, run_with_hook, inputs, reference)
     ranked = fallbacks(plan, choices, machine, errors)
-    for size in rounds(len(ranked)):
+    for round_, size in enumerate(rounds(len(ranked)), start=1):
         picked = ranked[:size]
         new = dict(choices)
         for f in picked:
@@ -109,10 +109,10 @@ def recover(manifest: dict, run_with_hook: Callable, inputs: Mapping[str, np.nda
                 "rebuilt": [{"kernel": f.kernel, "node": f.error.node, "op": f.error.op,
                              "from": repr(f.choice.config), "to": repr(f.config),
                              "error_on_exact_inputs": f.error.rel_error} for f in picked],
-                "rounds": rounds(len(ranked)).index(size) + 1,
+                "rounds": round_,
             }
-            return rebuilt, errors
-    return {}, errors
+            return rebuilt, errors, len(ranked)
+    return {}, errors, len(ranked)
 
 
 def worst_kernel(errors: list[KernelError]) -> Optional[KernelError]:

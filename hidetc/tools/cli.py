@@ -15,19 +15,19 @@ import time
 from pathlib import Path
 
 import click
-import numpy as np
 
 from hidetc import __version__
 from hidetc.backends.runtime.emulated import SanitizerError
 from hidetc.cpu_isa import current as current_isa
 from hidetc.driver import api
-from hidetc.driver.config import LAYOUTS, PRECISIONS, TOLERANCES
+from hidetc.driver.config import LAYOUTS, PRECISIONS
 from hidetc.driver.kernel_check import check_kernels
 from hidetc.driver.tune.records import cpu_device
-from hidetc.driver.verify import compare, load_sample, ort_session, run_onnxruntime, time_call
-from hidetc.errors import ConfigError, HidetcError, InputError
+from hidetc.driver.verify import time_call
+from hidetc.errors import ConfigError, HidetcError
 from hidetc.schedules.catalog import format_spaces, template_spaces
 from hidetc.tools.inspect import describe, summary_json
+from hidetc.tools.run_report import compare_with_ort, describe_array, load_inputs, save_npz
 
 
 def _handle_errors(fn):
@@ -198,33 +198,6 @@ def _verification_line(v: dict) -> str:
            f"tolerance {v['tolerance']})"
 
 
-def _load_inputs(model: api.Model, path: Path | None, seed: int) -> dict[str, np.ndarray]:
-    names = [s["name"] for s in model.inputs]
-    if path is not None:
-        return load_sample(path, names)
-    rng = np.random.default_rng(seed)
-    click.echo(f"no --input: using random inputs (seed {seed})", err=True)
-    out = {}
-    for s in model.inputs:
-        if s["dtype"].startswith("float"):
-            out[s["name"]] = rng.standard_normal(s["shape"]).astype(s["dtype"])
-        else:
-            out[s["name"]] = np.zeros(s["shape"], s["dtype"])
-    return out
-
-
-def _describe_array(name: str, a: np.ndarray) -> str:
-    head = f"{name}: {a.dtype}{list(a.shape)}"
-    if a.size == 0:
-        return head + " (empty)"
-    if np.issubdtype(a.dtype, np.number):
-        f = a.astype(np.float64)
-        first = np.array2string(a.reshape(-1)[:4], precision=4, separator=", ")
-        return (head + f" mean {f.mean():.4g} std {f.std():.4g} min {f.min():.4g} "
-                f"max {f.max():.4g} first {first}")
-    return head + f" true {int(np.count_nonzero(a))}/{a.size}"
-
-
 @main.command("run")
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.option("--input", "input_path", type=click.Path(path_type=Path), default=None,
@@ -249,10 +222,10 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, em
     model = api.load(out_dir, emulate=emulate, sanitize=sanitize)
     if threads:
         model.set_threads(threads)
-    inputs = _load_inputs(model, input_path, 0)
+    inputs = load_inputs(model, input_path, 0)
     outputs = model.run(inputs)
     for name, array in outputs.items():
-        click.echo(_describe_array(name, array))
+        click.echo(describe_array(name, array))
     target = f"{model.target}, emulated" if emulate else model.target
     if sanitize and compare_model is not None:       # every kernel on the reference's inputs
         hazards = check_kernels(model, compare_model, inputs)
@@ -265,78 +238,23 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, em
                       if compare_model is not None else ")"))
     failed = None
     if compare_model is not None:
-        failed = _compare_with_ort(compare_model, model, inputs, outputs, target, repeat)
+        failed = compare_with_ort(compare_model, model, inputs, outputs, target, repeat)
     elif not sanitize:                         # (a sanitized run is not a timing)
         stats = time_call(lambda: model.run(inputs), repeat=repeat)
         click.echo(f"latency (hidetc, {target}): median {stats['median_ms']:.3f} ms, "
                    f"min {stats['min_ms']:.3f} ms over {repeat} runs")
     if output_path is not None:
-        _save_npz(output_path, outputs)
+        save_npz(output_path, outputs)
     if failed:
-        if not sanitize and model.target == "cpu":      # which kernel: judged one by one
+        # which kernel: judged one by one where the launches can run one by one (the
+        # cpu executor, the emulator; a sanitized run has judged them already)
+        if not sanitize and (emulate or model.target == "cpu"):
             hazards = check_kernels(model, compare_model, inputs)
             if hazards:
                 failed += f"; the first kernel that differs on exact inputs: " \
                           f"{hazards[0].removeprefix('kernel ')}"
         click.echo(f"hidetc: error: {failed}", err=True)
         sys.exit(1)
-
-
-def _compare_with_ort(model_path: Path, model, inputs, outputs, target: str,
-                      repeat: int) -> str | None:
-    """Errors against ONNX Runtime at the artifact's own tolerance (its verification
-    record's, else its precision's: f32 1e-4, f16 1e-2), then both latencies timed side
-    by side: the two runtimes alternate in rounds after an idle pause
-    (`bench.alternate`), so neither is timed while the other's worker threads still
-    spin, and a slow moment of the machine hurts both. Returns the one-line reason when
-    an output misses the tolerance (`run --compare` then exits 1), else None."""
-    from hidetc.tools.bench import alternate
-    if not model_path.is_file():
-        raise InputError(f"{model_path}: no such file")
-    reference = run_onnxruntime(model_path, inputs)
-    rtol = artifact_tolerance(model.manifest)
-    report = compare(outputs, reference, rtol=rtol)
-    for name, entry in report["outputs"].items():
-        fields = (f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                  for k, v in entry.items())
-        click.echo(f"vs onnxruntime {name}: " + ", ".join(fields))
-    session = ort_session(model_path)
-    feed = dict(inputs)
-    timed = alternate({"hidetc": lambda: model.run(inputs),
-                       "onnxruntime": lambda: session.run(None, feed)},
-                      repeat, rounds=min(5, repeat))
-    ours, theirs = timed["hidetc"], timed["onnxruntime"]
-    click.echo(f"latency (hidetc, {target}): median {ours['median_ms']:.3f} ms, "
-               f"min {ours['min_ms']:.3f} ms over {ours['calls']} runs")
-    ratio = ours["median_ms"] / theirs["median_ms"]
-    click.echo(f"latency (onnxruntime, cpu): median {theirs['median_ms']:.3f} ms "
-               f"-> hidetc/onnxruntime = {ratio:.2f}x (timed alternately)")
-    if report["status"] == "passed":
-        return None
-    bad = [(name, e) for name, e in report["outputs"].items()
-           if e.get("rel_error", 0.0) > rtol or e.get("mismatches") or "error" in e]
-    name, entry = bad[0]
-    what = (entry["error"] if "error" in entry else
-            f"{entry['mismatches']} mismatched elements" if "mismatches" in entry else
-            f"relative error {entry['rel_error']:.3g} > tolerance {rtol:g}")
-    return (f"output {name!r} differs from ONNX Runtime's ({what})"
-            + (f"; {len(bad) - 1} more output(s) differ" if len(bad) > 1 else ""))
-
-
-def artifact_tolerance(manifest: dict) -> float:
-    """The norm-wise bound the artifact was verified at (its precision's default when
-    the record has none)."""
-    recorded = (manifest.get("verification") or {}).get("tolerance")
-    if isinstance(recorded, (int, float)):
-        return float(recorded)
-    return TOLERANCES[manifest.get("precision") or "f32"]
-
-
-def _save_npz(path: Path, outputs) -> None:
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **outputs)
-    tmp.replace(path)
-    click.echo(f"wrote {path}")
 
 
 @main.command("bench")

@@ -130,10 +130,10 @@ def test_the_last_resort_is_the_models_own_layout(tmp_path, monkeypatch):
     models.save(proto, path)
     real = api._verify
 
-    def verify(out, manifest, model_path, graph, cfg):
+    def verify(out, manifest, yardstick, cfg):
         if cfg.layout == "auto":
             raise VerificationError("verification failed: output 'r2' differs (planted)")
-        return real(out, manifest, model_path, graph, cfg)
+        return real(out, manifest, yardstick, cfg)
 
     monkeypatch.setattr(api, "_verify", verify)
     result = hidetc.compile_model(path, tmp_path / "out", target="cpu", tune=False)

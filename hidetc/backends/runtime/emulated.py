@@ -90,6 +90,9 @@ class EmulatedCudaExecutor:
         self._data_poison = False      # sanitize: the data holds poison's bits itself
         self._spaced_weights: Optional[np.ndarray] = None   # sanitize: weights spaced out
         self._weight_at: dict[int, int] = {}                # offset -> its spaced offset
+        # a sanitized pass's whole output and input buffers (red zones included)
+        self._out_buffers: list[tuple[str, np.ndarray]] = []
+        self._in_buffers: list[tuple[str, np.ndarray]] = []
         if sanitize:
             self._space_values()
             self._space_weights()
@@ -259,7 +262,7 @@ class EmulatedCudaExecutor:
                 if touched.size:
                     return f"kernel {kernel}: wrote {touched.size} bytes {where} {value!r}"
         buffers = [("output", name, buf) for name, buf in self._out_buffers]
-        buffers += [("input", name, buf) for name, buf in getattr(self, "_in_buffers", [])]
+        buffers += [("input", name, buf) for name, buf in self._in_buffers]
         for kind, name, buf in buffers:
             zones = (buf[:RED_ZONE], buf[-RED_ZONE:]) if RED_ZONE else ()
             for zone, where in zip(zones, ("before", "past the end of")):

@@ -148,7 +148,10 @@ def numerics_budget(tolerance: Optional[float], task: Task, kernels: int) -> Opt
     through the layers: tolerance / (2 sqrt(kernels)), at least BUDGET_FLOOR unit
     roundoffs of the task's output type. None (no budget) without a tolerance or for
     non-float outputs. Documented beside the tolerances (`hidetc.driver.config`)."""
-    dtype = task.outputs[0].dtype if task.outputs else None
+    return _share(tolerance, task.outputs[0].dtype if task.outputs else None, kernels)
+
+
+def _share(tolerance: Optional[float], dtype: Optional[str], kernels: int) -> Optional[float]:
     if tolerance is None or dtype not in UNIT_ROUNDOFF:
         return None
     return max(tolerance / (2.0 * max(kernels, 1) ** 0.5), BUDGET_FLOOR * UNIT_ROUNDOFF[dtype])
@@ -191,10 +194,10 @@ def tune_graph(graph: Graph, target: Target | str, *, tune: bool, level: int, ar
     limits = default_target(target, arch) if isinstance(target, str) else target
     work = anchor_tasks(graph, limits)
     summary.tasks = len(work)
-    kernels = sum(1 for _ in partition(graph, True, limits.kind))
-    if tolerance is not None:
-        summary.budget = max(tolerance / (2.0 * max(kernels, 1) ** 0.5),
-                             BUDGET_FLOOR * UNIT_ROUNDOFF["float32"])
+    # the launches the budget is shared over (only counted when candidates are measured)
+    kernels = sum(1 for _ in partition(graph, True, limits.kind)) \
+        if tune and tolerance is not None else 0
+    summary.budget = _share(tolerance, "float32", kernels) if kernels else None
     measure = measure if measure is not None else LocalMeasurer(
         arch, lambda task: numerics_budget(tolerance, task, kernels))
     pending = []

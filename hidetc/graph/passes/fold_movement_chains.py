@@ -57,13 +57,14 @@ def _chains(graph: Graph) -> list[list[Node]]:
     producer = {o: n for n in graph.nodes for o in n.outputs if o}
     outputs = set(graph.outputs)
 
+    moved = {n.inputs[0] for n in graph.nodes if n.op in MOVEMENT and n.inputs}
+
     def inner(value: str) -> bool:           # may disappear inside a chain
         return uses[value] == 1 and value not in outputs
 
+    # a chain ends where its value is not the data input of the next movement node
     ends = [n for n in graph.nodes if n.op in MOVEMENT
-            and not (inner(n.outputs[0]) and any(
-                c.op in MOVEMENT and c.inputs and c.inputs[0] == n.outputs[0]
-                for c in graph.nodes))]
+            and not (inner(n.outputs[0]) and n.outputs[0] in moved)]
     chains = []
     for end in ends:
         chain = [end]

@@ -6,8 +6,9 @@ its `Transpose(perm 0,2,3,1)` right before the convolution. When that value is a
 channel Concat or a spatial Resize of NCHW values (SegFormer's decode head: four
 token maps reshaped to NCHW, each upsampled bilinearly, concatenated, then a 1x1
 convolution), the transpose gathers every output element across channel planes, with
-the Resize's coordinate arithmetic per element in that scattered order -- a third of
-SegFormer's time. Applied to the Concat's or Resize's inputs instead:
+the Resize's coordinate arithmetic per element in that scattered order (what that
+cost: bench/results/2026-12-06-exported-models.md). Applied to the Concat's or Resize's
+inputs instead:
 
     Transpose(Concat(a, b, axis=1))   -> Concat(Transpose(a), Transpose(b), axis=3)
     Transpose(Resize(x, roi, scales)) -> Resize(Transpose(x), roi', scales')
@@ -48,10 +49,10 @@ def _movable(graph: Graph, node: Node) -> bool:
         return False
     if (node.attr("keep_aspect_ratio_policy") or "stretch") != "stretch":
         return False
-    consts = [graph.constants.get(v) if v else None for v in node.inputs[1:4]]
     if any(v and v not in graph.constants for v in node.inputs[1:4]):
         return False
-    roi, scales, sizes = (consts + [None, None, None])[:3]
+    _, scales, sizes = ([graph.constants.get(v) if v else None for v in node.inputs[1:4]]
+                        + [None, None, None])[:3]
     x = graph.types[node.inputs[0]].shape
     if scales is not None and scales.size:
         return bool(np.all(np.asarray(scales)[:2] == 1))

@@ -102,8 +102,8 @@ def check_node(node, graph) -> None:
 
 # A parallel region's fork and join cost about what this much work does on one core
 # (flops, or floats moved for the memory-bound kernels): launches below it run their
-# parallel loops on the calling thread (tiny models: a 32x32 ResNet ran 66 us on two
-# threads and 36 us on one, bench/results/2026-12-06-exported-models.md)
+# parallel loops on the calling thread (measured on tiny models:
+# bench/results/2026-12-06-exported-models.md)
 SERIAL_WORK = 1 << 16
 
 

@@ -1,0 +1,99 @@
+"""What `hidetc run` reads, prints and checks: its inputs (a file or seeded random
+values), a one-line summary per output, the comparison with ONNX Runtime at the
+artifact's own tolerance (errors, then both latencies timed side by side), and the
+outputs written atomically."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import numpy as np
+
+from hidetc.driver import api
+from hidetc.driver.config import TOLERANCES
+from hidetc.driver.verify import compare, load_sample, ort_session, run_onnxruntime
+from hidetc.errors import InputError
+from hidetc.tools.bench import alternate
+
+
+def load_inputs(model: api.Model, path: Path | None, seed: int) -> dict[str, np.ndarray]:
+    names = [s["name"] for s in model.inputs]
+    if path is not None:
+        return load_sample(path, names)
+    rng = np.random.default_rng(seed)
+    click.echo(f"no --input: using random inputs (seed {seed})", err=True)
+    out = {}
+    for s in model.inputs:
+        if s["dtype"].startswith("float"):
+            out[s["name"]] = rng.standard_normal(s["shape"]).astype(s["dtype"])
+        else:
+            out[s["name"]] = np.zeros(s["shape"], s["dtype"])
+    return out
+
+
+def describe_array(name: str, a: np.ndarray) -> str:
+    head = f"{name}: {a.dtype}{list(a.shape)}"
+    if a.size == 0:
+        return head + " (empty)"
+    if np.issubdtype(a.dtype, np.number):
+        f = a.astype(np.float64)
+        first = np.array2string(a.reshape(-1)[:4], precision=4, separator=", ")
+        return (head + f" mean {f.mean():.4g} std {f.std():.4g} min {f.min():.4g} "
+                f"max {f.max():.4g} first {first}")
+    return head + f" true {int(np.count_nonzero(a))}/{a.size}"
+
+
+def compare_with_ort(model_path: Path, model, inputs, outputs, target: str,
+                      repeat: int) -> str | None:
+    """Errors against ONNX Runtime at the artifact's own tolerance (its verification
+    record's, else its precision's: f32 1e-4, f16 1e-2), then both latencies timed side
+    by side: the two runtimes alternate in rounds after an idle pause
+    (`bench.alternate`), so neither is timed while the other's worker threads still
+    spin, and a slow moment of the machine hurts both. Returns the one-line reason when
+    an output misses the tolerance (`run --compare` then exits 1), else None."""
+    if not model_path.is_file():
+        raise InputError(f"{model_path}: no such file")
+    reference = run_onnxruntime(model_path, inputs)
+    rtol = artifact_tolerance(model.manifest)
+    report = compare(outputs, reference, rtol=rtol)
+    for name, entry in report["outputs"].items():
+        fields = (f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                  for k, v in entry.items())
+        click.echo(f"vs onnxruntime {name}: " + ", ".join(fields))
+    session = ort_session(model_path)
+    feed = dict(inputs)
+    timed = alternate({"hidetc": lambda: model.run(inputs),
+                       "onnxruntime": lambda: session.run(None, feed)},
+                      repeat, rounds=min(5, repeat))
+    ours, theirs = timed["hidetc"], timed["onnxruntime"]
+    click.echo(f"latency (hidetc, {target}): median {ours['median_ms']:.3f} ms, "
+               f"min {ours['min_ms']:.3f} ms over {ours['calls']} runs")
+    ratio = ours["median_ms"] / theirs["median_ms"]
+    click.echo(f"latency (onnxruntime, cpu): median {theirs['median_ms']:.3f} ms "
+               f"-> hidetc/onnxruntime = {ratio:.2f}x (timed alternately)")
+    if report["status"] == "passed":
+        return None
+    bad = [(name, e) for name, e in report["outputs"].items()
+           if e.get("rel_error", 0.0) > rtol or e.get("mismatches") or "error" in e]
+    name, entry = bad[0]
+    what = (entry["error"] if "error" in entry else
+            f"{entry['mismatches']} mismatched elements" if "mismatches" in entry else
+            f"relative error {entry['rel_error']:.3g} > tolerance {rtol:g}")
+    return (f"output {name!r} differs from ONNX Runtime's ({what})"
+            + (f"; {len(bad) - 1} more output(s) differ" if len(bad) > 1 else ""))
+
+
+def artifact_tolerance(manifest: dict) -> float:
+    """The norm-wise bound the artifact was verified at (its precision's default when
+    the record has none)."""
+    recorded = (manifest.get("verification") or {}).get("tolerance")
+    if isinstance(recorded, (int, float)):
+        return float(recorded)
+    return TOLERANCES[manifest.get("precision") or "f32"]
+
+
+def save_npz(path: Path, outputs) -> None:
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **outputs)
+    tmp.replace(path)
+    click.echo(f"wrote {path}")
