@@ -1,4 +1,5 @@
-"""The Python API: `compile_model(model, out_dir, ...)` and `load(out_dir)`.
+"""The Python API: `compile_model(model, out_dir, ...)` and `load(out_dir)` (a loaded
+artifact: `hidetc.driver.model`).
 
 compile_model runs the whole pipeline: import -> graph passes -> precision lowering
 (f16: float16 storage, `hidetc.graph.pipeline.lower_precision`) -> plan (kernels,
@@ -13,25 +14,23 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
-
-import numpy as np
+from typing import Any, Callable, Optional
 
 from hidetc import __version__
 from hidetc.backends.runtime.artifact import (
     FORMAT_VERSION,
     ArtifactWriter,
     check_output_dir,
-    read_manifest,
 )
 from hidetc.backends.runtime.select import gpu_available, make_executor
 from hidetc.backends.runtime.weights import write_weights
 from hidetc.driver.backend import BACKENDS
 from hidetc.driver.config import CompileConfig, make_config
+from hidetc.driver.model import Model, load, profile_rows  # noqa: F401 (the API)
 from hidetc.driver.plan import ExecutionPlan, plan_graph, written_values
 from hidetc.driver.recover import recover, worst_kernel
 from hidetc.driver.verify import compare, load_sample, reference_outputs, sample_inputs
-from hidetc.errors import ArtifactError, ConfigError, VerificationError
+from hidetc.errors import ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.pipeline import lower_precision, optimize
 from hidetc.graph.reference import run_graph
@@ -184,6 +183,8 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
     resources = built.pop("resources", {})
     graph = plan.graph
     nodes = {n.name: n for n in graph.nodes}
+    inputs = [_spec(graph, v) for v in graph.inputs]
+    outputs = [_spec(graph, v) for v in graph.outputs]
     return {
         "format_version": FORMAT_VERSION,
         "hidetc_version": __version__,
@@ -193,8 +194,8 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
         "precision": cfg.precision,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "model": {"file": model_path.name, "sha256": _sha256(model_path)},
-        "inputs": [_spec(graph, v) for v in graph.inputs],
-        "outputs": [_spec(graph, v) for v in graph.outputs],
+        "inputs": inputs,
+        "outputs": outputs,
         "output_sources": plan.output_sources,
         "kernels": [{"name": s.kernel, "node": s.node, "op": s.op, "args": list(s.values),
                      "writes": list(written_values(s.group, nodes)),
@@ -213,7 +214,10 @@ def _write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, cfg: CompileCon
                    "bytes": dict(plan.value_bytes),
                    # the graph values' element types (the sanitizer's poison check)
                    "dtypes": {v: graph.types[v].dtype for v in plan.value_bytes
-                              if v in graph.types}},
+                              if v in graph.types},
+                   # what each execution context (a pass in flight) holds
+                   **backend.context_memory(plan.memory.arena_bytes, inputs, outputs,
+                                            resources)},
         "weights": {"file": "weights.bin",
                     "entries": {k: _entry_dict(e) for k, e in entries.items()}},
         **built,
@@ -330,89 +334,3 @@ def _describe(entry: dict) -> str:
     if "rel_error" in entry:
         return f"relative error {entry['rel_error']:.3g}, max abs {entry['max_abs_error']:.3g}"
     return ", ".join(f"{k} {v}" for k, v in entry.items())
-
-
-def profile_rows(manifest: dict, times: list[float]) -> list[dict]:
-    """Per launch (manifest order) with its time `times[i]` in ms: kernel, op, node,
-    template and config (None for a rule kernel) and, on cuda, grid and block and the
-    cost model's `estimate_us`, `blocks` and `waves` (measured beside estimated: what
-    fits the model's constants)."""
-    kernels = manifest["kernels"]
-    launches = (manifest.get("cuda") or {}).get("launches") or [{}] * len(kernels)
-    return [{"kernel": k["name"], "op": k["op"], "node": k.get("node"), "ms": t,
-             "template": k.get("template"), "config": k.get("config"),
-             **{key: launch[key] for key in ("grid", "block") if key in launch},
-             **{key: k[key] for key in ("estimate_us", "blocks", "waves") if key in k}}
-            for k, launch, t in zip(kernels, launches, times)]
-
-
-class Model:
-    """A loaded artifact. `run({name: array}) -> {name: array}`."""
-
-    def __init__(self, out_dir: str | os.PathLike, *, verify_checksums: bool = True,
-                 emulate: bool = False, sanitize: bool = False):
-        self.path = Path(out_dir)
-        self.manifest = read_manifest(self.path, verify_checksums=verify_checksums)
-        self._executor = make_executor(self.path, self.manifest, emulate=emulate,
-                                       sanitize=sanitize)
-
-    @property
-    def inputs(self) -> list[dict]:
-        return self.manifest["inputs"]
-
-    @property
-    def outputs(self) -> list[dict]:
-        return self.manifest["outputs"]
-
-    @property
-    def target(self) -> str:
-        return self.manifest["target"]
-
-    @property
-    def last_latency_ms(self) -> float:
-        return self._executor.last_latency_ms
-
-    @property
-    def uses_graph(self) -> bool:
-        """True where each run replays a captured CUDA graph (cuda, capture worked)."""
-        return bool(getattr(self._executor, "uses_graph", False))
-
-    @property
-    def graph_unavailable(self) -> Optional[str]:
-        """Why a cuda artifact runs as plain stream launches (None otherwise)."""
-        return getattr(self._executor, "graph_unavailable", None)
-
-    def set_threads(self, n: int) -> None:
-        if hasattr(self._executor, "set_threads"):
-            self._executor.set_threads(n)
-
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self._executor.run(inputs)
-
-    def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 10) -> list[dict]:
-        """`profile_rows` of the executor's per-launch median milliseconds (see its
-        `profile`); ArtifactError where the executor cannot time single launches."""
-        profile = getattr(self._executor, "profile", None)
-        if profile is None:
-            raise ArtifactError(f"{self.path}: per-kernel profiling is not supported for "
-                                f"the {self.target} target yet")
-        return profile_rows(self.manifest, profile(inputs, repeat))
-
-    def run_with_hook(self, inputs: Mapping[str, np.ndarray], hook) -> dict[str, np.ndarray]:
-        """One pass launch by launch with `hook` around each launch (the CPU executor's
-        or the emulator's `run_with_hook`: what `kernel_check` drives); ArtifactError on
-        a GPU."""
-        run = getattr(self._executor, "run_with_hook", None)
-        if run is None:
-            raise ArtifactError(f"{self.path}: the per-kernel comparison runs on the cpu "
-                                f"target or in the emulator: add --emulate")
-        return run(inputs, hook)
-
-
-def load(out_dir: str | os.PathLike, *, verify_checksums: bool = True,
-         emulate: bool = False, sanitize: bool = False) -> Model:
-    """Load an artifact; `emulate=True` runs a cuda artifact on the CPU (slow; tests);
-    `sanitize=True` (with emulate) checks every run for hazards and raises
-    `SanitizerError` (`hidetc.backends.runtime.emulated`) naming them."""
-    return Model(out_dir, verify_checksums=verify_checksums, emulate=emulate,
-                 sanitize=sanitize)

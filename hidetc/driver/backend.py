@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from hidetc import cpu_isa
+from hidetc.backends.runtime.cuda.context import staged_bytes
 from hidetc.backends.runtime.select import gpu_available, gpu_limits, gpu_name
 from hidetc.backends.toolchain.nvcc import default_arch, parse_archs
 from hidetc.driver.build import build_cpu_library, launch_table
@@ -62,14 +63,24 @@ class CpuBackend:
     def build(self, plan: ExecutionPlan, entries: Mapping, root: Path, cfg: CompileConfig,
               dump_dir: Optional[str]) -> dict:
         """Build the kernels under `root`/kernels: the manifest keys they need, and
-        `resources` per kernel (none on the cpu)."""
-        library, launches = build_cpu_library(plan, entries, root / "kernels",
-                                              dump_dir=dump_dir)
+        `resources` per kernel (its scratch bytes per thread)."""
+        library, launches, resources = build_cpu_library(plan, entries, root / "kernels",
+                                                         dump_dir=dump_dir)
         return {"library": str(library.relative_to(root)),
-                "cpu": {"launches": launch_table(launches)}}
+                "cpu": {"launches": launch_table(launches)}, "resources": resources}
 
     def manifest_facts(self, machine: CpuTarget) -> dict:
         return {"cpu_isa": machine.isa}
+
+    def context_memory(self, arena_bytes: int, inputs: list[dict], outputs: list[dict],
+                       resources: Mapping[str, dict]) -> dict:
+        """The manifest's per-context memory: a cpu context is its arena (inputs and
+        outputs are the caller's arrays); each OS thread that runs kernels (a caller and
+        its OpenMP team) also keeps a scratch stack of up to `scratch_bytes_per_thread`
+        (None where a kernel's scratch is sized at run time)."""
+        scratch = [r.get("scratch_bytes") for r in resources.values()]
+        return {"context_bytes": int(arena_bytes),
+                "scratch_bytes_per_thread": None if None in scratch else max(scratch, default=0)}
 
 
 class CudaBackend:
@@ -122,6 +133,14 @@ class CudaBackend:
 
     def manifest_facts(self, machine: CudaTarget) -> dict:
         return {}
+
+    def context_memory(self, arena_bytes: int, inputs: list[dict], outputs: list[dict],
+                       resources: Mapping[str, dict]) -> dict:
+        """The manifest's per-context memory: a cuda context's device bytes, its arena
+        and one I/O buffer for the inputs and outputs (`runtime.cuda.context`; the same
+        I/O bytes again in pinned host memory)."""
+        io = staged_bytes(inputs) + staged_bytes(outputs)
+        return {"context_bytes": int(arena_bytes) + io, "io_bytes": io}
 
 
 BACKENDS = {"cpu": CpuBackend(), "cuda": CudaBackend()}

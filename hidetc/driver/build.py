@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from hidetc.backends.codegen.c import print_c_module
+from hidetc.backends.codegen.c import heap_scratch_bytes, print_c_module
 from hidetc.backends.codegen.launcher import Arg, Launch, entry_wrapper, launcher_source
 from hidetc.backends.toolchain.gcc import build_shared_library, flags_for
 from hidetc.driver.plan import ExecutionPlan
@@ -24,12 +24,16 @@ def resolve_weight_args(plan: ExecutionPlan, entries: Mapping) -> list[Launch]:
     return launches
 
 
-def kernel_sources(plan: ExecutionPlan, dump_dir: str | None = None) -> dict[str, str]:
-    sources = {}
+def kernel_sources(plan: ExecutionPlan, dump_dir: str | None = None
+                   ) -> tuple[dict[str, str], dict[str, dict]]:
+    """Each kernel's C translation unit, and its resources: `scratch_bytes`, the most it
+    takes from a thread's scratch stack in one call (`heap_scratch_bytes`)."""
+    sources, resources = {}, {}
     for name, fn in plan.functions.items():
         lowered = lower(fn, dump_dir=dump_dir)
         sources[name] = print_c_module([lowered]) + entry_wrapper(lowered)
-    return sources
+        resources[name] = {"scratch_bytes": heap_scratch_bytes(lowered)}
+    return sources, resources
 
 
 def launch_table(launches: list[Launch]) -> list[list[list]]:
@@ -39,9 +43,11 @@ def launch_table(launches: list[Launch]) -> list[list[list]]:
 
 
 def build_cpu_library(plan: ExecutionPlan, entries: Mapping, out_dir: Path,
-                      dump_dir: str | None = None) -> tuple[Path, list[Launch]]:
-    """The library (kernels, their `NAME_entry`, the launcher) and its launches."""
-    sources = kernel_sources(plan, dump_dir)
+                      dump_dir: str | None = None
+                      ) -> tuple[Path, list[Launch], dict[str, dict]]:
+    """The library (kernels, their `NAME_entry`, the launcher), its launches and the
+    kernels' resources (`kernel_sources`)."""
+    sources, resources = kernel_sources(plan, dump_dir)
     launches = resolve_weight_args(plan, entries)
     sources["launcher"] = launcher_source(launches)
     src_dir = out_dir / "src"
@@ -50,4 +56,4 @@ def build_cpu_library(plan: ExecutionPlan, entries: Mapping, out_dir: Path,
         (src_dir / f"{name}.c").write_text(text)
     library = build_shared_library(sources, out_dir / "model.so",
                                    opt_flags=flags_for(plan.machine.isa))
-    return library, launches
+    return library, launches, resources

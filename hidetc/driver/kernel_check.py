@@ -22,9 +22,10 @@ from typing import Mapping
 
 import numpy as np
 
-from hidetc.driver.api import Model, optimized_graph
+from hidetc.driver.api import optimized_graph
 from hidetc.driver.config import CompileConfig
 from hidetc.driver.divergence import KernelError, kernel_errors
+from hidetc.driver.model import Model
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.reference import run_graph
 

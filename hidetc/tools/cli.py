@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from hidetc import __version__
+from hidetc.backends.runtime.artifact import read_manifest
 from hidetc.backends.runtime.emulated import SanitizerError
 from hidetc.cpu_isa import current as current_isa
 from hidetc.driver import api
@@ -344,7 +345,7 @@ def inspect_cmd(out_dir, as_json, space, target, arch):
         return
     if out_dir is None:
         raise click.UsageError("give an artifact directory OUT_DIR, or --space")
-    manifest = api.read_manifest(out_dir)
+    manifest = read_manifest(out_dir)
     if as_json:
         click.echo(json.dumps(summary_json(manifest), indent=2))
     else:

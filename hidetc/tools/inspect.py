@@ -32,6 +32,27 @@ def summary_json(manifest: dict) -> dict:
     }
 
 
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:.1f} KiB"
+
+
+def context_line(memory: dict) -> str:
+    """What each pass in flight holds (`runtime.contexts`): its context's bytes and, on
+    the cpu, the scratch stack each running thread keeps."""
+    if "context_bytes" not in memory:
+        return "per pass in flight: the arena (compiled by an older hidetc)"
+    text = f"per pass in flight: {_size(memory['context_bytes'])} (its context"
+    if memory.get("io_bytes"):
+        text += f": arena and {_size(memory['io_bytes'])} of I/O on the device"
+    text += ")"
+    scratch = memory.get("scratch_bytes_per_thread", 0)
+    if scratch:
+        text += f", and up to {_size(scratch)} of scratch per running thread"
+    elif "scratch_bytes_per_thread" in memory and scratch is None:
+        text += ", and scratch per running thread sized at run time"
+    return text
+
+
 def describe(manifest: dict) -> str:
     kernels = manifest["kernels"]
     ops = Counter(k["op"] for k in kernels)
@@ -49,6 +70,7 @@ def describe(manifest: dict) -> str:
         f"{memory['total_bytes'] / 2**20:.2f} MiB of intermediates"
         f" ({len(memory.get('in_place', {}))} written in place); "
         f"weights {weights / 2**20:.2f} MiB",
+        context_line(memory),
     ]
     v = manifest["verification"]
     line = f"verification: {v.get('status')}"

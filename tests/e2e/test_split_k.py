@@ -12,10 +12,9 @@ import json
 import shutil
 
 import numpy as np
-import onnx
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper, numpy_helper
+from helpers.split_k_model import split_k_model
 
 import hidetc
 import models
@@ -27,41 +26,8 @@ from hidetc.tools.cli import main as cli
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 
 
-def _model() -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-
-    def weight(name, shape, scale):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
-                                       name)
-
-    make = helper.make_node
-    nodes = [
-        make("MatMul", ["x", "w1"], ["h"]), make("Add", ["h", "b1"], ["hb"]),
-        make("Div", ["hb", "sqrt2"], ["hd"]), make("Erf", ["hd"], ["he"]),
-        make("Add", ["he", "one"], ["hp"]), make("Mul", ["hb", "hp"], ["hm"]),
-        make("Mul", ["hm", "half"], ["g"]),                           # GELU
-        make("MatMul", ["g", "w2"], ["y0"]), make("Add", ["y0", "x"], ["y"]),   # residual
-        make("Conv", ["img", "k"], ["c"], pads=[1, 1, 1, 1]), make("Relu", ["c"], ["z"]),
-    ]
-    inits = [weight("w1", (384, 96), 0.05), weight("b1", (96,), 0.1),
-             weight("w2", (96, 384), 0.1), weight("k", (64, 64, 3, 3), 0.04),
-             numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "sqrt2"),
-             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
-             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
-    graph = helper.make_graph(
-        nodes, "split_k",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 384]),
-         helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 64, 4, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 384]),
-         helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 64, 4, 4])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
-
-
 def test_split_k_with_grafted_epilogues_emulated(tmp_path):
-    proto = _model()
+    proto = split_k_model()
     path = tmp_path / "model.onnx"
     models.save(proto, path)
     out = tmp_path / "out"
@@ -108,7 +74,7 @@ def test_a_tuned_dynamic_shared_config_reaches_the_manifest(tmp_path):
     from hidetc.schedules.cuda import matmul_tc
     from hidetc.target import KNOWN_GPUS
 
-    proto = _model()
+    proto = split_k_model()
     path = tmp_path / "model.onnx"
     models.save(proto, path)
     graph = lower_precision(optimize(load_model(path)), "f16", target="cuda")

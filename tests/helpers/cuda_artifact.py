@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from helpers.threads import in_threads
 
 from hidetc.backends.runtime.weights import write_weights
 
@@ -45,3 +46,17 @@ def artifact(root: Path, cubins: dict, launches=None, ptx=None, arena=4 * N) -> 
 def expected(x: np.ndarray) -> np.ndarray:
     w = np.linspace(-1, 1, 2 * N, dtype=np.float32)
     return np.maximum(x * w[:N] + w[N:], 0)[::-1]
+
+
+def hammer(executor, threads: int = 4, runs: int = 10) -> list[str]:
+    """`threads` threads x `runs` passes of `executor.run`, each thread on inputs of its
+    own; what went wrong (a wrong result, an exception), as lines."""
+    problems: list[str] = []
+
+    def work(k: int) -> None:
+        x = np.random.default_rng(100 + k).standard_normal(N, dtype=np.float32)
+        for r in range(runs):
+            if not np.array_equal(executor.run({"x": x})["y"], expected(x)):
+                problems.append(f"thread {k} run {r}: wrong result")
+    problems += [f"{type(e).__name__}: {e}" for e in in_threads(threads, work)]
+    return problems

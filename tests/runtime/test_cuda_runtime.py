@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers.cuda_artifact import N, artifact, expected, launch, pipeline
+from helpers.cuda_artifact import N, artifact, expected, hammer, launch, pipeline
 
 from hidetc.backends.runtime.cuda import driver
 from hidetc.backends.runtime.cuda import executor as cuda_executor
@@ -113,7 +113,9 @@ class FakeDriver:
     def __init__(self, capability=(9, 0), memory=1 << 28, init_error=None):
         fake = self
         self.memory, self.init_error, self.blocks = memory, init_error, {}
-        self.next, self.capturing, self.launched, self.pending = 1 << 20, None, [], None
+        self.next, self.launched, self.pending = 1 << 20, [], None
+        self._local = threading.local()      # stream capture is per thread, as CUDA's
+        self.lock = threading.Lock()
         self.Device = type("Device", (), {
             "count": staticmethod(lambda: 1), "__init__": lambda s, i: None,
             "compute_capability": lambda s: capability, "name": lambda s: "Fake GPU",
@@ -132,6 +134,14 @@ class FakeDriver:
         self.Stream = Stream
         self.Event = lambda: SimpleNamespace(record=lambda stream: None,
                                              time_since=lambda other: 0.25)
+
+    @property
+    def capturing(self):
+        return getattr(self._local, "capturing", None)
+
+    @capturing.setter
+    def capturing(self, value):
+        self._local.capturing = value
 
     def init(self):
         if self.init_error:
@@ -155,8 +165,9 @@ class FakeDriver:
     def mem_alloc(self, n):
         if n > self.memory:
             raise self.MemoryError("cuMemAlloc failed: out of memory")
-        base, self.next = self.next, self.next + n + (1 << 20)
-        self.blocks[base] = bytearray(n)
+        with self.lock:
+            base, self.next = self.next, self.next + n + (1 << 20)
+            self.blocks[base] = bytearray(n)
         return _Alloc(base)
 
     def mem_get_info(self):
@@ -231,8 +242,9 @@ class FakeGraphs:
             body()
         finally:
             recorded, self.fake.capturing = self.fake.capturing, None
-        handle = 100 + len(self.graphs)
-        self.graphs[handle] = recorded
+        with self.fake.lock:
+            handle = 100 + len(self.graphs)
+            self.graphs[handle] = recorded
         return handle
 
     def launch(self, executable, stream):
@@ -279,13 +291,27 @@ def test_fake_other_thread_and_measure(fake, tmp_path):
     assert ex.measure(repeat=3, warmup=1) == [0.25] * 3
 
 
+def test_fake_threads_each_get_a_context(fake, tmp_path):
+    ex = CudaExecutor(tmp_path, artifact(tmp_path, {"sm_90": "a.cubin"}), max_contexts=3)
+    assert not hammer(ex, threads=6, runs=15)
+    contexts = ex.pool._idle                                 # all back, the first among them
+    assert ex._primary in contexts and 2 <= ex.pool.created == len(contexts) <= 3
+    arenas = {c._prepared[0][3] for c in contexts}           # packed args: own arena, I/O
+    assert len(arenas) == len(contexts) and len(fake.graphs.graphs) == len(contexts)
+    with ex.context() as own:                                # a caller's own: its graph
+        x = np.ones(N, np.float32)
+        np.testing.assert_array_equal(own.run({"x": x})["y"], expected(x))
+    ex.close()
+    assert sorted(fake.graphs.destroyed) == sorted(fake.graphs.graphs)
+
+
 def test_fake_profile_times_each_launch_outside_the_graph(fake, tmp_path):
     ex = CudaExecutor(tmp_path, artifact(tmp_path, {"sm_90": "a.cubin"}))
     fake.launched.clear()
     x = np.random.default_rng(3).standard_normal(N, dtype=np.float32)
     assert ex.profile({"x": x}, repeat=3) == [0.25, 0.25]    # the fake's event interval
     assert fake.launched == ["scale_bias", "relu_reverse"] * 4  # warm-up + 3, not replays
-    np.testing.assert_array_equal(fake.read(ex._outputs[0].device, 4 * N, np.float32),
+    np.testing.assert_array_equal(fake.read(ex._primary._outputs[0].device, 4 * N, np.float32),
                                   expected(x))
     with pytest.raises(InputError, match=r"input 'x': expected shape \[16384\], got \[7\]"):
         ex.profile({"x": x[:7]})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.cuda_artifact import N, artifact, expected, launch, pipeline
+from helpers.cuda_artifact import N, artifact, expected, hammer, launch, pipeline
 
 from hidetc.backends.runtime.cuda import driver
 from hidetc.backends.runtime.cuda.executor import CudaExecutor
@@ -108,6 +108,22 @@ def test_gpu_graph_matches_numpy_and_replays_cheaply(gpu_kernels):
     print(f"replay host {np.median(host) / 1e3:.1f} us, run() host overhead "
           f"{np.median(runs):.1f} us on {gpu.describe()}")
     assert np.median(host) / 1e3 < 20
+
+
+@pytest.mark.gpu
+def test_gpu_threads_each_get_a_context(gpu_kernels):
+    """Passes from 8 threads on one loaded model: each on its own stream, arena, I/O and
+    graph (contexts made on other threads than the session's), the same bits as numpy."""
+    root, gpu, cubins = gpu_kernels
+    ex = CudaExecutor(root, artifact(root, cubins))
+    assert not hammer(ex, threads=8, runs=50)
+    assert 1 <= ex.pool.created <= ex.pool.limit
+    assert all(c.uses_graph for c in ex.pool._idle), ex.graph_unavailable
+    start = time.perf_counter()
+    assert not hammer(ex, threads=4, runs=200)
+    print(f"4 threads x 200 runs: {800 / (time.perf_counter() - start):.0f} runs/s on "
+          f"{gpu.describe()} ({ex.pool.created} contexts)")
+    ex.close()
 
 
 @pytest.mark.gpu

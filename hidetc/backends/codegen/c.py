@@ -141,6 +141,7 @@ _HEADER = """\
 #include <stdbool.h>
 #include <stdlib.h>
 #include <math.h>
+#include <pthread.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -478,6 +479,23 @@ class CPrinter:
 def print_c_function(fn: Function) -> str:
     """The C definition of one lowered cpu Function (see the module docstring)."""
     return CPrinter(fn).function()
+
+
+def heap_scratch_bytes(fn: Function) -> Optional[int]:
+    """The bytes `fn` takes at most from a thread's scratch stack in one call: every
+    local buffer too big for the C stack (`_alloc`), as if all were live at once (a
+    bound: the stack is LIFO); None where a buffer's size is only known at run time."""
+    total = 0
+    for buf in collect(fn).allocs:
+        if buf.scope != "local":
+            continue
+        dims = [d.value if isinstance(d, Const) else d for d in buf.shape]
+        if not all(isinstance(d, (int, np.integer)) for d in dims):
+            return None
+        size = math.prod(int(d) for d in dims) * np.dtype(buf.dtype).itemsize
+        if size > STACK_ALLOC_LIMIT:
+            total += (size + 63 + 63) & ~63          # the push's alignment slack, rounded
+    return total
 
 
 _X86_HEADER = "#include <immintrin.h>\n"

@@ -1,2 +1,3 @@
 """Runtime: the artifact directory format, the static memory plan, the weights file,
-and the executors that run a compiled artifact."""
+the executors that run a compiled artifact, and the execution contexts (`contexts`)
+that let any number of threads run one loaded model."""

@@ -14,7 +14,8 @@ this order:
     outputs: [{name, dtype, shape: [..]}, ...]
     kernels: [{name, op, node, args: [value names], ...free-form extras}, ...]
                                       # the execution order IS this list
-    memory: {arena_bytes, total_bytes, alignment, offsets: {value: offset}}
+    memory: {arena_bytes, total_bytes, alignment, offsets: {value: offset},
+             context_bytes, ...}      # context_bytes: what each pass in flight holds
     weights: {file: weights.bin, entries: {name: {offset, nbytes, dtype, shape}}}
     library: kernels.so               # file name in OUT, or null when there is none
     files: {relative/path: sha256}    # every file but the manifest; filled in by the writer

@@ -41,6 +41,7 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
+from hidetc.backends.runtime.contexts import Executor
 from hidetc.backends.runtime.cuda.manifest import parse_section
 from hidetc.backends.runtime.emulator.emulator import (
     EmulatedModule,
@@ -57,6 +58,9 @@ from hidetc.tir import scratch
 SENTINEL = {np.dtype(np.float32): np.uint32(0x7FC0DEAD), np.dtype(np.float16): np.uint16(0x7EAD),
             np.dtype(np.float64): np.uint64(0x7FF80000DEADBEEF)}
 RED_ZONE = 256       # poisoned bytes before and after every value in a sanitized pass
+# pooled contexts of an emulated model: the emulator runs one launch at a time, so more
+# passes in flight only interleave (each context is one arena)
+CONTEXTS = 4
 
 
 class SanitizerError(ArtifactError):
@@ -73,8 +77,15 @@ def _detail(exc: Exception) -> str:
     return text.split(">>>: ", 1)[1] if ">>>: " in text else text
 
 
-class EmulatedCudaExecutor:
-    def __init__(self, path: Path, manifest: dict, sanitize: bool = False):
+class EmulatedCudaExecutor(Executor):
+    """A cuda artifact loaded into the emulator: the compiled module, the weights (and a
+    sanitized pass's layout: each arena value, output, input and weight between red
+    zones) shared by every pass; each pass runs on an `EmulatedContext` of its own (its
+    arena; `runtime.contexts`). The emulator runs one launch at a time in the process, so
+    concurrent passes interleave launch by launch, each on its own memory."""
+
+    def __init__(self, path: Path, manifest: dict, sanitize: bool = False,
+                 max_contexts: Optional[int] = None):
         self.manifest = manifest
         self.sanitize = sanitize
         self.section = parse_section(manifest, str(path / "manifest.yaml"))
@@ -84,22 +95,126 @@ class EmulatedCudaExecutor:
         entries = {k: WeightEntry(**v) for k, v in weights["entries"].items()}
         blob, self.constants = read_weights(path / weights["file"], entries, mmap=False)
         self._weights = blob
-        self._arena = np.zeros(max(int(manifest["memory"]["arena_bytes"]), 64), np.uint8)
+        self.arena_bytes = max(int(manifest["memory"]["arena_bytes"]), 64)
         self._spaced: Optional[dict[str, int]] = None     # sanitize: value -> its region
         self._regions: list[tuple[str, int, int]] = []    # (value, start, end)
-        self._data_poison = False      # sanitize: the data holds poison's bits itself
         self._spaced_weights: Optional[np.ndarray] = None   # sanitize: weights spaced out
         self._weight_at: dict[int, int] = {}                # offset -> its spaced offset
-        # a sanitized pass's whole output and input buffers (red zones included)
-        self._out_buffers: list[tuple[str, np.ndarray]] = []
-        self._in_buffers: list[tuple[str, np.ndarray]] = []
         if sanitize:
             self._space_values()
             self._space_weights()
-        self.last_latency_ms = 0.0
         self.uses_graph = False
         self.graph_unavailable: Optional[str] = "emulated: launches run one by one on the CPU"
         self._last_inputs: Optional[dict] = None
+        self._init_pool(max_contexts or CONTEXTS, 1)
+
+    def new_context(self, threads: int) -> "EmulatedContext":
+        return EmulatedContext(self, threads)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self._last_inputs = dict(inputs)
+        return self.pooled("run", inputs)
+
+    def run_with_hook(self, inputs: Mapping[str, np.ndarray],
+                      hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
+        """One pass (its memory poisoned as a sanitized pass's) with `hook` around each
+        launch (see `EmulatedContext.forward`): what a per-kernel comparison drives."""
+        return self.pooled("run_with_hook", inputs, hook)
+
+    def measure(self, repeat: int = 3, warmup: int = 0) -> list[float]:
+        """Wall milliseconds of `repeat` emulated passes on the last inputs given to
+        `run` (zeros before any run): the CudaExecutor call, for code that times
+        artifacts, with the CPU's emulation time in place of the GPU's."""
+        inputs = self._last_inputs or {
+            s["name"]: np.zeros(s["shape"], s["dtype"]) for s in self.manifest["inputs"]}
+        return self.pooled("measure", inputs, repeat, warmup)
+
+    def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 1) -> list[float]:
+        """Per launch, the median emulated wall milliseconds over `repeat` passes: the
+        CPU's time to emulate it (for exercising profiling code without a GPU, not a
+        prediction of the GPU's time)."""
+        return self.pooled("profile", inputs, repeat)
+
+    # sanitizing: the layout ------------------------------------------------------
+    def _space_values(self) -> None:
+        """Give every arena value its own region between red zones (when the manifest
+        says each value's size and every launch argument's value)."""
+        memory = self.manifest["memory"]
+        sizes, kernels = memory.get("bytes"), self.manifest.get("kernels", [])
+        if not sizes or len(kernels) != len(self.section.launches):
+            return
+        pos, spaced = RED_ZONE, {}
+        for value in sorted(memory["offsets"]):
+            if value not in sizes:
+                return
+            spaced[value] = pos
+            self._regions.append((value, pos, pos + int(sizes[value])))
+            pos += -(-int(sizes[value]) // 64) * 64 + RED_ZONE
+        self._spaced = spaced
+        self.arena_bytes = pos
+
+    def _space_weights(self) -> None:
+        """A copy of the weights with every entry between poisoned red zones: a read
+        past one reads poison, not its neighbour (the launches' weight offsets are
+        remapped; an offset into the middle of an entry keeps the plain blob)."""
+        entries = sorted(self.manifest["weights"]["entries"].values(),
+                         key=lambda e: int(e["offset"]))
+        pos, at = RED_ZONE, {}
+        for e in entries:
+            at[int(e["offset"])] = pos
+            pos += -(-int(e["nbytes"]) // 64) * 64 + RED_ZONE
+        spaced = np.full(max(pos, 64), 0xFF, np.uint8)
+        for e in entries:
+            start, size = at[int(e["offset"])], int(e["nbytes"])
+            spaced[start:start + size] = self._weights[int(e["offset"]):int(e["offset"]) + size]
+        self._spaced_weights, self._weight_at = spaced, at
+
+    def _holds_poison(self, inputs: Mapping[str, np.ndarray]) -> bool:
+        """Whether the data itself (an input, or a float weight) holds poison's bits in
+        an element of 2 or more bytes (an int -1 reinterpreted by a BitCast is
+        legitimately all ones): then poison in a result cannot be told from data, and
+        is not reported."""
+        arrays = [np.ascontiguousarray(a) for a in inputs.values()]
+        for e in self.manifest["weights"]["entries"].values():
+            dtype = np.dtype(e["dtype"]) if e["dtype"] != "bfloat16" else np.dtype(np.uint16)
+            if dtype.kind == "f" or e["dtype"] == "bfloat16":
+                raw = self._weights[int(e["offset"]):int(e["offset"]) + int(e["nbytes"])]
+                arrays.append(raw.view(dtype))
+        for a in arrays:
+            if a.dtype.itemsize in (2, 4, 8):
+                units = a.reshape(-1).view(f"u{a.dtype.itemsize}")
+                if np.any(units == np.iinfo(units.dtype).max):
+                    return True
+        return False
+
+
+class EmulatedContext:
+    """One pass at a time of an `EmulatedCudaExecutor`: its arena (spaced between red
+    zones when sanitizing), and a sanitized pass's whole input and output buffers."""
+
+    def __init__(self, executor: EmulatedCudaExecutor, threads: int):
+        self._ex = executor
+        self.manifest, self.section = executor.manifest, executor.section
+        self.threads = threads                  # the emulator runs on the calling thread
+        self.arena_bytes = executor.arena_bytes
+        self._arena = np.zeros(executor.arena_bytes, np.uint8)
+        self._data_poison = False      # sanitize: the data holds poison's bits itself
+        # a sanitized pass's whole output and input buffers (red zones included)
+        self._out_buffers: list[tuple[str, np.ndarray]] = []
+        self._in_buffers: list[tuple[str, np.ndarray]] = []
+        self.last_latency_ms = 0.0
+
+    def close(self) -> None:
+        self._arena = np.zeros(0, np.uint8)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._ex.sanitize:
+            return self._sanitized(inputs)
+        return self._run(inputs, None)
+
+    def run_with_hook(self, inputs: Mapping[str, np.ndarray],
+                      hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
+        return self._run(inputs, None, outs=self._poisoned(), hook=hook)
 
     def _pointer_arg(self, space: str, index: int, inputs, outputs, step: int = 0,
                      position: int = 0) -> np.ndarray:
@@ -107,21 +222,15 @@ class EmulatedCudaExecutor:
             return inputs[index].reshape(-1).view(np.uint8)
         if space == "output":
             return outputs[index].reshape(-1).view(np.uint8)
-        if space == "arena" and self._spaced is not None:
+        if space == "arena" and self._ex._spaced is not None:
             value = self.manifest["kernels"][step]["args"][position]
-            return self._arena[self._spaced[value]:]
-        if space == "weights" and self._spaced_weights is not None:
-            start = self._weight_at.get(int(index))
+            return self._arena[self._ex._spaced[value]:]
+        if space == "weights" and self._ex._spaced_weights is not None:
+            start = self._ex._weight_at.get(int(index))
             if start is not None:
-                return self._spaced_weights[start:]
-        base = self._arena if space == "arena" else self._weights
+                return self._ex._spaced_weights[start:]
+        base = self._arena if space == "arena" else self._ex._weights
         return base[int(index):]
-
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self._last_inputs = dict(inputs)
-        if self.sanitize:
-            return self._sanitized(inputs)
-        return self._run(inputs, None)
 
     def _run(self, inputs: Mapping[str, np.ndarray], seconds: Optional[list[float]],
              reverse: bool = False, digests: Optional[list[str]] = None,
@@ -152,8 +261,8 @@ class EmulatedCudaExecutor:
                     for j, (space, index) in enumerate(launch.args)]
             start = time.perf_counter()
             try:
-                self.module.launch(launch.kernel, launch.grid, launch.block, args,
-                                   reverse=reverse, races=checking)
+                self._ex.module.launch(launch.kernel, launch.grid, launch.block, args,
+                                       reverse=reverse, races=checking)
             except EmulatorError as exc:
                 if not checking:
                     raise
@@ -172,54 +281,15 @@ class EmulatedCudaExecutor:
                     h.update(o.tobytes())
                 digests.append(h.hexdigest())
         self.last_latency_ms = (time.perf_counter() - begin) * 1e3
-        return collect_outputs(self.manifest, arrays, outs, self.constants)
+        return collect_outputs(self.manifest, arrays, outs, self._ex.constants)
 
     def _place(self, value: str, arrays, outs) -> Optional[np.ndarray]:
         """The bytes of graph value `value` in this pass: its arena region (its own,
         when sanitizing), its output or input buffer; None for weights or unknown."""
-        start = self._spaced.get(value) if self._spaced is not None else None
+        start = self._ex._spaced.get(value) if self._ex._spaced is not None else None
         return value_bytes(self.manifest, value, self._arena, arrays, outs, start)
 
-    def run_with_hook(self, inputs: Mapping[str, np.ndarray],
-                      hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
-        """One pass (its memory poisoned as a sanitized pass's) with `hook` around each
-        launch (see `_run`): what a per-kernel comparison drives."""
-        return self._run(inputs, None, outs=self._poisoned(), hook=hook)
-
-    # sanitizing ----------------------------------------------------------------------
-    def _space_values(self) -> None:
-        """Give every arena value its own region between red zones (when the manifest
-        says each value's size and every launch argument's value)."""
-        memory = self.manifest["memory"]
-        sizes, kernels = memory.get("bytes"), self.manifest.get("kernels", [])
-        if not sizes or len(kernels) != len(self.section.launches):
-            return
-        pos, spaced = RED_ZONE, {}
-        for value in sorted(memory["offsets"]):
-            if value not in sizes:
-                return
-            spaced[value] = pos
-            self._regions.append((value, pos, pos + int(sizes[value])))
-            pos += -(-int(sizes[value]) // 64) * 64 + RED_ZONE
-        self._spaced = spaced
-        self._arena = np.zeros(pos, np.uint8)
-
-    def _space_weights(self) -> None:
-        """A copy of the weights with every entry between poisoned red zones: a read
-        past one reads poison, not its neighbour (the launches' weight offsets are
-        remapped; an offset into the middle of an entry keeps the plain blob)."""
-        entries = sorted(self.manifest["weights"]["entries"].values(),
-                         key=lambda e: int(e["offset"]))
-        pos, at = RED_ZONE, {}
-        for e in entries:
-            at[int(e["offset"])] = pos
-            pos += -(-int(e["nbytes"]) // 64) * 64 + RED_ZONE
-        spaced = np.full(max(pos, 64), 0xFF, np.uint8)
-        for e in entries:
-            start, size = at[int(e["offset"])], int(e["nbytes"])
-            spaced[start:start + size] = self._weights[int(e["offset"]):int(e["offset"]) + size]
-        self._spaced_weights, self._weight_at = spaced, at
-
+    # sanitizing: one pass's checks ------------------------------------------------
     def _red_zoned_inputs(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Each input copied between poisoned red zones (a read past its end reads
         poison; `self._in_buffers` keeps the whole buffers for the write check)."""
@@ -254,7 +324,7 @@ class EmulatedCudaExecutor:
     def _red_zone_hazard(self, kernel: str) -> Optional[str]:
         """Which red zone `kernel` wrote into, if any."""
         arena = self._arena
-        for value, start, end in self._regions:
+        for value, start, end in self._ex._regions:
             after = arena[end:-(-end // 64) * 64 + RED_ZONE]
             before = arena[start - RED_ZONE:start]
             for zone, where in ((after, "past the end of"), (before, "before")):
@@ -269,16 +339,16 @@ class EmulatedCudaExecutor:
                 touched = np.flatnonzero(zone != 0xFF)
                 if touched.size:
                     return f"kernel {kernel}: wrote {touched.size} bytes {where} {kind} {name!r}"
-        if self._spaced_weights is not None:
-            for offset, start in self._weight_at.items():
-                if self._spaced_weights[start - RED_ZONE:start].min() != 0xFF:
+        if self._ex._spaced_weights is not None:
+            for offset, start in self._ex._weight_at.items():
+                if self._ex._spaced_weights[start - RED_ZONE:start].min() != 0xFF:
                     return f"kernel {kernel}: wrote before a weight (offset {offset})"
         return None
 
     def _poisoned_values(self) -> list[str]:
         """After a sanitized forward pass: the float arena values (each in its own
         region) holding poison's bits, named with the kernels that write them."""
-        if self._spaced is None:
+        if self._ex._spaced is None:
             return []
         memory, hazards = self.manifest["memory"], []
         writers: dict[str, list[str]] = {}
@@ -299,27 +369,9 @@ class EmulatedCudaExecutor:
                                f"written: shared, local or arena)")
         return hazards
 
-    def _holds_poison(self, inputs: Mapping[str, np.ndarray]) -> bool:
-        """Whether the data itself (an input, or a float weight) holds poison's bits in
-        an element of 2 or more bytes (an int -1 reinterpreted by a BitCast is
-        legitimately all ones): then poison in a result cannot be told from data, and
-        is not reported."""
-        arrays = [np.ascontiguousarray(a) for a in inputs.values()]
-        for e in self.manifest["weights"]["entries"].values():
-            dtype = np.dtype(e["dtype"]) if e["dtype"] != "bfloat16" else np.dtype(np.uint16)
-            if dtype.kind == "f" or e["dtype"] == "bfloat16":
-                raw = self._weights[int(e["offset"]):int(e["offset"]) + int(e["nbytes"])]
-                arrays.append(raw.view(dtype))
-        for a in arrays:
-            if a.dtype.itemsize in (2, 4, 8):
-                units = a.reshape(-1).view(f"u{a.dtype.itemsize}")
-                if np.any(units == np.iinfo(units.dtype).max):
-                    return True
-        return False
-
     def _sanitized(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Two passes, forward and reversed (see the module docstring)."""
-        self._data_poison = self._holds_poison(inputs)
+        self._data_poison = self._ex._holds_poison(inputs)
         hazards: list[str] = []
         forward: list[str] = []
         outs = self._poisoned()
@@ -354,12 +406,8 @@ class EmulatedCudaExecutor:
             raise SanitizerError(hazards)
         return result
 
-    def measure(self, repeat: int = 3, warmup: int = 0) -> list[float]:
-        """Wall milliseconds of `repeat` emulated passes on the last inputs given to
-        `run` (zeros before any run): the CudaExecutor call, for code that times
-        artifacts, with the CPU's emulation time in place of the GPU's."""
-        inputs = self._last_inputs or {
-            s["name"]: np.zeros(s["shape"], s["dtype"]) for s in self.manifest["inputs"]}
+    def measure(self, inputs: Mapping[str, np.ndarray], repeat: int, warmup: int
+                ) -> list[float]:
         times = []
         for _ in range(warmup + repeat):
             self._run(inputs, None)
@@ -367,9 +415,6 @@ class EmulatedCudaExecutor:
         return times[warmup:]
 
     def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 1) -> list[float]:
-        """Per launch, the median emulated wall milliseconds over `repeat` passes: the
-        CPU's time to emulate it (for exercising profiling code without a GPU, not a
-        prediction of the GPU's time)."""
         passes = []
         for _ in range(max(repeat, 1)):
             seconds: list[float] = []

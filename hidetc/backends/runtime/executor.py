@@ -1,5 +1,6 @@
 """Run a CPU artifact: load its shared library and weights, then call `hidetc_forward`
-with the user's inputs, freshly allocated outputs and one preallocated arena.
+with the user's inputs, freshly allocated outputs and the arena of the pass's own
+execution context (`runtime.contexts`: any number of threads may run one loaded model).
 
 Assumes the manifest was read (and checksums checked) by `runtime.artifact`. Input
 checking lives in `check_inputs` so every target shares the same messages. The library
@@ -18,9 +19,12 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
+from hidetc.backends.runtime import wait_policy
+from hidetc.backends.runtime.contexts import Executor
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.backends.toolchain.cache import default_cache_dir
 from hidetc.errors import ArtifactError, InputError
+from hidetc.target import usable_cores
 
 
 def check_inputs(specs: list[dict], inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -112,12 +116,26 @@ def load_library(path: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(target))
 
 
-class CpuExecutor:
-    def __init__(self, path: Path, manifest: dict):
+def runtime_cores() -> int:
+    """The intra-op threads one pass may use when alone: OMP_NUM_THREADS where the user
+    set it (its first value), else the cores this process may run on."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if first.isdigit() and int(first) > 0:
+        return int(first)
+    return usable_cores()
+
+
+class CpuExecutor(Executor):
+    """A loaded cpu artifact: the library and the weights (a read-only map), shared by
+    every pass; each pass runs on a `CpuContext` of its own (`contexts`). At most
+    `max_contexts` pooled contexts (default: twice the cores; each holds one arena)."""
+
+    def __init__(self, path: Path, manifest: dict, max_contexts: Optional[int] = None):
         self.manifest = manifest
         weights = manifest["weights"]
         entries = {k: WeightEntry(**v) for k, v in weights["entries"].items()}
         self._blob, self.constants = read_weights(path / weights["file"], entries)
+        self.wait_policy = wait_policy.apply()      # before the first library needs libgomp
         try:
             self._lib = load_library(path / manifest["library"])
         except OSError as exc:
@@ -125,29 +143,24 @@ class CpuExecutor:
         self._lib.hidetc_forward.restype = None
         self._lib.hidetc_forward.argtypes = [ctypes.c_void_p] * 4
         self._lib.hidetc_set_threads.argtypes = [ctypes.c_int]
-        self._arena = np.zeros(max(int(manifest["memory"]["arena_bytes"]), 64), np.uint8)
-        self.last_latency_ms = 0.0
+        self._profiled = getattr(self._lib, "hidetc_forward_profiled", None)
+        if self._profiled is not None:
+            self._profiled.restype = None
+            self._profiled.argtypes = [ctypes.c_void_p] * 5
+        self.arena_bytes = max(int(manifest["memory"]["arena_bytes"]), 64)
+        cores = runtime_cores()
+        self._init_pool(max_contexts or 2 * cores, cores)
 
-    def set_threads(self, n: int) -> None:
-        self._lib.hidetc_set_threads(int(n))
+    def new_context(self, threads: int) -> "CpuContext":
+        return CpuContext(self, threads)
 
     def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 10) -> list[float]:
         """Per launch (manifest order), the median milliseconds over `repeat` forward
         passes timed launch by launch (after one warm-up pass)."""
-        fn = getattr(self._lib, "hidetc_forward_profiled", None)
-        if fn is None:
+        if self._profiled is None:
             raise ArtifactError("this artifact has no profiling entry (compiled by an older "
                                 "hidetc): recompile it to profile")
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p] * 5
-        arrays = check_inputs(self.manifest["inputs"], inputs)
-        outs = [np.empty(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
-        in_ptrs, out_ptrs = _pointers(arrays), _pointers(outs)
-        seconds = np.zeros((repeat + 1, max(len(self.manifest["kernels"]), 1)), np.float64)
-        for r in range(repeat + 1):
-            fn(in_ptrs, out_ptrs, self._arena.ctypes.data, self._blob.ctypes.data,
-               seconds[r].ctypes.data)
-        return [float(v) for v in np.median(seconds[1:], axis=0) * 1e3]
+        return self.pooled("profile", inputs, repeat)
 
     def run_with_hook(self, inputs: Mapping[str, np.ndarray],
                       hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
@@ -158,37 +171,80 @@ class CpuExecutor:
         in this pass). What the per-kernel comparison and the verification recovery
         drive; ArtifactError for an artifact without the table (an older hidetc)."""
         table = (self.manifest.get("cpu") or {}).get("launches")
-        kernels = self.manifest["kernels"]
-        if table is None or len(table) != len(kernels):
+        if table is None or len(table) != len(self.manifest["kernels"]):
             raise ArtifactError("this artifact has no launch table (compiled by an older "
                                 "hidetc): recompile it to run it launch by launch")
-        arrays = check_inputs(self.manifest["inputs"], inputs)
-        outs = [np.zeros(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
+        return self.pooled("run_with_hook", inputs, hook)
+
+
+class CpuContext:
+    """One pass at a time of a `CpuExecutor`: its own arena (zeroed once: the region the
+    kernels keep zero starts so) and the intra-op thread count of its next pass.
+
+    The thread count is set on the calling thread before each pass
+    (`hidetc_set_threads`: OpenMP's thread-count setting belongs to the thread that
+    calls, so passes on other threads keep theirs). The per-thread scratch stacks of the
+    kernels (`codegen/c_types.SCRATCH_SOURCE`) belong to the OS threads and are freed
+    when a thread ends."""
+
+    def __init__(self, executor: CpuExecutor, threads: int):
+        self._ex = executor
+        self.threads = threads
+        self.arena_bytes = executor.arena_bytes
+        self._arena: Optional[np.ndarray] = np.zeros(executor.arena_bytes, np.uint8)
+        self.last_latency_ms = 0.0
+
+    def close(self) -> None:
+        self._arena = None
+
+    def _begin(self, inputs: Mapping[str, np.ndarray], fill: Callable = np.empty
+               ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The checked inputs and fresh outputs of a pass; the calling thread's OpenMP
+        team set to this pass's thread count."""
+        manifest = self._ex.manifest
+        arrays = check_inputs(manifest["inputs"], inputs)
+        outs = [fill(o["shape"], o["dtype"]) for o in manifest["outputs"]]
+        self._ex._lib.hidetc_set_threads(int(self.threads))
+        return arrays, outs
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays, outs = self._begin(inputs)
+        in_ptrs, out_ptrs = _pointers(arrays), _pointers(outs)
+        start = time.perf_counter()
+        self._ex._lib.hidetc_forward(in_ptrs, out_ptrs, self._arena.ctypes.data,
+                                     self._ex._blob.ctypes.data)
+        self.last_latency_ms = (time.perf_counter() - start) * 1e3
+        return collect_outputs(self._ex.manifest, arrays, outs, self._ex.constants)
+
+    def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 10) -> list[float]:
+        arrays, outs = self._begin(inputs)
+        in_ptrs, out_ptrs = _pointers(arrays), _pointers(outs)
+        seconds = np.zeros((repeat + 1, max(len(self._ex.manifest["kernels"]), 1)), np.float64)
+        for r in range(repeat + 1):
+            self._ex._profiled(in_ptrs, out_ptrs, self._arena.ctypes.data,
+                               self._ex._blob.ctypes.data, seconds[r].ctypes.data)
+        return [float(v) for v in np.median(seconds[1:], axis=0) * 1e3]
+
+    def run_with_hook(self, inputs: Mapping[str, np.ndarray],
+                      hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
+        manifest, lib, arena, blob = self._ex.manifest, self._ex._lib, self._arena, self._ex._blob
+        arrays, outs = self._begin(inputs, np.zeros)
 
         def place(value: str) -> Optional[np.ndarray]:
-            return value_bytes(self.manifest, value, self._arena, arrays, outs)
+            return value_bytes(manifest, value, arena, arrays, outs)
 
         bases = {"input": [a.ctypes.data for a in arrays],
                  "output": [o.ctypes.data for o in outs]}
-        for step, (kernel, args) in enumerate(zip(kernels, table)):
+        for step, (kernel, args) in enumerate(zip(manifest["kernels"],
+                                                  manifest["cpu"]["launches"])):
             hook("before", step, place)
             ptrs = (ctypes.c_void_p * max(len(args), 1))()
             for i, (space, index) in enumerate(args):
                 if space in bases:
                     ptrs[i] = bases[space][index]
                 else:
-                    base = self._arena if space == "arena" else self._blob
+                    base = arena if space == "arena" else blob
                     ptrs[i] = base.ctypes.data + int(index)
-            getattr(self._lib, f"{kernel['name']}_entry")(ptrs)
+            getattr(lib, f"{kernel['name']}_entry")(ptrs)
             hook("after", step, place)
-        return collect_outputs(self.manifest, arrays, outs, self.constants)
-
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        arrays = check_inputs(self.manifest["inputs"], inputs)
-        outs = [np.empty(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
-        in_ptrs, out_ptrs = _pointers(arrays), _pointers(outs)
-        start = time.perf_counter()
-        self._lib.hidetc_forward(in_ptrs, out_ptrs, self._arena.ctypes.data,
-                                 self._blob.ctypes.data)
-        self.last_latency_ms = (time.perf_counter() - start) * 1e3
-        return collect_outputs(self.manifest, arrays, outs, self.constants)
+        return collect_outputs(manifest, arrays, outs, self._ex.constants)

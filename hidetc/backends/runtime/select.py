@@ -8,6 +8,7 @@ import logging
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 from hidetc import cpu_isa
 from hidetc.backends.runtime.cuda.driver import session
@@ -67,9 +68,12 @@ def _warn_other_cores(path: Path, manifest: dict) -> None:
 
 
 def make_executor(path: Path, manifest: dict, *, emulate: bool = False,
-                  warn_cores: bool = True, sanitize: bool = False):
+                  warn_cores: bool = True, sanitize: bool = False,
+                  max_contexts: Optional[int] = None):
     """The executor of the artifact at `path`; `warn_cores=False` (the compile's own
-    verification of a cross-compiled artifact) skips the other-core-count warning."""
+    verification of a cross-compiled artifact) skips the other-core-count warning;
+    `max_contexts` bounds the pooled execution contexts (`runtime.contexts`; None: the
+    executor's default)."""
     target = manifest["target"]
     if target == "cpu":
         if sanitize:
@@ -85,10 +89,11 @@ def make_executor(path: Path, manifest: dict, *, emulate: bool = False,
                                 f"or with {cpu_isa.ENV}=avx2")
         if warn_cores:
             _warn_other_cores(path, manifest)
-        return CpuExecutor(path, manifest)
+        return CpuExecutor(path, manifest, max_contexts)
     if target == "cuda":
         if sanitize and not emulate:
             raise ArtifactError(f"{path}: --sanitize runs in the emulator: add --emulate")
-        return (EmulatedCudaExecutor(path, manifest, sanitize=sanitize) if emulate
-                else CudaExecutor(path, manifest))
+        return (EmulatedCudaExecutor(path, manifest, sanitize=sanitize,
+                                     max_contexts=max_contexts) if emulate
+                else CudaExecutor(path, manifest, max_contexts=max_contexts))
     raise ArtifactError(f"{path}: unknown target {target!r} in the manifest")

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from hidetc.backends.runtime import wait_policy
 from hidetc.driver.tune.records import CandidateResult
 
 log = logging.getLogger("hidetc.driver.tune")
@@ -140,6 +141,7 @@ class WorkerProcess:
         self._log = open(log_path, "ab")
         env = dict(os.environ)          # the worker imports this very hidetc
         env.update(BLAS_THREADS)        # see the module docstring
+        env.update(wait_policy.settings(env))    # measured as the executor will run them
         root = str(Path(__file__).resolve().parents[3])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
