@@ -3,6 +3,7 @@
     python bench/concurrency.py throughput MODEL.onnx ARTIFACT [--callers 1,2,4]
     python bench/concurrency.py contention MODEL.onnx ARTIFACT [--load "make test"]
                                            [--variants hidetc,libgomp,passive,...]
+    python bench/concurrency.py quiet MODEL.onnx ARTIFACT [--variants ...] [--repeats 4]
     python bench/concurrency.py soak [--threads 8] [--runs 1000] [--work DIR]
 
 `throughput`: k threads call one loaded model (hidetc) or one session (ONNX Runtime)
@@ -19,6 +20,10 @@ OpenMP wait-policy variant (`VARIANTS`: environment settings libgomp reads when 
 starts, so each variant runs in a child process of its own; a variant's own settings
 are the user's, which hidetc keeps; `hidetc` sets none: hidetc's policy). Reported per variant:
 quiet ratio, loaded ratio, and loaded / quiet (the issue's bound: 1.1).
+
+`quiet`: the quiet machine only, the variants' children alternating `--repeats` times
+(the machine's speed drifts between children, so each child's ratio to ORT in its own
+rounds is what compares); reported per variant: the median of the children's ratios.
 
 `soak`: the five tiny benchmark models compiled for the cpu (into `--work`), each
 loaded once and run by `--threads` threads x `--runs` passes, every thread on inputs of
@@ -163,6 +168,22 @@ def _child(variant: str, args) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def quiet(args) -> list[dict]:
+    variants = args.variants.split(",")
+    seen: dict[str, list[dict]] = {v: [] for v in variants}
+    for _ in range(args.repeats):
+        for v in variants:
+            seen[v].append(_child(v, args))
+    rows = []
+    for v, runs in seen.items():
+        row = {"variant": v, "env": VARIANTS[v], "runs": runs,
+               "ratio": float(np.median([r["ratio"] for r in runs])),
+               "paired": float(np.median([r["paired"] for r in runs]))}
+        rows.append(row)
+        print(json.dumps({k: row[k] for k in ("variant", "ratio", "paired")}), flush=True)
+    return rows
+
+
 def _start_load(args) -> subprocess.Popen:
     tree = Path(args.load_tree)
     if not (tree / "Makefile").is_file():
@@ -270,9 +291,11 @@ def soak(args) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["throughput", "contention", "soak", "_latency"])
+    parser.add_argument("mode", choices=["throughput", "contention", "quiet", "soak",
+                                         "_latency"])
     parser.add_argument("model", nargs="?")
     parser.add_argument("artifact", nargs="?")
+    parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--work", default="bench-work/concurrency")
@@ -294,7 +317,8 @@ def main() -> None:
         return
     if args.mode != "soak" and not (args.model and args.artifact):
         parser.error(f"{args.mode} needs MODEL.onnx and ARTIFACT")
-    rows = {"throughput": throughput, "contention": contention, "soak": soak}[args.mode](args)
+    modes = {"throughput": throughput, "contention": contention, "quiet": quiet, "soak": soak}
+    rows = modes[args.mode](args)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"mode": args.mode, "model": args.model and Path(args.model).name, "rows": rows,

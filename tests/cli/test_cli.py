@@ -113,8 +113,13 @@ def test_inspect_json(artifact):
     assert doc["target"] == "cpu"
     assert [k["op"] for k in doc["kernels"]] == ["MatMul"]   # the Relu is its epilogue
     assert doc["verification"]["status"] == "passed"
+    memory = doc["memory"]        # what each pass in flight holds: its arena, and scratch
+    assert memory["context_bytes"] == memory["arena_bytes"]
+    assert memory["scratch_bytes_per_thread"] >= 0
+    assert memory["scratch_bytes_per_thread"] == max(k["scratch_bytes"] for k in doc["kernels"])
     text = invoke("inspect", out)
     assert "1 launches" in text.output and "verification: passed" in text.output
+    assert "per pass in flight:" in text.output
 
 
 def test_not_a_file(tmp_path):

@@ -31,6 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hidetc
 import models
+from hidetc.backends.codegen.c import STACK_ALLOC_LIMIT
 
 NAMES = sorted(models.REGISTRY)
 THREADS, RUNS = 8, 12
@@ -125,6 +126,7 @@ def test_threads_that_come_and_go_leak_nothing(tmp_path):
     sources = "".join(p.read_text() for p in (tmp_path / "out/kernels/src").glob("*.c"))
     assert "hidetc_scratch_push(sizeof" in sources          # the scratch stack is used
     model = hidetc.load(tmp_path / "out")
+    assert model.manifest["memory"]["scratch_bytes_per_thread"] > STACK_ALLOC_LIMIT
     x = {"x": np.random.default_rng(1).standard_normal((64, 2048)).astype(np.float32)}
     alone = model.run(x)
 

@@ -7,11 +7,11 @@ pause loop: milliseconds) keeps the cores busy long after a pass when nothing el
 them, and steals them when something does -- another process, or the other passes in
 flight. Measured beside ONNX Runtime on BERT-base (`bench/concurrency.py contention`,
 bench/results/2026-12-07-concurrency.md): while the test suite ran on the same cores,
-hidetc's latency ratio to ORT grew 1.4-1.8x with the default, 1.2x at 30,000 spins, and
-fell (0.6-0.9x of its quiet ratio) at 1,000-10,000 spins or with the passive policy; on
-a quiet machine the spins from 1,000 to 10,000 kept the default's latency (MobileNet-V2,
-BERT-base) while the passive policy (sleep at once) cost MobileNet-V2's many small
-kernels 8-10%. Binding the threads to cores (OMP_PROC_BIND=close) made the quiet
+hidetc's latency ratio to ORT grew 1.4-2.2x with the default, 1.2-1.4x at 30,000 spins,
+and fell (0.6-0.9x of its quiet ratio) at 1,000-10,000 spins or with the passive
+policy; on a quiet machine 3,000 and 10,000 spins kept the default's latency
+(MobileNet-V2, ResNet-50, BERT-base, within the machine's +-4%) while the passive policy
+(sleep at once) cost MobileNet-V2's many small kernels 10-25%. Binding the threads to cores (OMP_PROC_BIND=close) made the quiet
 latency worse. So the policy is SPIN_COUNT spins (a few to a hundred microseconds by
 the CPU's pause latency: longer than the gap between two kernels of a pass, far shorter
 than a time slice) and no binding.
