@@ -11,10 +11,10 @@ hidetc's latency ratio to ORT grew 1.4-2.2x with the default, 1.2-1.4x at 30,000
 and fell (0.6-0.9x of its quiet ratio) at 1,000-10,000 spins or with the passive
 policy; on a quiet machine 3,000 and 10,000 spins kept the default's latency
 (MobileNet-V2, ResNet-50, BERT-base, within the machine's +-4%) while the passive policy
-(sleep at once) cost MobileNet-V2's many small kernels 10-25%. Binding the threads to cores (OMP_PROC_BIND=close) made the quiet
-latency worse. So the policy is SPIN_COUNT spins (a few to a hundred microseconds by
-the CPU's pause latency: longer than the gap between two kernels of a pass, far shorter
-than a time slice) and no binding.
+(sleep at once) cost MobileNet-V2's many small kernels 10-25%. Binding the threads to
+cores (OMP_PROC_BIND=close) made the quiet latency worse. So the policy is SPIN_COUNT
+spins (a few to a hundred microseconds by the CPU's pause latency: longer than the gap
+between two kernels of a pass, far shorter than a time slice) and no binding.
 
 libgomp reads its settings once, when it starts in a process (the first library that
 needs it is loaded), so `apply()` sets them in the environment before the executor
