@@ -35,6 +35,14 @@ CPU_ISAS = ("avx2", "avx512")      # auto: the target's layout pass (NHWC convol
 # norm-wise relative error bound vs ONNX Runtime (f32), per precision, when `rtol` is
 # unset; each kernel gets a share of it (the module docstring)
 TOLERANCES = {"f32": 1e-4, "f16": 1e-2}
+# the bound of an output computed from a value of a narrower float type (the model's own
+# precision: a Cast to float16 inside an f32 model, float16 inputs, weights or outputs;
+# `hidetc.driver.verify.output_tolerances`): float16 and bfloat16 their documented 1e-2,
+# the 8- and 4-bit floats twice their unit roundoff (2^-mantissa bits)
+TYPE_TOLERANCES = {"float16": 1e-2, "bfloat16": 1e-2,
+                   "float8_e4m3fn": 2.0 ** -3, "float8_e4m3fnuz": 2.0 ** -3,
+                   "float8_e5m2": 2.0 ** -2, "float8_e5m2fnuz": 2.0 ** -2,
+                   "float4_e2m1fn": 2.0 ** -1, "float8_e8m0fnu": 1.0}
 SPACE_DEFAULT = {"cpu": 1, "cuda": 2}
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 

@@ -6,6 +6,13 @@ Guarantees: user inputs are validated (names, dtypes, shapes) with one-line
 its last use; every computed value is checked against its declared type (a mismatch is
 a bug in an op definition or a pass, reported as RuntimeError). Returns the graph
 outputs by name, in `graph.outputs` order.
+
+`exact=True` is the model at its own precision without the rounding of its arithmetic:
+every node computes on its float inputs widened to float64 and its results are rounded
+once to their declared types (a Cast to float16 still rounds, as the model says; a
+float16 MatMul does not round its partial sums). It is the yardstick verification falls
+back on when two engines disagree (`hidetc.driver.verify.exact_errors`). Ops that read a
+float's bits (`BIT_OPS`), and any node whose reference refuses float64, run as declared.
 """
 from __future__ import annotations
 
@@ -15,7 +22,7 @@ import numpy as np
 
 from hidetc.errors import InputError
 from hidetc.graph.evaluate import evaluate_node
-from hidetc.graph.ir import Graph, TensorType
+from hidetc.graph.ir import NARROW_DTYPES, Graph, TensorType
 
 
 def check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -50,10 +57,42 @@ def _last_uses(graph: Graph) -> dict[str, int]:
     return last
 
 
+BIT_OPS = frozenset({"BitCast"})
+FLOAT_KINDS = "f"
+NARROW_FLOATS = frozenset(d for d in NARROW_DTYPES if d.startswith("float"))
+
+
+def _widened(node, args: list) -> list | None:
+    """`args` with every float array widened to float64; None when there is none to widen
+    or the op reads bits."""
+    if node.op in BIT_OPS:
+        return None
+    floats = [a is not None and a.dtype != np.float64 and (
+        a.dtype.kind == FLOAT_KINDS or a.dtype.name in NARROW_FLOATS) for a in args]
+    if not any(floats):
+        return None
+    return [a.astype(np.float64) if wide else a for a, wide in zip(args, floats)]
+
+
+def _exact_node(node, args: list, types: list) -> list:
+    """The node's outputs computed on widened inputs, rounded to their declared types."""
+    widened = _widened(node, args)
+    if widened is None:
+        return evaluate_node(node, args)
+    try:
+        results = evaluate_node(node, widened)
+    except Exception:  # noqa: BLE001  (a reference that takes its declared types only)
+        return evaluate_node(node, args)
+    return [r if r is None or t is None or str(r.dtype) == t.dtype else
+            np.asarray(r).astype(t.dtype) for r, t in zip(results, types)]
+
+
 def run_graph(graph: Graph, inputs: Mapping[str, np.ndarray],
-              check_types: bool = True, keep_all: bool = False) -> dict[str, np.ndarray]:
+              check_types: bool = True, keep_all: bool = False,
+              exact: bool = False) -> dict[str, np.ndarray]:
     """Run `graph` on `inputs` with the numpy references; return its outputs by name
-    (`keep_all`: every value it computed, the inputs and constants too)."""
+    (`keep_all`: every value it computed, the inputs and constants too; `exact`: each
+    node in float64, rounded to its declared types -- see the module docstring)."""
     env: dict[str, np.ndarray] = dict(graph.constants)
     env.update(check_inputs(graph, inputs))
     keep = set(graph.outputs)
@@ -62,7 +101,8 @@ def run_graph(graph: Graph, inputs: Mapping[str, np.ndarray],
     last = _last_uses(graph)
     for index, node in enumerate(graph.nodes):
         args = [env[name] if name else None for name in node.inputs]
-        results = evaluate_node(node, args)
+        results = (_exact_node(node, args, [graph.types.get(o) for o in node.outputs])
+                   if exact else evaluate_node(node, args))
         for name, value in zip(node.outputs, results):
             if not name:
                 continue

@@ -85,51 +85,44 @@ class ContextPool:
             self._idle.append(context)
             self._cond.notify()
 
-    @contextmanager
-    def running(self) -> Iterator[int]:
-        """Count one pass in flight for the shares; yields the share it may take."""
+    def begin(self) -> int:
+        """Count one pass in flight (`end` uncounts it); the share of the cores it may
+        take."""
         with self._cond:
             self._in_flight += 1
-            threads = share(self.cores, self._in_flight)
-        try:
-            yield threads
-        finally:
-            with self._cond:
-                self._in_flight -= 1
+            return share(self.cores, self._in_flight)
 
-    @contextmanager
-    def acquire(self) -> Iterator[Any]:
-        """A context for one pass, its `threads` set (the share, or `self.threads`);
-        returned to the pool after the pass, or closed if the pass raised."""
+    def end(self) -> None:
         with self._cond:
-            while not self._idle and self._created >= self.limit:
-                if self._closed:
-                    break
+            self._in_flight -= 1
+
+    def take(self) -> tuple[Any, int]:
+        """A context for one pass and its thread count (the share, or `self.threads`);
+        hand it back with `give_back`. Waits while `limit` contexts are lent out."""
+        with self._cond:
+            while not self._idle and self._created >= self.limit and not self._closed:
                 self._cond.wait()
             if self._closed:
                 raise ArtifactError("this model was closed; load it again to run it")
-            context = self._idle.pop() if self._idle else None
-            if context is None:
-                self._created += 1
-        if context is None:
-            try:
-                context = self._make(1)
-            except BaseException:
-                with self._cond:
-                    self._created -= 1
-                    self._cond.notify()
-                raise
-        healthy = False
+            self._in_flight += 1
+            threads = self.threads or share(self.cores, self._in_flight)
+            if self._idle:
+                return self._idle.pop(), threads
+            self._created += 1
         try:
-            with self.running() as threads:
-                context.threads = self.threads or threads
-                yield context
-            healthy = True
-        finally:
-            self._give_back(context, healthy)
+            return self._make(threads), threads
+        except BaseException:
+            with self._cond:
+                self._created -= 1
+                self._in_flight -= 1
+                self._cond.notify()
+            raise
 
-    def _give_back(self, context: Any, healthy: bool) -> None:
+    def give_back(self, context: Any, healthy: bool) -> None:
+        """Return a context after its pass: kept for the next caller, or closed when the
+        pass raised (or the pool was closed meanwhile)."""
         with self._cond:
+            self._in_flight -= 1
             keep = healthy and not self._closed
             if keep:
                 self._idle.append(context)
@@ -138,6 +131,18 @@ class ContextPool:
             self._cond.notify()
         if not keep:
             context.close()
+
+    @contextmanager
+    def acquire(self) -> Iterator[Any]:
+        """`take` and `give_back` around a block: the context, its `threads` set."""
+        context, threads = self.take()
+        healthy = False
+        try:
+            context.threads = threads
+            yield context
+            healthy = True
+        finally:
+            self.give_back(context, healthy)
 
     def close(self) -> None:
         """Close the idle contexts; those lent out are closed when they come back."""
@@ -180,9 +185,12 @@ class OwnContext:
         try:
             if self._context is None:
                 raise ArtifactError("this context was closed")
-            with self._pool.running() as threads:
+            threads = self._pool.begin()
+            try:
                 self._context.threads = self.threads or threads
                 return getattr(self._context, method)(*args)
+            finally:
+                self._pool.end()
         finally:
             self._busy.release()
 
@@ -224,12 +232,18 @@ class Executor:
         self.pool.threads = int(n) if int(n) > 0 else None
 
     def pooled(self, method: str, *args: Any) -> Any:
-        """Call `method` of a pooled context: one pass, on a context of its own."""
-        with self.pool.acquire() as context:
-            try:
-                return getattr(context, method)(*args)
-            finally:
-                self._local.latency = context.last_latency_ms
+        """Call `method` of a pooled context: one pass, on a context of its own (the hot
+        path of every `run`: two short critical sections, nothing allocated)."""
+        context, threads = self.pool.take()
+        healthy = False
+        try:
+            context.threads = threads
+            result = getattr(context, method)(*args)
+            healthy = True
+            return result
+        finally:
+            self._local.latency = context.last_latency_ms
+            self.pool.give_back(context, healthy)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.pooled("run", inputs)

@@ -13,6 +13,7 @@ import ctypes
 import hashlib
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Optional
@@ -116,6 +117,11 @@ def load_library(path: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(target))
 
 
+# the OpenMP thread count last set on each OS thread (OpenMP keeps one per thread and
+# process, whichever library set it)
+_OMP_THREADS = threading.local()
+
+
 def runtime_cores() -> int:
     """The intra-op threads one pass may use when alone: OMP_NUM_THREADS where the user
     set it (its first value), else the cores this process may run on."""
@@ -204,7 +210,10 @@ class CpuContext:
         manifest = self._ex.manifest
         arrays = check_inputs(manifest["inputs"], inputs)
         outs = [fill(o["shape"], o["dtype"]) for o in manifest["outputs"]]
-        self._ex._lib.hidetc_set_threads(int(self.threads))
+        omp = _OMP_THREADS
+        if getattr(omp, "n", None) != self.threads:     # set only when it changes
+            self._ex._lib.hidetc_set_threads(int(self.threads))
+            omp.n = self.threads
         return arrays, outs
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -163,6 +163,10 @@ def _copy(node: OnnxNode, source: str, target: str) -> OnnxNode:
 
 
 def expand_if(node: OnnxNode, ctx: Context, decode: Decode) -> list[OnnxNode]:
+    if not any(node.outputs):      # nothing reads it and ONNX nodes have no side effects
+        return []
+    if not node.input(0):
+        raise ModelError(f"{label(node)}: no condition input (an If takes one)")
     cond = _flag(node, _known(node, ctx, node.inputs[0], "condition"), "the condition")
     branch = node.attrs["then_branch" if cond else "else_branch"]
     tag = ctx.fresh(f"{node.name}/{'then' if cond else 'else'}")
@@ -211,8 +215,11 @@ def _loop_next(state: _LoopState, running: bool, ctx: Context, decode: Decode
         tag = ctx.fresh(f"{node.name}/iteration{i}")
         counter = ctx.fresh(f"{tag}/iteration_num")
         cond_in = ctx.fresh(f"{tag}/cond_in")
-        made = [OnnxNode("Constant", (), (counter,), counter, {"value": np.array(i, np.int64)}),
-                OnnxNode("Constant", (), (cond_in,), cond_in, {"value": np.array(True)})]
+        inputs = state.body.graph.input
+        made = [OnnxNode("Constant", (), (counter,), counter,
+                         {"value": _as_declared(np.array(i, np.int64), inputs[0])}),
+                OnnxNode("Constant", (), (cond_in,), cond_in,
+                         {"value": _as_declared(np.array(True), inputs[1])})]
         nodes, outputs = _instantiate(state.body, [counter, cond_in, *state.carried], tag, ctx,
                                       decode)
         k = len(state.carried)
@@ -239,6 +246,15 @@ def _loop_next(state: _LoopState, running: bool, ctx: Context, decode: Decode
             stacked.append(out)
         finals.append(OnnxNode("Concat", tuple(stacked), (y,), f"{node.name}/{y}", {"axis": 0}))
     return finals
+
+
+def _as_declared(value: np.ndarray, info: onnx.ValueInfoProto) -> np.ndarray:
+    """The loop's scalar iteration number or condition in the shape the body declares
+    for it: some exporters declare [1] (ONNX Runtime feeds the body that shape)."""
+    tensor = info.type.tensor_type
+    if tensor.HasField("shape") and len(tensor.shape.dim) == 1:
+        return value.reshape(1)
+    return value
 
 
 def loop_step(node: OnnxNode, ctx: Context, decode: Decode) -> list[OnnxNode]:

@@ -168,7 +168,7 @@ def _input_type(info: onnx.ValueInfoProto, bound: Sequence[int] | None) -> Tenso
                          f"{info.name}=1,3,224,224)")
     for i, d in enumerate(dims):
         if not isinstance(d, int):
-            what = f"symbolic ('{d}')" if d else "unknown"
+            what = f"symbolic ('{d}')" if d else "unknown (no size, or a negative one)"
             raise ModelError(f"input '{info.name}' dim {i} is {what}; bind it with --shape "
                              f"{info.name}=d0,d1,...")
     _check_extent(f"input '{info.name}'", dims)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hidetc.errors import ModelError
+from hidetc.errors import ModelError, UnsupportedOpError
 from hidetc.frontend.onnx.base import Builder, Context, Converted, OnnxNode, emit, label, scalar
 from hidetc.frontend.onnx.tensors import dtype_name
 from hidetc.graph.ir import FLOAT_DTYPES, TensorType
@@ -60,7 +60,37 @@ def _stats_read(node: OnnxNode, ctx: Context) -> bool:
     return any(o and o in ctx.used for o in node.outputs[1:3])
 
 
+def _mixed_types(node: OnnxNode, ctx: Context) -> bool:
+    """Scale or B of another float type than X: ONNX Runtime's own LayerNormalization of
+    the default domain before opset 17 (X of type T, Scale, B and Y of type V)."""
+    x = ctx.types[node.inputs[0]].dtype
+    return any(node.input(i) and ctx.types[node.inputs[i]].dtype != x for i in (1, 2))
+
+
+def _layer_norm_mixed(node: OnnxNode, ctx: Context) -> Converted:
+    """ONNX Runtime's form (`_mixed_types`), as its kernel computes it: in float32, the
+    result cast to Scale's type."""
+    x = ctx.types[node.inputs[0]]
+    _float_tensor(node, x)
+    if _stats_read(node, ctx):
+        raise UnsupportedOpError(f"{label(node)}: Scale/B of type "
+                                 f"{ctx.types[node.inputs[1]].dtype} beside X of type "
+                                 f"{x.dtype} with Mean or InvStdDev read is not supported")
+    build = Builder(node, ctx)
+    wide = [v if ctx.types[v].dtype == "float32" else build.add("Cast", [v], to="float32")
+            for v in node.inputs[:3] if v]
+    out = ctx.types[node.inputs[1]].dtype
+    y = build.add("LayerNormalization", wide, out=node.outputs[0] if out == "float32" else None,
+                  axis=int(node.attrs.get("axis", -1)),
+                  epsilon=float(node.attrs.get("epsilon", 1e-5)))
+    if out != "float32":
+        build.add("Cast", [y], out=node.outputs[0], to=out)
+    return build.done()
+
+
 def layer_normalization(node: OnnxNode, ctx: Context) -> Converted:
+    if _mixed_types(node, ctx):
+        return _layer_norm_mixed(node, ctx)
     if not _stats_read(node, ctx):
         return emit(node, ctx)      # the fused node (what the default path emits)
     x = ctx.types[node.inputs[0]]

@@ -98,7 +98,8 @@ def attribute_value(attr: onnx.AttributeProto, base_dir: str, what: str) -> Any:
 def value_info_dims(info: onnx.ValueInfoProto
                     ) -> tuple[str, list[int | str | None] | None] | None:
     """(dtype name, dims or None if rankless) of a tensor value-info, None if not a
-    tensor; a dim is an int, a symbol name, or None (unknown)."""
+    tensor; a dim is an int, a symbol name, or None (unknown: no value, or a negative
+    one -- exporters write -1 for a free dimension, and ONNX Runtime treats it so)."""
     if info.type.WhichOneof("value") != "tensor_type":
         return None
     tensor_type = info.type.tensor_type
@@ -108,6 +109,6 @@ def value_info_dims(info: onnx.ValueInfoProto
     dims: list[int | str | None] = []
     for dim in tensor_type.shape.dim:
         kind = dim.WhichOneof("value")
-        dims.append(dim.dim_value if kind == "dim_value" else
+        dims.append((dim.dim_value if dim.dim_value >= 0 else None) if kind == "dim_value" else
                     dim.dim_param if kind == "dim_param" else None)
     return dtype, dims

@@ -76,6 +76,18 @@ def is_onnx_op(op: str) -> bool:
     return onnx.defs.has(op, "")
 
 
+def _default_domain_nodes(graph: onnx.GraphProto) -> bool:
+    """Whether `graph` or one of its subgraphs has a node of the default domain."""
+    for node in graph.node:
+        if node.domain in DEFAULT_DOMAINS:
+            return True
+        for attr in node.attribute:
+            if any(_default_domain_nodes(g) for g in [*attr.graphs, *(
+                    [attr.g] if attr.HasField("g") else [])]):
+                return True
+    return False
+
+
 def check_opset(proto: onnx.ModelProto) -> int:
     """The model's default-domain opset, or ModelError naming domain and opset."""
     if proto.ir_version == 0 and not proto.opset_import and not proto.HasField("graph"):
@@ -84,6 +96,8 @@ def check_opset(proto: onnx.ModelProto) -> int:
     if not versions:
         raise ModelError("the model imports no default-domain (ai.onnx) opset")
     low, high = OPSET_RANGE
+    if versions[0] == 0 and not _default_domain_nodes(proto.graph):
+        return 0        # an opset that declares no operator, for a graph that uses none
     if not low <= versions[0] <= high:
         raise ModelError(f"ai.onnx opset {versions[0]} is not supported (supported: "
                          f"{low}-{high})")

@@ -1,4 +1,5 @@
-"""Canonical data-movement ops: Reshape with explicit static shapes, Slice for Split.
+"""Canonical data-movement ops: Reshape with explicit static shapes, Slice for Split,
+Expand for a fill.
 
   - Flatten, Squeeze, Unsqueeze and Reshape become `Reshape(x, shape)` where `shape` is
     an int64 constant equal to the static output shape (no -1, no copied 0s;
@@ -12,6 +13,10 @@
   - Split becomes one `Slice(x, starts, ends, axes)` per present output, with int64
     constants computed from the static output shapes (a Split with an omitted output
     and no constant `split` input is kept).
+  - ConstantOfShape (what constant folding left: too big to store, such as the
+    generated weights of onnx's "light" model-zoo models) becomes `Expand` of its one
+    value to the same shape: an injective op every target computes, so the fill runs
+    as a kernel instead of a value stored in the artifact.
 
 Guarantees: output names and types are kept; no Flatten/Squeeze/Unsqueeze remains, nor
 any Split but that rare one; new constants get fresh names (eliminate_common_subexpressions
@@ -111,6 +116,14 @@ def identity_transpose(rw: Rewriter, node: Node, sources: Sources) -> None:
         rw.emit(node)
 
 
+def fill_to_expand(rw: Rewriter, node: Node, sources: Sources) -> None:
+    dtype = rw.graph.types[node.outputs[0]].dtype
+    value = rw.const(f"{node_base(node)}_value",
+                     np.array(node.attr("value", 0.0)).astype(dtype).reshape(()))
+    rw.emit(Node("Expand", (value, node.inputs[0]), node.outputs, name=node.name),
+            changed=True)
+
+
 HANDLERS: dict[str, Callable[[Rewriter, Node, Sources], None]] = {
     "Flatten": to_reshape,
     "Squeeze": to_reshape,
@@ -118,4 +131,5 @@ HANDLERS: dict[str, Callable[[Rewriter, Node, Sources], None]] = {
     "Reshape": to_reshape,
     "Split": split_to_slices,
     "Transpose": identity_transpose,
+    "ConstantOfShape": fill_to_expand,
 }

@@ -34,6 +34,7 @@ from hidetc.schedules.cpu import (
     conv,
     injective,
     matmul,
+    matmul_integer,
     pool,
     reduce,
     scan,
@@ -155,6 +156,8 @@ def build_kernel(task: Task, name: str, target: CpuTarget) -> Function:
     template, config = kernel_choice(task, target)
     if template is not None:
         return template.build(task, config, name, target)
+    if matmul_integer.is_integer_matmul(task):
+        return matmul_integer.build_integer_matmul(task, name)
     return RULES[task.op](task, name)
 
 
@@ -162,7 +165,7 @@ def kernel_choice(task: Task, target: CpuTarget) -> tuple[Template | None, Any]:
     """(template, its default config for `target`) for a templated op, else (None,
     None): the rule builds the kernel. `build_kernel` builds exactly this choice."""
     template = TEMPLATES.get(task.op)
-    if template is None:
+    if template is None or matmul_integer.is_integer_matmul(task):
         return None, None
     check_dtypes(task)
     return template, template.default(task, target)
