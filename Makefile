@@ -46,7 +46,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check hidetc tests models bench
 	$(PY) -m pytest -q -p no:cacheprovider tests/architecture
 
-# The ONNX node tests through hidetc's compiled CPU path (hidetc/tools/conformance): prints the
+# The ONNX node tests, then onnx's small model tests (--suite models), through hidetc's
+# compiled CPU path (hidetc/tools/conformance): prints the
 # pass/fail/error/crash/skip counts and the failure causes ranked, writes per-case
 # results to $(CONFORMANCE_OUT)/results.json, and compares with
 # tests/conformance/expected_failures.yaml (exit 1 on a regression or an unexpected pass).
@@ -55,6 +56,7 @@ CONFORMANCE_JOBS ?= 2
 .PHONY: conformance
 conformance: $(STAMP)
 	$(PY) -m hidetc.tools.conformance --jobs $(CONFORMANCE_JOBS) --out $(CONFORMANCE_OUT)
+	$(PY) -m hidetc.tools.conformance --suite models --jobs $(CONFORMANCE_JOBS) --out $(CONFORMANCE_OUT)/models
 
 # The one-shot GPU check (bench/gpu_check.py): on the GPU machine, through the device
 # tool, with the pycuda wheels carried in .whl/ (README, "On a GPU"); results under

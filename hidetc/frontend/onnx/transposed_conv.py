@@ -3,9 +3,12 @@ catalogue Conv and its tuned kernels; 1-D and 3-D through `spatial.py`'s lowerin
 
 Assumes static shapes (`ctx.types`); Col2Im's `image_shape`/`block_shape` inputs
 (`VALUE_INPUTS`) known at import time (`ctx.values`). Guarantees:
-  - ConvTranspose-11..22 (1-D to 3-D): a stride-1 Conv of the zero-stuffed input
-    (Reshape [N, C, H, 1, ...] times a one-hot [1, s, ...] mask -> Reshape; a Mul, not
-    a Pad, so the fused prologue lowers to plain index arithmetic), padded (the Conv's
+  - ConvTranspose-1..22 (1-D to 3-D; version 1 read as version 11: its schema splits
+    a padding computed from output_shape or SAME_* the other way round, but ONNX
+    Runtime splits it as version 11 does for every version): a stride-1 Conv of the
+    zero-stuffed input (Reshape [N, C, H, 1, ...] times a one-hot [1, s, ...] mask ->
+    Reshape; a Mul, not a Pad, so the fused prologue lowers to plain index
+    arithmetic), padded (the Conv's
     pads; negative pads crop: Slice) by (k-1)*d - pads_begin in front and up to the
     output size behind, with the weights regrouped [C, M/g, k...] -> [M, C/g, k...]
     and flipped (folded when constant). output_shape: the output size; its pads are
@@ -166,4 +169,4 @@ EXTRA_OPS: tuple[str, ...] = ("ConvTranspose", "Col2Im")
 # bfloat16; Col2Im has one version (18).
 VALUE_INPUTS: dict[str, tuple[int, ...]] = {"Col2Im": (1, 2)}
 CHECKED: tuple[str, ...] = ("ConvTranspose", "Col2Im")
-FIRST_VERSION: dict[str, int] = {"ConvTranspose": 11}
+FIRST_VERSION: dict[str, int] = {"ConvTranspose": 1}

@@ -1,5 +1,6 @@
-"""`python -m hidetc.tools.conformance`: run the ONNX node tests through a backend, print the
-counts and the failure causes, write per-case results to JSON, and compare with the
+"""`python -m hidetc.tools.conformance`: run the ONNX backend tests (`--suite node`, the
+default, or `models`: the small models onnx ships) through a backend, print the counts
+and the failure causes, write per-case results to JSON, and compare with the suite's
 expected-failure list.
 
 Exit status: 0 when the run matches the expected-failure list (or no list is given),
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import onnx
 
-from hidetc.tools.conformance.cases import benchmark_ops, load_cases, select
+from hidetc.tools.conformance.cases import SUITES, benchmark_ops, load_cases, select
 from hidetc.tools.conformance.pool import run_cases
 from hidetc.tools.conformance.report import (
     FAILING,
@@ -29,7 +30,8 @@ from hidetc.tools.conformance.report import (
     write_expected,
 )
 
-DEFAULT_EXPECTED = Path("tests/conformance/expected_failures.yaml")
+DEFAULT_EXPECTED = {"node": Path("tests/conformance/expected_failures.yaml"),
+                    "models": Path("tests/conformance/expected_failures_models.yaml")}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="worker processes (default: 2, or 1 on one core)")
     p.add_argument("--timeout", type=float, default=180.0,
                    help="seconds per case (compile + every data set) before it is a crash")
+    p.add_argument("--suite", choices=sorted(SUITES), default="node",
+                   help="node: one test per op; models: onnx's small model tests")
     p.add_argument("-k", "--filter", help="only cases whose name matches this regex")
     p.add_argument("--ops", help="only cases of these ops (comma-separated)")
     p.add_argument("--benchmark-ops", action="store_true",
@@ -81,15 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     ops = [o.strip() for o in args.ops.split(",")] if args.ops else None
     if args.benchmark_ops:
         ops = sorted(set(ops or ()) | set(benchmark_ops()))
-    cases = select(load_cases(), args.filter, ops)
+    suite = load_cases(suite=args.suite)
+    cases = select(suite, args.filter, ops)
     if args.list:
         for c in cases:
             print(f"{c.name}  {c.op}  opset {c.opset}")
         return 0
     expected_path = args.expected
     if expected_path is None and not args.no_expected and args.backend == "hidetc" \
-            and DEFAULT_EXPECTED.is_file():
-        expected_path = DEFAULT_EXPECTED
+            and DEFAULT_EXPECTED[args.suite].is_file():
+        expected_path = DEFAULT_EXPECTED[args.suite]
     start = time.monotonic()
     log_dir = args.out / "logs" if args.out else None
     results = run_cases(cases, backend=args.backend, device=args.device, jobs=args.jobs,
@@ -111,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nper-case results: {args.out / 'results.json'}")
     if args.write_expected:
         ran = {r["name"] for r in results}
-        op_of = {c.name: c.op for c in load_cases()}
+        op_of = {c.name: c.op for c in suite}
         carried = {} if not args.write_expected.is_file() else {
             name: (text, op_of.get(name, op))
             for name, (text, op) in load_expected_groups(args.write_expected).items()
@@ -122,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if expected_path is None:
         return 0
     comparison = compare_expected(results, load_expected(expected_path),
-                                  [c.name for c in load_cases()])
+                                  [c.name for c in suite])
     print(f"\ncompared with {expected_path}:")
     print(comparison.text())
     failing = sum(r["status"] in FAILING for r in results)

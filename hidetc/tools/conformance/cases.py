@@ -1,4 +1,9 @@
-"""The ONNX node test cases, materialized on disk once per onnx version.
+"""The ONNX backend test cases, materialized on disk once per onnx version.
+
+Two suites: `node` (one test per op and variant, generated in memory by the installed
+onnx) and `models` (the small models onnx ships with their data: its `simple` graphs
+and PyTorch's module and operator exports, `pytorch-converted` and `pytorch-operator`,
+models nobody here wrote, several at opsets below 7).
 
 What: the installed onnx package generates its node tests in memory
 (`onnx.backend.test.loader.load_model_tests(kind="node")`, ~15 s of numpy). `load_cases`
@@ -17,6 +22,7 @@ A case's `op` is its node's op type (domain-qualified outside ai.onnx); an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -64,8 +70,11 @@ class Case:
         return None
 
 
-def default_root() -> Path:
-    return default_cache_dir() / "onnx-node-tests" / onnx.__version__
+SUITES = {"node": ("node",), "models": ("simple", "pytorch-converted", "pytorch-operator")}
+
+
+def default_root(suite: str = "node") -> Path:
+    return default_cache_dir() / f"onnx-{suite}-tests" / onnx.__version__
 
 
 def _qualified(node: onnx.NodeProto) -> str:
@@ -81,12 +90,31 @@ def _normalize(value):
     return value
 
 
-def _generate() -> list:
-    """The installed onnx's node test cases (its generators print and warn: muted)."""
+def _generate(suite: str) -> list:
+    """The installed onnx's test cases of `suite` (its generators print and warn: muted),
+    each with its model and data sets in memory (the model suites keep them on disk)."""
     from onnx.backend.test.loader import load_model_tests
+    tests = []
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        return load_model_tests(kind="node")
+        for kind in SUITES[suite]:
+            tests += [_loaded(t) for t in load_model_tests(kind=kind)]
+    return tests
+
+
+def _loaded(test):
+    """A TestCase whose model and data sets are read from its model_dir when the loader
+    left them on disk."""
+    if test.model is not None:
+        return test
+    root = Path(test.model_dir)
+    data = []
+    for data_set in sorted(root.glob("test_data_set_*")):
+        data.append(tuple([onnx.numpy_helper.to_array(onnx.load_tensor(str(f)))
+                           for f in sorted(data_set.glob(f"{part}_*.pb"))]
+                          for part in ("input", "output")))
+    return dataclasses.replace(test, model=onnx.load(str(root / "model.onnx")),
+                               data_sets=data)
 
 
 def write_case(root: Path, name: str, model: onnx.ModelProto, data_sets: Sequence,
@@ -107,8 +135,8 @@ def write_case(root: Path, name: str, model: onnx.ModelProto, data_sets: Sequenc
                 str(case_dir))
 
 
-def _write_suite(root: Path) -> None:
-    tests = _generate()
+def _write_suite(root: Path, suite: str) -> None:
+    tests = _generate(suite)
     own = {t.name: _qualified(t.model.graph.node[0]) for t in tests
            if len(t.model.graph.node) == 1}
     entries = []
@@ -120,15 +148,15 @@ def _write_suite(root: Path) -> None:
     (root / INDEX).write_text(json.dumps(index, indent=0))
 
 
-def materialize(root: Path | None = None) -> Path:
+def materialize(root: Path | None = None, suite: str = "node") -> Path:
     """Write the suite under `root` unless it is there; returns `root`."""
-    root = Path(root) if root else default_root()
+    root = Path(root) if root else default_root(suite)
     if (root / INDEX).is_file():
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
     try:
-        _write_suite(staging)
+        _write_suite(staging, suite)
         try:
             os.rename(staging, root)
         except OSError:
@@ -139,9 +167,9 @@ def materialize(root: Path | None = None) -> Path:
     return root
 
 
-def load_cases(root: Path | None = None) -> list[Case]:
-    """Every node test case (materialized first if needed), sorted by name."""
-    root = materialize(root)
+def load_cases(root: Path | None = None, suite: str = "node") -> list[Case]:
+    """Every test case of `suite` (materialized first if needed), sorted by name."""
+    root = materialize(root, suite)
     raw = json.loads((root / INDEX).read_text())
     return [Case(**{**c, "ops": tuple(c["ops"]), "domains": tuple(c["domains"]),
                     "path": str(root / c["path"])}) for c in raw]
