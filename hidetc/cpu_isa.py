@@ -1,16 +1,18 @@
 """The x86 vector ISA the CPU kernels are written for: AVX2/FMA (8 f32 lanes, 16 ymm
 registers) or AVX-512F (16 lanes, 32 zmm registers).
 
-`current()` is this process's default, what `target.detect_cpu` puts in a compile's
-CpuTarget unless told otherwise (`--cpu-isa`): `HIDETC_CPU_ISA` (`avx2`, `avx512`, or
-`auto`, the default: AVX-512 when this CPU has avx512f, read from /proc/cpuinfo, else
-AVX2). From the target's ISA: the f32 micro-kernels (`hidetc.schedules.cpu.avx2`: the
-GEMM's and the direct convolutions') print its intrinsics and vector type, the
-micro-tile shapes of the GEMM and direct-conv spaces (`micro_shapes`: MR x NR tiles that
-fill its register file), gcc's flags (`gcc.flags_for`), the tuning records' key
-(`records.cpu_arch`), and the artifact's `manifest["cpu_isa"]`, so a host without it
-refuses to load the artifact instead of dying on an illegal instruction (`runs_here`).
-The reduction kernels stay AVX2 (memory-bound; AVX-512 hosts run AVX2).
+`host_best()` is what `target.detect_cpu` puts in a compile's CpuTarget unless the
+config says otherwise (`--cpu-isa`, or `HIDETC_CPU_ISA` read at the API boundary):
+AVX-512 when this CPU has avx512f, read from /proc/cpuinfo, else AVX2. `current()` is
+the ISA of the code this process builds to run itself (test kernels, the emulator):
+`HIDETC_CPU_ISA` (`avx2`, `avx512`, or `auto`: `host_best()`). From the target's ISA:
+the f32 micro-kernels (`hidetc.schedules.cpu.avx2`: the GEMM's and the direct
+convolutions') print its intrinsics and vector type, the micro-tile shapes of the GEMM
+and direct-conv spaces (`micro_shapes`: MR x NR tiles that fill its register file),
+gcc's flags (`gcc.flags_for`), the tuning records' key (`keys.cpu_arch`), and the
+artifact's `manifest["cpu_isa"]`, so a host without it refuses to load the artifact
+instead of dying on an illegal instruction (`runs_here`). The reduction kernels stay
+AVX2 (memory-bound; AVX-512 hosts run AVX2).
 
 Why AVX-512 where the host has it: ONNX Runtime's MLAS uses it wherever the CPU has it,
 and AVX2 kernels on such a CPU ran far behind it (twice the FLOPs per FMA instruction
@@ -71,6 +73,11 @@ def runs_here(isa: Isa) -> bool:
     return not host_flags() or host_supports(isa)
 
 
+def host_best() -> Isa:
+    """The widest ISA this CPU runs."""
+    return AVX512 if host_supports(AVX512) else AVX2
+
+
 @functools.lru_cache(maxsize=None)
 def current() -> Isa:
     """The ISA the kernels of this process are built for (see the module docstring)."""
@@ -78,6 +85,6 @@ def current() -> Isa:
     if choice not in CHOICES:
         raise ConfigError(f"{ENV}={choice!r}: expected one of {', '.join(CHOICES)}")
     if choice == "auto":
-        return AVX512 if host_supports(AVX512) else AVX2
+        return host_best()
     return ISAS[choice]
 

@@ -6,7 +6,7 @@ templates' `space`/`default`/`build`, the task shapes, the tuner and the manifes
   loops are shaped for, and the cache sizes. `detect_cpu(cores=None)` reads this host:
   the cores this process may run on (its CPU affinity, not the machine's core count),
   the caches from sysfs (the per-core L1d and L2, the shared L3), the ISA from
-  `cpu_isa.current()`; `cores=N` cross-compiles the task shapes for an N-core machine,
+  `cpu_isa.host_best()`; `cores=N` cross-compiles the task shapes for an N-core machine,
   `isa=` the kernels for another vector ISA (the micro-kernels, spaces and gcc flags
   all follow the target's).
 - `CudaTarget`: the architecture and the per-block and per-SM limits. `cuda_target`
@@ -225,8 +225,16 @@ def detect_cpu(cores: Optional[int] = None, isa: Optional[str] = None) -> CpuTar
     override what is detected."""
     if cores is not None and cores < 1:
         raise ConfigError(f"--cpu-cores {cores}: expected at least 1")
-    return CpuTarget(isa=isa or cpu_isa.current().name,
+    return CpuTarget(isa=isa or cpu_isa.host_best().name,
                      cores=cores if cores is not None else usable_cores(), **host_caches())
+
+
+def simt(kind: str) -> bool:
+    """Whether the kernels of a target of `kind` run as SIMT launches -- blocks of
+    threads with shared memory and thread/block built-ins, their task mappings unrolled
+    -- rather than as host loops (the fact the tensor-program passes ask of a kernel's
+    `target` attribute)."""
+    return kind == "cuda"
 
 
 def default_target(kind: str, arch: Optional[str] = None) -> Target:

@@ -1,8 +1,23 @@
-"""What a compile does differently per target, in one object per target: which machine
-it builds for, whether that machine is this host (tuning measures only there), the facts
-that key its tuning records, whether the artifact can be verified here, how the plan's
-kernels are built, and what the manifest records of them. `compile_model` takes
-`BACKENDS[kind]` and calls it; there is no `if target == ...` in the driver.
+"""What differs per target, in one object per target: everything a compile does that
+depends on which machine it is for. No other module of the compiler compares a target's
+name (`tests/architecture/test_targets_compared.py` holds the tree to it); they ask the
+compile's backend.
+
+A backend owns:
+  - its machine: `machine(cfg)` (detected, or named: `--cpu-cores`, `--cpu-isa`,
+    `--gpu`, `--arch`), whether that machine is this host (`on_this_machine`: tuning
+    measures only there), the facts that key its tuning records (`record_facts`) and its
+    toolchain's identity (`toolchain`), whether an artifact can be verified here;
+  - its graph passes after the precision lowering (`graph_passes(precision)`, the layout
+    policy among them) and the precisions it computes (`check_precision`);
+  - its fusion rules (`refusals`: the producers an anchor does not take as prologues);
+  - its schedules (`schedules`: the package of rules and templates, one interface:
+    `hidetc.schedules.protocol.ScheduleModule`) and its default search space;
+  - its measurer and candidate builder for tuning (`measure`, `prebuild`);
+  - how the plan's kernels are built and what the manifest records of them (`build`,
+    `manifest_facts`, `context_memory`).
+`backend_for(name)` is the one place a target's name (or "auto") becomes a backend;
+`backend_of(machine)` gives a Target's.
 
 - `CpuBackend`: the machine is this host's cpu (`target.detect_cpu`, or `--cpu-cores` /
   `--cpu-isa` of another); the kernels one shared library built by gcc for its ISA.
@@ -21,15 +36,49 @@ from hidetc.backends.runtime.select import gpu_available, gpu_limits, gpu_name
 from hidetc.backends.toolchain.nvcc import default_arch, parse_archs
 from hidetc.driver.build import build_cpu_library, launch_table
 from hidetc.driver.build_cuda import build_cuda_modules
-from hidetc.driver.config import CompileConfig
-from hidetc.driver.plan import ExecutionPlan
-from hidetc.driver.tune.records import cpu_arch, cpu_device
+from hidetc.driver.config import CompileConfig, f16_needs_cuda
+from hidetc.driver.launch import ExecutionPlan
+from hidetc.driver.tune.keys import cpu_arch, cpu_device, gcc_version, nvcc_version
+from hidetc.driver.tune.measure import measure_cpu, prebuild_cpu
+from hidetc.driver.tune.measure_cuda import measure_cuda, prebuild_cuda
 from hidetc.errors import ConfigError
-from hidetc.target import CpuTarget, CudaTarget, cuda_target, detect_cpu, usable_cores
+from hidetc.fusion.partition import NO_GATHER, NO_GATHERING_PROLOGUES
+from hidetc.graph.passes.choose_layout import wants_nhwc, wants_nhwc_cpu
+from hidetc.graph.pipeline import ATTENTION_PASSES, CPU_HALF_PASSES, layout_passes
+from hidetc.schedules import cpu as cpu_schedules
+from hidetc.schedules import cuda as cuda_schedules
+from hidetc.target import (
+    CpuTarget,
+    CudaTarget,
+    Target,
+    cuda_target,
+    detect_cpu,
+    usable_cores,
+)
 
 
 class CpuBackend:
     kind = "cpu"
+    schedules = cpu_schedules
+    # the cpu candidates are gcc builds on a few cores: a short list by default
+    default_space = 1
+    # the channels-last direct conv reads its input along contiguous channels: a
+    # Transpose into it as a prologue turns every load into a gather
+    # (bench/results/2026-12-06-decision-notes.md)
+    refusals = {**NO_GATHERING_PROLOGUES, "ConvNHWC": ("Transpose",) + NO_GATHER}
+    measure = staticmethod(measure_cpu)
+    prebuild = staticmethod(prebuild_cpu)
+
+    def graph_passes(self, precision: str) -> tuple:
+        """Half-precision MatMuls/Convs widened to float32 (the templates are float32
+        only), then channels-last convolutions (`wants_nhwc_cpu`)."""
+        return CPU_HALF_PASSES + layout_passes(wants_nhwc_cpu)
+
+    def check_precision(self, precision: str, named: bool) -> None:
+        """The cpu computes in f32 (f16 models compute there between Casts)."""
+        if precision != "f32":
+            picked = "" if named else ", and --target auto picked cpu (no usable CUDA GPU here)"
+            raise ConfigError(f16_needs_cuda(picked))
 
     def machine(self, cfg: CompileConfig) -> CpuTarget:
         return detect_cpu(cores=cfg.cpu_cores, isa=cfg.cpu_isa)
@@ -55,6 +104,9 @@ class CpuBackend:
     def record_facts(self, machine: CpuTarget, present: bool) -> tuple[str, str]:
         """(arch, device) of the tuning records' key."""
         return cpu_arch(machine), cpu_device()
+
+    def toolchain(self) -> str:
+        return gcc_version()
 
     def cannot_verify(self, machine: CpuTarget) -> Optional[str]:
         return None if self.runs_kernels(machine) else \
@@ -85,6 +137,20 @@ class CpuBackend:
 
 class CudaBackend:
     kind = "cuda"
+    schedules = cuda_schedules
+    default_space = 2          # the whole hardware-centric space: measured on the GPU
+    refusals = NO_GATHERING_PROLOGUES
+    measure = staticmethod(measure_cuda)
+    prebuild = staticmethod(prebuild_cuda)
+
+    def graph_passes(self, precision: str) -> tuple:
+        """f16: channels-last tensor-core convolutions (`wants_nhwc`; f32 graphs stay
+        NCHW: the SIMT GEMM is NCHW); then attention chains fused."""
+        layout = layout_passes(wants_nhwc) if precision == "f16" else ()
+        return layout + ATTENTION_PASSES
+
+    def check_precision(self, precision: str, named: bool) -> None:
+        """f32 and f16 both compute here."""
 
     @staticmethod
     def archs(cfg: CompileConfig) -> tuple[str, ...]:
@@ -122,6 +188,9 @@ class CudaBackend:
     def record_facts(self, machine: CudaTarget, present: bool) -> tuple[str, str]:
         return machine.arch, gpu_name() if present else "none"
 
+    def toolchain(self) -> str:
+        return nvcc_version()
+
     def cannot_verify(self, machine: CudaTarget) -> Optional[str]:
         return None if gpu_available() else "no CUDA GPU here (cross-compiled)"
 
@@ -143,4 +212,21 @@ class CudaBackend:
         return {"context_bytes": int(arena_bytes) + io, "io_bytes": io}
 
 
-BACKENDS = {"cpu": CpuBackend(), "cuda": CudaBackend()}
+Backend = CpuBackend | CudaBackend
+BACKENDS: dict[str, Backend] = {"cpu": CpuBackend(), "cuda": CudaBackend()}
+
+
+def backend_for(name: str) -> Backend:
+    """The backend of a target name; "auto": cuda when a CUDA GPU and pycuda are usable
+    here, else cpu (decided here, once per compile)."""
+    if name == "auto":
+        name = "cuda" if gpu_available() else "cpu"
+    if name not in BACKENDS:
+        raise ConfigError(f"unknown target {name!r}; expected one of "
+                          f"{', '.join(['auto', *BACKENDS])}")
+    return BACKENDS[name]
+
+
+def backend_of(machine: Target) -> Backend:
+    """The backend of the targets of `machine`'s kind."""
+    return BACKENDS[machine.kind]

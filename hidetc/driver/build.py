@@ -8,20 +8,15 @@ from pathlib import Path
 from typing import Mapping
 
 from hidetc.backends.codegen.c import heap_scratch_bytes, print_c_module
-from hidetc.backends.codegen.launcher import Arg, Launch, entry_wrapper, launcher_source
+from hidetc.backends.codegen.launcher import Launch, entry_wrapper, launcher_source
 from hidetc.backends.toolchain.gcc import build_shared_library, flags_for
-from hidetc.driver.plan import ExecutionPlan
+from hidetc.driver.launch import ExecutionPlan
 from hidetc.tir.pipeline import lower
 
 
 def resolve_weight_args(plan: ExecutionPlan, entries: Mapping) -> list[Launch]:
-    """Replace the placeholder weight offsets by the offsets in the weights file."""
-    launches = []
-    for step in plan.steps:
-        args = tuple(Arg("weights", int(entries[v].offset)) if a.space == "weights" else a
-                     for a, v in zip(step.launch.args, step.values))
-        launches.append(Launch(step.kernel, args))
-    return launches
+    """Every launch with its weight arguments at their offsets in the weights file."""
+    return [record.resolved(entries) for record in plan.launches]
 
 
 def kernel_sources(plan: ExecutionPlan, dump_dir: str | None = None

@@ -18,7 +18,7 @@ from hidetc.backends.codegen.cuda import (
 )
 from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
 from hidetc.driver.build import resolve_weight_args
-from hidetc.driver.plan import ExecutionPlan
+from hidetc.driver.launch import ExecutionPlan
 from hidetc.schedules.cuda.cost import kernel_estimate
 from hidetc.tir.pipeline import lower
 

@@ -18,7 +18,6 @@ exact-order configs before the compile gives up (`hidetc.driver.recover`)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, fields
 from numbers import Integral
 from pathlib import Path
@@ -43,7 +42,6 @@ TYPE_TOLERANCES = {"float16": 1e-2, "bfloat16": 1e-2,
                    "float8_e4m3fn": 2.0 ** -3, "float8_e4m3fnuz": 2.0 ** -3,
                    "float8_e5m2": 2.0 ** -2, "float8_e5m2fnuz": 2.0 ** -2,
                    "float4_e2m1fn": 2.0 ** -1, "float8_e8m0fnu": 1.0}
-SPACE_DEFAULT = {"cpu": 1, "cuda": 2}
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 
@@ -55,19 +53,21 @@ class CompileConfig:
     rtol: float | None = None     # norm-wise relative error bound; None: TOLERANCES[precision]
     seed: int = 0                 # seed of the random verification input
     sample: str | None = None     # a .npy/.npz input to verify with instead
-    dump_dir: str | None = None   # HIDETC_DUMP: IR after each pass, generated sources
+    dump_dir: str | None = None   # IR after each pass, generated sources (the API boundary
+                                  # takes it from HIDETC_DUMP)
     verify_ir: bool = False       # run the graph and TIR verifiers between passes
     threads: int = 0              # OpenMP threads at run time; 0 = all cores
     arch: str | None = None       # cuda: "sm_80,sm_90"; default: the visible GPU, else sm_90
     gpu: str | None = None        # cuda: a known GPU to compile for (hidetc.target.KNOWN_GPUS)
     cpu_cores: int | None = None  # cpu: the cores to shape the kernels for (default: this
                                   # process's usable cores)
-    cpu_isa: str | None = None    # cpu: avx2 | avx512 (default: HIDETC_CPU_ISA, else the host's)
+    cpu_isa: str | None = None    # cpu: avx2 | avx512 (default: the host's best; the API
+                                  # boundary takes it from HIDETC_CPU_ISA)
     fuse: bool = True             # post-scheduling fusion (False: one kernel per node)
-    tune: bool | None = None      # None: tune when the target's device is here (and
-                                  # HIDETC_TUNE is not 0); see `tuning`
+    tune: bool | None = None      # None: tune when the target's device is here (the API
+                                  # boundary: False under HIDETC_TUNE=0)
     space: int | None = None      # 0: default config, 1: short list, 2: whole space;
-                                  # None: SPACE_DEFAULT[target]
+                                  # None: the target backend's default
     records: str | None = None    # the tuning records file (default: in the cache dir)
     layout: str = "auto"          # "nchw": keep the model's NCHW convolutions
     shapes: dict[str, list[int]] | None = None  # input name -> shape, binding the inputs
@@ -84,8 +84,6 @@ class CompileConfig:
         if self.rtol is not None and not (isinstance(self.rtol, (int, float))
                                           and not isinstance(self.rtol, bool) and self.rtol > 0):
             raise ConfigError(f"rtol: expected a positive number, got {self.rtol!r}")
-        if self.precision == "f16" and self.target == "cpu":
-            raise ConfigError(f16_needs_cuda())
         if self.cpu_cores is not None and not (isinstance(self.cpu_cores, Integral)
                                                and not isinstance(self.cpu_cores, bool)
                                                and self.cpu_cores >= 1):
@@ -98,29 +96,10 @@ class CompileConfig:
         if self.shapes is not None:
             object.__setattr__(self, "shapes", _check_shapes(self.shapes))
 
-    def tuning(self, target: str, device_present: bool) -> tuple[bool, int]:
-        """(tune?, space level) for the resolved target. Auto: tune when the target's
-        device is here, unless the environment says HIDETC_TUNE=0 (the test suite does,
-        so that only the tuner's own tests pay for tuning). The space defaults to the
-        whole space on cuda and to the short list on the cpu, where every candidate is
-        a gcc build on a few cores."""
-        env = os.environ.get("HIDETC_TUNE", "").strip()
-        tune = self.tune if self.tune is not None else (device_present and env != "0")
-        space = self.space if self.space is not None else SPACE_DEFAULT[target]
-        return bool(tune), space
-
     @property
     def tolerance(self) -> float:
         """The verification bound: `rtol` when given, else the precision's default."""
         return float(self.rtol) if self.rtol is not None else TOLERANCES[self.precision]
-
-    def check_target(self, target: str) -> None:
-        """ConfigError when the resolved target (`auto` made concrete) cannot honour the
-        precision: f16 needs the cuda target."""
-        if self.precision == "f16" and target != "cuda":
-            picked = ", and --target auto picked cpu (no usable CUDA GPU here)" \
-                if self.target == "auto" else ""
-            raise ConfigError(f16_needs_cuda(picked))
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -4,7 +4,7 @@ interpreter, alone: the per-kernel comparison of `hidetc run --emulate --sanitiz
 misses the artifact's tolerance.
 
 The compile's graph is rebuilt from the model file and the artifact's recorded config
-(`api.optimized_graph`: the same passes, so the same value names), the reference
+and machine (`CompileContext.optimize`: the same passes, so the same value names), the reference
 interpreter computes every value of it, and `divergence.kernel_errors` judges each
 kernel on exact inputs (one pass, launch by launch: in the emulator, or on the CPU).
 
@@ -22,12 +22,13 @@ from typing import Mapping
 
 import numpy as np
 
-from hidetc.driver.api import optimized_graph
 from hidetc.driver.config import CompileConfig
-from hidetc.driver.divergence import KernelError, kernel_errors
+from hidetc.driver.context import CompileContext
+from hidetc.driver.divergence import KernelError, kernel_errors, launches_of
 from hidetc.driver.model import Model
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.reference import run_graph
+from hidetc.target import default_target, target_from_facts
 
 RTOL = {"float32": 1e-5, "float16": 5e-3, "float64": 1e-12, "bfloat16": 4e-2}
 
@@ -37,20 +38,28 @@ def _config(manifest: dict) -> CompileConfig:
     return CompileConfig(**{k: v for k, v in manifest.get("config", {}).items() if k in fields})
 
 
+def _options(cfg: CompileConfig) -> dict:
+    """The options that shape the compile's graph (the graph passes read them)."""
+    return {"precision": cfg.precision, "layout": cfg.layout, "verify_ir": cfg.verify_ir}
+
+
 def check_kernels(model: Model, model_path: str | os.PathLike,
                   inputs: Mapping[str, np.ndarray]) -> list[str]:
     """The hazard line of the first kernel whose output differs from the reference's
     given the reference's inputs (see the module docstring), else []."""
     manifest = model.manifest
     cfg = _config(manifest)
-    graph = optimized_graph(load_model(Path(model_path), shapes=cfg.shapes), cfg,
-                            manifest["target"])
+    machine = (target_from_facts(manifest["machine"]) if manifest.get("machine")
+                else default_target(manifest["target"]))
+    ctx = CompileContext.for_machine(machine, **_options(cfg))
+    graph = ctx.optimize(load_model(Path(model_path), shapes=cfg.shapes))
     reference = run_graph(graph, inputs, keep_all=True)
 
     def over(error: KernelError) -> bool:
         return error.exceeds(RTOL.get(str(np.asarray(reference[error.value]).dtype), 0.0))
 
-    errors = kernel_errors(manifest, model.run_with_hook, inputs, reference, stop=over)
+    errors = kernel_errors(launches_of(manifest), model.run_with_hook, inputs, reference,
+                           stop=over)
     bad = [e for e in errors if over(e)]
     if not bad:
         return []

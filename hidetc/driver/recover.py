@@ -19,11 +19,11 @@ model misses its tolerance. Then, instead of failing:
    rebuilt (kernel, node, op, from, to, its error on exact inputs) and the first
    failure.
 
-When no round passes (or no kernel has a fallback), the compile (`api._recover`)
-builds the model once more with its own NCHW layout where the layout pass had changed
-it; only when that fails too does the compile fail, with the original one-line error
-plus the kernel that diverges most on exact inputs.
-Assumes the plan's `tasks` map kernel names to the tasks `choices` is keyed by.
+When no round passes (or no kernel has a fallback), the compile
+(`verification.recover_artifact`) builds the model once more with its own NCHW layout
+where the layout pass had changed it; only when that fails too does the compile fail,
+with the original one-line error plus the kernel that diverges most on exact inputs.
+Works on the plan's launch records (each holds its task, which `choices` is keyed by).
 """
 from __future__ import annotations
 
@@ -33,10 +33,8 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from hidetc.driver.divergence import KernelError, kernel_errors
-from hidetc.driver.plan import ExecutionPlan
+from hidetc.driver.launch import ExecutionPlan
 from hidetc.driver.tune.search import Choice
-from hidetc.schedules.cpu import prepack
-from hidetc.target import Target
 
 SOURCE = "exact (verification recovery)"
 
@@ -50,18 +48,20 @@ class Fallback:
     config: Any          # the exact-order config to rebuild with
 
 
-def fallbacks(plan: ExecutionPlan, choices: Mapping[Any, Choice], machine: Target,
+def fallbacks(plan: ExecutionPlan, choices: Mapping[Any, Choice],
               errors: list[KernelError]) -> list[Fallback]:
     """The kernels that have an exact-order fallback, worst error first (one per task:
     its worst kernel stands for it)."""
     found: dict[Any, Fallback] = {}
     for error in errors:
-        task = plan.tasks.get(error.kernel)
+        record = plan.record(error.kernel)
+        task = record.task if record is not None else None
         choice = choices.get(task) if task is not None else None
         if choice is None:
             continue
-        exact = getattr(prepack.base(choice.template), "exact_config", None)
-        config = exact(task, choice.config, machine) if exact is not None else None
+        exact = getattr(getattr(choice.template, "base", choice.template), "exact_config",
+                        None)
+        config = exact(task, choice.config, plan.machine) if exact is not None else None
         if config is None or config == choice.config:
             continue
         known = found.get(task)
@@ -85,9 +85,8 @@ def rounds(n: int) -> list[int]:
     return sizes + [n] if n else []
 
 
-def recover(manifest: dict, run_with_hook: Callable, inputs: Mapping[str, np.ndarray],
-            reference: Mapping[str, np.ndarray], plan: ExecutionPlan,
-            choices: Mapping[Any, Choice], machine: Target,
+def recover(plan: ExecutionPlan, run_with_hook: Callable, inputs: Mapping[str, np.ndarray],
+            reference: Mapping[str, np.ndarray], choices: Mapping[Any, Choice],
             rebuild: Callable[[dict], tuple[dict, Optional[str]]],
             failure: str) -> tuple[dict, list[KernelError], int]:
     """Try the rounds (see the module docstring). `rebuild(choices)` plans, builds and
@@ -95,8 +94,8 @@ def recover(manifest: dict, run_with_hook: Callable, inputs: Mapping[str, np.nda
     the failure's one-line message). Returns (the manifest that passed, with
     `verification.recovery`, or {} when no round passed; the errors measured; how many
     kernels had a fallback to try); raises nothing itself -- the caller reports."""
-    errors = kernel_errors(manifest, run_with_hook, inputs, reference)
-    ranked = fallbacks(plan, choices, machine, errors)
+    errors = kernel_errors(plan.launches, run_with_hook, inputs, reference)
+    ranked = fallbacks(plan, choices, errors)
     for round_, size in enumerate(rounds(len(ranked)), start=1):
         picked = ranked[:size]
         new = dict(choices)

@@ -23,8 +23,9 @@ Rules, in order:
    output, an injective compute definition (`hidetc.compute.injective.COMPUTE`), is
    not yet in a group, and the value is consumed by nothing else (one consumer node,
    not a graph output): a fused value is never computed twice; the target may refuse
-   some producer ops for some anchors (`GATHERING_PROLOGUES`: on the cpu a Transpose
-   into a ConvNHWC, on both a Concat or GridSample into a convolution or MatMul).
+   some producer ops for some anchors (`refusals`, from its backend: on every target
+   a Concat or GridSample into a convolution or MatMul, `NO_GATHERING_PROLOGUES`; on
+   the cpu a Transpose into a ConvNHWC too).
    Prologues recurse into their own inputs.
 2. The remaining nodes with a compute definition form *injective groups*, in reverse
    topological order: the latest unassigned one is the group's anchor (built by the
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from typing import Mapping
 
 from hidetc.compute.injective import COMPUTE
 from hidetc.graph.ir import Graph, Node
@@ -171,7 +173,7 @@ def _epilogues(anchor: Node, uses: _Uses, taken: set[str], limit: int = 32) -> l
     return best
 
 
-# target -> anchor op -> producer ops never grafted into its loads. On the cpu the
+# Producer ops never grafted into an anchor's loads. On the cpu the
 # channels-last direct conv reads its input along contiguous channels; through a
 # Transpose from NCHW every load becomes a gather with index arithmetic, slower than the
 # Transpose as its own kernel (bench/results/2026-12-06-decision-notes.md). (cuda's
@@ -182,10 +184,11 @@ def _epilogues(anchor: Node, uses: _Uses, taken: set[str], limit: int = 32) -> l
 # four gathers, their weights and bounds per element, each reading the grid twice)
 # would be recomputed at each of those reads, and its expression, copied into every
 # load, made lowering a DeformConv's MatMul take 30 s: it is a kernel of its own.
-_NO_GATHER = ("Concat", "GridSample")
-_NO_CONCAT = {"Conv": _NO_GATHER, "ConvNHWC": _NO_GATHER, "MatMul": _NO_GATHER}
-GATHERING_PROLOGUES = {"cpu": {**_NO_CONCAT, "ConvNHWC": ("Transpose",) + _NO_GATHER},
-                       "cuda": _NO_CONCAT}
+NO_GATHER = ("Concat", "GridSample")
+# anchor op -> the producer ops refused as its prologues: what every target refuses; a
+# target's backend adds its own (the cpu's Transpose into a channels-last conv)
+NO_GATHERING_PROLOGUES = {"Conv": NO_GATHER, "ConvNHWC": NO_GATHER, "MatMul": NO_GATHER}
+Refusals = Mapping[str, tuple[str, ...]]
 
 
 def _prologue_ok(node: Node) -> bool:
@@ -193,9 +196,9 @@ def _prologue_ok(node: Node) -> bool:
         get_op(node.op).kind in (OpKind.BIJECTIVE, OpKind.INJECTIVE)
 
 
-def _prologues(anchor: Node, uses: _Uses, taken: set[str], target: str | None = None
+def _prologues(anchor: Node, uses: _Uses, taken: set[str], refusals: Refusals
                ) -> list[str]:
-    refused = GATHERING_PROLOGUES.get(target or "", {}).get(anchor.op, ())
+    refused = refusals.get(anchor.op, ())
     found: list[str] = []
     stack = [anchor]
     value_inputs = lambda n: set(get_op(n.op).value_inputs)  # noqa: E731
@@ -218,11 +221,14 @@ def _prologues(anchor: Node, uses: _Uses, taken: set[str], target: str | None = 
     return sorted(found, key=uses.position.__getitem__)
 
 
-def partition(graph: Graph, fuse: bool = True, target: str | None = None,
+def partition(graph: Graph, fuse: bool = True, refusals: Refusals | None = None,
               keep: frozenset[str] = frozenset()) -> list[FusionGroup]:
     """The fusion groups of `graph`, in execution order (see the module docstring).
-    With `fuse=False` every node is a group of its own (the unfused baseline); `target`
-    applies its `GATHERING_PROLOGUES`; the Concat nodes named in `keep` stay kernels."""
+    With `fuse=False` every node is a group of its own (the unfused baseline);
+    `refusals` (anchor op -> producer ops it does not take as prologues: the target's
+    backend says; default `NO_GATHERING_PROLOGUES`); the Concat nodes named in `keep`
+    stay kernels."""
+    refusals = NO_GATHERING_PROLOGUES if refusals is None else refusals
     uses = _Uses(graph)
     if not fuse:
         return [FusionGroup(n.name, kind="single") for n in graph.nodes]
@@ -234,14 +240,14 @@ def partition(graph: Graph, fuse: bool = True, target: str | None = None,
         taken.add(node.name)
         epilogues = _epilogues(node, uses, taken)
         taken.update(epilogues)
-        prologues = _prologues(node, uses, taken, target)
+        prologues = _prologues(node, uses, taken, refusals)
         groups.append(FusionGroup(node.name, tuple(prologues), tuple(epilogues)))
     for node in reversed(graph.nodes):
         if node.name in taken:
             continue
         taken.add(node.name)
         if _prologue_ok(node):
-            groups.append(FusionGroup(node.name, tuple(_prologues(node, uses, taken)),
+            groups.append(FusionGroup(node.name, tuple(_prologues(node, uses, taken, {})),
                                       kind="injective"))
         else:
             groups.append(FusionGroup(node.name, kind="single"))

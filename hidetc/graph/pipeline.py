@@ -26,33 +26,31 @@ Reading `PASSES` tells the story:
  11. eliminate_dead_code  sweep everything the passes above orphaned.
 
 Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[precision]`
-(run by `lower_precision`, after `optimize`, by `hidetc.driver.api.compile_model`):
+(run by `lower_precision`, after `optimize`, by the compile):
   f32: nothing.
   f16: to_float16      float32 tensors -> float16 storage (weights converted), the
                        interface kept float32 by Casts after the inputs and before the
                        outputs, parameter inputs untouched. The graph verifier always
                        runs after it (the types are all rewritten).
-       choose_layout   Conv with C/G % 8 == 0 -> NHWC (ConvNHWC on tensor cores, OHWI
-                       weights), depthwise Conv on a multiple of 8 channels too (the
-                       channel-vector kernel), transposes cancelled and sunk through
-                       elementwise ops, channel Concats and pools, so CNNs stay NHWC
-                       between convolutions (f16 implies the cuda target; f32 cuda
-                       graphs stay NCHW: the SIMT GEMM is NCHW).
-       hoist_transposes
-                       the NHWC transpose before a convolution moved above channel
-                       Concats and spatial Resizes of NCHW values (SegFormer's head);
-       fold_movement_chains
-                       Transpose/Reshape chains that move no element (what the layout
-                       pass leaves where NHWC meets the model's reshuffles) -> Reshape.
-Then the target's passes `TARGET_PASSES[target]` (when `lower_precision` is given one):
+Then the target's passes, which its backend lists (`hidetc.driver.backend`, its
+`graph_passes(precision)`), from the pieces here:
   cpu:  widen_half_cpu  MatMul/Conv on float16/bfloat16 -> float32 between Casts (the
                         CPU templates are float32-only; numpy sums half products in f32).
-        choose_layout   Conv with one group or C/G >= 8, and depthwise Conv -> ConvNHWC
-                        (channels-last kernels, OHWI weights), transposes sunk through
-                        elementwise ops, channel Concats, pools and global pools, so
-                        CNNs stay NHWC from the first convolution to the head.
-        hoist_transposes, fold_movement_chains  as for f16, after the layout pass.
-  cuda: fuse_attention  float16 MatMul -> [scale, mask, bias]* -> Softmax -> MatMul
+        layout_passes(wants_nhwc_cpu)
+                        choose_layout: Conv with one group or C/G >= 8, and depthwise
+                        Conv -> ConvNHWC (channels-last kernels, OHWI weights),
+                        transposes sunk through elementwise ops, channel Concats, pools
+                        and global pools, so CNNs stay NHWC from the first convolution
+                        to the head; hoist_transposes: the NHWC transpose before a
+                        convolution moved above channel Concats and spatial Resizes of
+                        NCHW values (SegFormer's head); fold_movement_chains:
+                        Transpose/Reshape chains that move no element (what the layout
+                        pass leaves where NHWC meets the model's reshuffles) -> Reshape.
+  cuda: layout_passes(wants_nhwc), for f16 only: Conv with C/G % 8 == 0 -> NHWC
+                        (ConvNHWC on tensor cores), depthwise Conv on a multiple of 8
+                        channels too (the channel-vector kernel); f32 cuda graphs stay
+                        NCHW (the SIMT GEMM is NCHW);
+        fuse_attention  float16 MatMul -> [scale, mask, bias]* -> Softmax -> MatMul
                         chains -> one FusedAttention node (the tensor-core flash-style
                         kernel, `schedules/cuda/attention.py`).
 `lower_precision(..., layout="nchw")` (`--layout nchw`) leaves `choose_layout` out.
@@ -107,21 +105,22 @@ PASSES: tuple[tuple[str, Pass], ...] = (
 
 PRECISION_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
     "f32": (),
-    "f16": (("to_float16", to_float16.run),
-            ("choose_layout", lambda graph: choose_layout.run(graph, "cuda", "f16")),
-            ("hoist_transposes", hoist_transposes.run),
-            ("fold_movement_chains", fold_movement_chains.run)),
-}
-
-
-TARGET_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
-    "cpu": (("widen_half_cpu", widen_half_cpu.run),
-            ("choose_layout", lambda graph: choose_layout.run(graph, "cpu", "f32")),
-            ("hoist_transposes", hoist_transposes.run),
-            ("fold_movement_chains", fold_movement_chains.run)),
-    "cuda": (("fuse_attention", fuse_attention.run),),
+    "f16": (("to_float16", to_float16.run),),
 }
 LAYOUT_PASS = "choose_layout"   # skipped by `lower_precision(..., layout="nchw")`
+
+
+def layout_passes(policy: choose_layout.Policy) -> tuple[tuple[str, Pass], ...]:
+    """The layout passes of a target whose convolutions `policy` picks go NHWC: the
+    rewrite, the NHWC transposes hoisted above Concats and Resizes, and the movement
+    chains that move no element folded."""
+    return (("choose_layout", lambda graph: choose_layout.run(graph, policy)),
+            ("hoist_transposes", hoist_transposes.run),
+            ("fold_movement_chains", fold_movement_chains.run))
+
+
+CPU_HALF_PASSES: tuple[tuple[str, Pass], ...] = (("widen_half_cpu", widen_half_cpu.run),)
+ATTENTION_PASSES: tuple[tuple[str, Pass], ...] = (("fuse_attention", fuse_attention.run),)
 
 
 def optimize(graph: Graph, *, verify: bool = False, dump_dir: str | None = None,
@@ -137,16 +136,17 @@ def optimize(graph: Graph, *, verify: bool = False, dump_dir: str | None = None,
 
 
 def lower_precision(graph: Graph, precision: str, *, dump_dir: str | None = None,
-                    target: str | None = None, layout: str = "auto") -> Graph:
-    """Run `PRECISION_PASSES[precision]`, then `TARGET_PASSES[target]` (none without a
-    target) on an optimized graph. The verifier runs after each of them (always: they
-    retype the graph); dumps continue the numbering of `optimize`'s
-    (`dump_dir/12_to_float16.txt`). `layout="nchw"` leaves out `choose_layout` (the
-    graph keeps the model's NCHW convolutions)."""
+                    passes: tuple[tuple[str, Pass], ...] = (), layout: str = "auto"
+                    ) -> Graph:
+    """Run `PRECISION_PASSES[precision]`, then the target's `passes` (its backend's
+    `graph_passes`; none without a target) on an optimized graph. The verifier runs
+    after each of them (always: they retype the graph); dumps continue the numbering
+    of `optimize`'s (`dump_dir/12_to_float16.txt`). `layout="nchw"` leaves out
+    `choose_layout` (the graph keeps the model's NCHW convolutions)."""
     dump = Path(dump_dir) if dump_dir is not None else None
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
-    passes = PRECISION_PASSES[precision] + TARGET_PASSES.get(target or "", ())
+    passes = PRECISION_PASSES[precision] + tuple(passes)
     if layout == "nchw":
         passes = tuple(p for p in passes if p[0] != LAYOUT_PASS)
     return _run(graph, passes, len(PASSES) + 1, True, dump)

@@ -23,7 +23,7 @@ from hidetc.cpu_isa import current as current_isa
 from hidetc.driver import api
 from hidetc.driver.config import LAYOUTS, PRECISIONS
 from hidetc.driver.kernel_check import check_kernels
-from hidetc.driver.tune.records import cpu_device
+from hidetc.driver.tune.keys import cpu_device
 from hidetc.driver.verify import time_call
 from hidetc.errors import ConfigError, HidetcError
 from hidetc.schedules.catalog import format_spaces, template_spaces

@@ -20,7 +20,7 @@ from helpers.tasks import nhwc_task
 
 import hidetc
 from hidetc.compute.task import Task
-from hidetc.driver.tune.records import cpu_arch
+from hidetc.driver.tune.keys import cpu_arch
 from hidetc.errors import ConfigError
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cpu.microkernel import GemmConfig, default_gemm

@@ -17,16 +17,8 @@ from click.testing import CliRunner
 from helpers import targets
 
 from hidetc.compute.task import Task
-from hidetc.driver.tune.records import (
-    CandidateResult,
-    RecordKey,
-    RecordStore,
-    cpu_arch,
-    cpu_device,
-    key_for,
-    resolve_config,
-    task_digest,
-)
+from hidetc.driver.tune.keys import RecordKey, cpu_arch, cpu_device, key_for, task_digest
+from hidetc.driver.tune.records import CandidateResult, RecordStore, resolve_config
 from hidetc.errors import RecordsError
 from hidetc.graph.ir import TensorType, freeze_attr
 from hidetc.schedules.cpu import TEMPLATES
@@ -86,7 +78,7 @@ def test_resave_replaces(tmp_path):
 def test_digest_is_stable_across_processes_and_normalized():
     task = _matmul()
     code = ("from hidetc.graph.ir import TensorType as T; from hidetc.compute.task import "
-            "Task; from hidetc.driver.tune.records import task_digest; f='float32'; "
+            "Task; from hidetc.driver.tune.keys import task_digest; f='float32'; "
             "print(task_digest(Task('MatMul', (T(f, (64, 48)), T(f, (48, 32))), "
             "(T(f, (64, 32)),), (), (None, None))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -104,7 +96,8 @@ def test_digest_is_stable_across_processes_and_normalized():
 
 WRITER = textwrap.dedent("""
     import sys
-    from hidetc.driver.tune.records import CandidateResult, RecordKey, RecordStore
+    from hidetc.driver.tune.keys import RecordKey
+    from hidetc.driver.tune.records import CandidateResult, RecordStore
     path, who = sys.argv[1], sys.argv[2]
     with RecordStore(path) as store:
         for i in range(50):

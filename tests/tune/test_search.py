@@ -130,7 +130,7 @@ def test_all_candidates_failing_keeps_the_default(tmp_path):
 
 
 def _key(task, choice):
-    from hidetc.driver.tune.records import key_for
+    from hidetc.driver.tune.keys import key_for
     from hidetc.driver.tune.search import space_digest
     return key_for(task, choice.template.name, DEVICE, ARCH, TOOLS,
                    space_digest(choice.template, task, targets.CPU))

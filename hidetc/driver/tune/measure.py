@@ -52,11 +52,13 @@ Guarantees: one result per config, in order, each with a time or an error, never
 both; a faulting, hanging or wrong candidate never stops the call, and no worker
 outlives it (it is killed, and dies with the parent).
 
-Targets: `MEASURERS` dispatches on `target`: "cpu" here; "cuda" in
-`hidetc.driver.tune.measure_cuda` (nvcc cubins measured by
+Targets: a measurer per target -- `measure_cpu` / `prebuild_cpu` here, `measure_cuda` /
+`prebuild_cuda` in `hidetc.driver.tune.measure_cuda` (nvcc cubins measured by
 `python -m hidetc.driver.tune.worker_cuda` with pycuda and CUDA events on a GPU, or
-with the emulator where there is none: the `backend` keyword). `arch` (the cuda
-architecture) and `backend` are ignored by the cpu measurer. The worker supervision,
+with the emulator where there is none: the `backend` keyword) -- and the target's
+backend (`hidetc.driver.backend`) says which; `measure_candidates` and `prebuild` take
+it (`measurer=`, `builder=`; the cpu's by default). `arch` (the cuda architecture) and
+`backend` are ignored by the cpu measurer. The worker supervision,
 the stats and the result assembly shared by both live in `hidetc.driver.tune.common`.
 """
 from __future__ import annotations
@@ -92,11 +94,10 @@ from hidetc.driver.tune.common import (
     log,
     measure_built,
 )
-from hidetc.driver.tune.measure_cuda import measure_cuda, prebuild_cuda
 from hidetc.driver.tune.records import CandidateResult
-from hidetc.errors import HidetcError, ToolchainError
+from hidetc.errors import ToolchainError
 from hidetc.schedules.template import Config
-from hidetc.target import CpuTarget, Target, default_target
+from hidetc.target import CpuTarget, Target
 from hidetc.tir.ir import Buffer, Function
 from hidetc.tir.pipeline import lower
 
@@ -104,9 +105,12 @@ __all__ = ["CandidateResult", "MeasureStats", "best", "measure_candidates", "pre
            "NOISY", "STARTUP_TIMEOUT_S"]
 
 
+Measurer = Callable[..., list[CandidateResult]]
+
+
 def measure_candidates(task: Task, template, configs: Sequence[Config], *,
-                       target: Target | str = "cpu", repeat: int = 20,
-                       timeout_s: float = 10.0,
+                       target: Target, measurer: Measurer | None = None,
+                       repeat: int = 20, timeout_s: float = 10.0,
                        jobs: int | None = None,
                        progress: Callable[[int], None] | None = None,
                        stats: MeasureStats | None = None, arch: str | None = None,
@@ -114,16 +118,12 @@ def measure_candidates(task: Task, template, configs: Sequence[Config], *,
                        budget_rtol: float | None = None) -> list[CandidateResult]:
     """One result per config, in order (see the module docstring). `progress(n)` is
     called with the number of configs finished so far. `target`: the Target the
-    kernels are built for (a kind name: `default_target`)."""
-    if isinstance(target, str) and target not in MEASURERS:
-        raise HidetcError(f"measuring tuning candidates for target {target!r} is not "
-                          f"implemented yet (supported: {', '.join(MEASURERS)})")
-    machine = default_target(target) if isinstance(target, str) else target
+    kernels are built for; `measurer`: its target's (`measure_cpu` by default)."""
     stats = stats if stats is not None else MeasureStats()
-    results = MEASURERS[machine.kind](task, template, list(configs), repeat=repeat,
-                                      timeout_s=timeout_s, jobs=jobs or default_jobs(),
-                                      progress=progress, stats=stats, machine=machine,
-                                      arch=arch, backend=backend, budget_rtol=budget_rtol)
+    results = (measurer or measure_cpu)(
+        task, template, list(configs), repeat=repeat, timeout_s=timeout_s,
+        jobs=jobs or default_jobs(), progress=progress, stats=stats, machine=target,
+        arch=arch, backend=backend, budget_rtol=budget_rtol)
     for r in results:
         if r.error is not None:
             log.warning("dropped %s for %s: %s", r.config, task.signature(), r.error)
@@ -226,7 +226,7 @@ def _build_cpu(task: Task, template, configs: list, jobs: int, stats: MeasureSta
 # ---------------------------------------------------------------- cpu: measure
 
 
-def _measure_cpu(task: Task, template, configs: list, *, repeat: int, timeout_s: float,
+def measure_cpu(task: Task, template, configs: list, *, repeat: int, timeout_s: float,
                  jobs: int, progress: Optional[Callable[[int], None]],
                  stats: MeasureStats, machine: CpuTarget, arch: Optional[str] = None,
                  backend: Optional[str] = None,
@@ -246,25 +246,26 @@ def _measure_cpu(task: Task, template, configs: list, *, repeat: int, timeout_s:
                          timeout_s=timeout_s, progress=progress, stats=stats, rematch=True)
 
 
-MEASURERS: dict[str, Callable[..., list[CandidateResult]]] = {"cpu": _measure_cpu,
-                                                              "cuda": measure_cuda}
+Builder = Callable[..., None]
 
 
-def prebuild(work: Sequence[tuple[Task, Any, Sequence[Config]]], *,
-             target: Target | str = "cpu", jobs: Optional[int] = None,
+def prebuild(work: Sequence[tuple[Task, Any, Sequence[Config]]], *, target: Target,
+             builder: Builder | None = None, jobs: Optional[int] = None,
              arch: Optional[str] = None, backend: Optional[str] = None) -> None:
     """Compile the candidates of many tasks ahead of measuring them, `jobs` translation
     units at a time across all tasks (a task's short list is one unit, so building task
-    by task would leave cores idle). Only fills the build cache: `measure_candidates`
-    then finds every unit built; errors are left for it to report."""
-    if not work or (isinstance(target, str) and target not in MEASURERS):
-        return
-    machine = default_target(target) if isinstance(target, str) else target
-    jobs = jobs or default_jobs()
-    if machine.kind == "cuda":
-        prebuild_cuda(work, jobs=jobs, machine=machine, arch=arch, backend=backend)
-        return
+    by task would leave cores idle), with the target's `builder` (`prebuild_cpu` by
+    default). Only fills the build caches: `measure_candidates` then finds every unit
+    built; errors are left for it to report."""
+    if work:
+        (builder or prebuild_cpu)(work, jobs=jobs or default_jobs(), machine=target,
+                                  arch=arch, backend=backend)
 
+
+def prebuild_cpu(work: Sequence[tuple[Task, Any, Sequence[Config]]], *, jobs: int,
+                 machine: CpuTarget, arch: Optional[str] = None,
+                 backend: Optional[str] = None) -> None:
+    """The cpu's `prebuild`: each task's units built through the gcc build cache."""
     def one(item) -> None:
         task, template, configs = item
         _build_cpu(task, template, list(configs), 1, MeasureStats(), {}, machine)

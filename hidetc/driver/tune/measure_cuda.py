@@ -1,4 +1,4 @@
-"""Measuring tuning candidates for the cuda target (`MEASURERS["cuda"]` of
+"""Measuring tuning candidates for the cuda target (its backend's measurer, beside
 `hidetc.driver.tune.measure`, which states the contract: one result per config, in order, the
 same error strings, the same progress and stats).
 
@@ -246,7 +246,7 @@ def measure_cuda(task: Task, template, configs: list, *, repeat: int, timeout_s:
                  stats: MeasureStats, machine: CudaTarget, arch: Optional[str] = None,
                  backend: Optional[str] = None,
                  budget_rtol: Optional[float] = None) -> list[CandidateResult]:
-    """`MEASURERS["cuda"]`: see the module docstring."""
+    """The cuda measurer: see the module docstring."""
     backend = resolve_backend(backend)
     arch = resolve_arch(arch, backend)
     stats.candidates = len(configs)

@@ -1,11 +1,11 @@
 """The tuning records store: every candidate's measured time (or why it was dropped)
 and the winner, per anchor task and machine, in one sqlite3 file.
 
-A record's key (`RecordKey`) is: the template's name, a digest of the anchor `Task`
-(sha256 of its repr, after normalizing attrs and params with `freeze_attr`, so equal
-tasks give equal digests in every process), the device (`cpu:<model>` or
-`cuda:<GPU name>`), the architecture (`x86-64-avx2`, `sm_90`), the toolchain version
-(gcc's or nvcc's version line) and hidetc's version with a digest of the task's
+A record's key (`RecordKey`, `hidetc.driver.tune.keys`) is: the template's name, a
+digest of the anchor `Task` (sha256 of its repr, after normalizing attrs and params
+with `freeze_attr`, so equal tasks give equal digests in every process), the device
+(`cpu:<model>` or `cuda:<GPU name>`), the architecture (`x86-64-avx2`, `sm_90`), the
+toolchain version (gcc's or nvcc's version line) and hidetc's version with a digest of the task's
 candidate space (`search.space_digest`). Records of another hidetc or toolchain
 version, or of another space, are kept but never matched. The task's readable
 signature is stored beside the key for listing; it is not part of the key.
@@ -27,110 +27,24 @@ but the device and the toolchain.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
-import platform
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from hidetc import __version__
 from hidetc.backends.toolchain.cache import atomic_write, default_cache_dir
 from hidetc.compute.task import Task
+from hidetc.driver.tune.keys import KEY_FIELDS, RecordKey
 from hidetc.errors import RecordsError
-from hidetc.graph.ir import freeze_attr
 from hidetc.schedules.template import Config, Target, Template
-from hidetc.target import CpuTarget
 
 SCHEMA_VERSION = 1
 EXPORT_FORMAT = 1
 BUSY_TIMEOUT_S = 30.0
-KEY_FIELDS = ("template", "task", "device", "arch", "toolchain", "hidetc")
-
-
-# ---------------------------------------------------------------- keys
-
-
-def task_digest(task: Task) -> str:
-    """sha256 of the task's repr, attrs and params normalized (numpy values -> tuples)."""
-    canonical = replace(task, attrs=freeze_attr(task.attrs), params=freeze_attr(task.params))
-    return hashlib.sha256(repr(canonical).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class RecordKey:
-    """What a record is for; equal keys (signature aside) share one record."""
-    template: str
-    task: str                  # task_digest(task)
-    device: str
-    arch: str
-    toolchain: str
-    hidetc: str = __version__
-    signature: str = field(default="", compare=False)
-
-    def columns(self) -> tuple[str, ...]:
-        return tuple(getattr(self, f) for f in KEY_FIELDS)
-
-
-def _signature(task: Task) -> str:
-    attrs = ", ".join(f"{k}={v!r}" for k, v in task.attrs)
-    return task.signature() + (f" {{{attrs}}}" if attrs else "")
-
-
-def key_for(task: Task, template_name: str, device: str, arch: str, toolchain: str,
-            space: str = "") -> RecordKey:
-    """The key of `task`'s record; `space` (a digest of the candidate space, see
-    `search.space_digest`) joins hidetc's version: `0.1.0+space.<digest>`."""
-    version = f"{__version__}+space.{space}" if space else __version__
-    return RecordKey(template_name, task_digest(task), device, arch, toolchain,
-                     version, _signature(task))
-
-
-@functools.lru_cache(maxsize=None)
-def cpu_device() -> str:
-    """`cpu:<model name>` from /proc/cpuinfo, else from the platform module."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and ":" in line:
-                return "cpu:" + line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "cpu:" + (platform.processor() or platform.machine() or "unknown")
-
-
-@functools.lru_cache(maxsize=None)
-def cpu_arch(target: CpuTarget) -> str:
-    """The facts of a cpu target that change a config's rank, as a record key's `arch`:
-    the instruction set (x86-64-avx2 or x86-64-avx512: configs measured with one ISA's
-    kernels are not the other's) and the cores the task shapes are built for
-    ("x86-64-avx512/16c"): a cross-compile for 16 cores takes the winners measured on a
-    16-core machine of that ISA."""
-    machine = platform.machine().lower()
-    isa = f"x86-64-{target.isa}" if machine in ("x86_64", "amd64") else machine or "unknown"
-    return f"{isa}/{target.cores}c"
-
-
-@functools.lru_cache(maxsize=None)
-def toolchain_version(target: str) -> str:
-    """gcc's first `--version` line (cpu) or nvcc's release line (cuda); the compiler's
-    path is left out so machines with the compiler installed elsewhere match."""
-    if target == "cpu":
-        from hidetc.backends.toolchain.gcc import compiler_identity, find_compiler
-        lines = compiler_identity(find_compiler()).splitlines()[1:]
-        prefix, pick = "", (lines[0] if lines else "")
-    elif target == "cuda":
-        from hidetc.backends.toolchain.nvcc import nvcc_identity
-        lines = nvcc_identity().splitlines()[1:]
-        release = [ln for ln in lines if "release" in ln]
-        prefix, pick = "nvcc: ", (release or [ln for ln in lines if ln.strip()] or [""])[-1]
-    else:
-        raise ValueError(f"unknown target {target!r}")
-    return prefix + pick.strip() if pick.strip() else "unknown"
 
 
 # ---------------------------------------------------------------- results

@@ -1,9 +1,9 @@
-"""The search: pick a config for every distinct anchor task of a graph.
+"""The search: pick a config for every distinct templated task of a selection.
 
-Which tasks: the anchors of the fusion groups that have a schedule template
-(`kernel_choice`), each distinct task once (ResNet-50 has far fewer distinct
-convolutions than convolutions); the fused neighbours never take part (tune once,
-fuse many).
+Which tasks: the selection's (`hidetc.driver.select.Selection.templated`: the anchors
+of the fusion groups that have a schedule template, in the form the plan runs them),
+each distinct task once (ResNet-50 has far fewer distinct convolutions than
+convolutions); the fused neighbours never take part (tune once, fuse many).
 
 Per task, in order:
 1. the records: a winner measured before for the same template, task, device,
@@ -24,7 +24,8 @@ Per task, in order:
    says so).
 3. otherwise the template's default.
 
-`tune_graph` returns {task: Choice} for `plan_graph(choices=...)` and a `TuneSummary`.
+`tune` returns {task: Choice} for the plan (`hidetc.driver.plan.plan`) and a
+`TuneSummary`.
 """
 from __future__ import annotations
 
@@ -34,13 +35,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from hidetc.compute.task import Task, task_of
+from hidetc.compute.task import Task
+from hidetc.driver.select import Selection
+from hidetc.driver.tune.keys import key_for
 from hidetc.driver.tune.measure import best, measure_candidates, prebuild
-from hidetc.driver.tune.records import RecordStore, key_for, resolve_config
-from hidetc.fusion.partition import partition
-from hidetc.graph.ir import Graph
-from hidetc.schedules.select import anchor_template
-from hidetc.target import Target, default_target
+from hidetc.driver.tune.records import RecordStore, resolve_config
+from hidetc.target import Target
 
 SHORT_LIST = 8
 
@@ -75,23 +75,6 @@ class TuneSummary:
         return (f"tuning: {self.tasks} anchor signatures ({self.from_records} from records, "
                 f"{self.tuned} tuned), {self.candidates} candidates measured, "
                 f"{self.failures} dropped, {self.seconds:.1f}s")
-
-
-def anchor_tasks(graph: Graph, machine: Target | str) -> list[tuple[Task, Any]]:
-    """The distinct templated anchor tasks of `graph`'s fusion groups, in graph order,
-    with the template to tune: on the cpu target a Conv or MatMul whose weights are a
-    graph constant gets the `prepack.Prepacked` form, timed as the plan will run it."""
-    machine = default_target(machine) if isinstance(machine, str) else machine
-    nodes = {n.name: n for n in graph.nodes}
-    seen: dict[Task, Any] = {}
-    for group in partition(graph, target=machine.kind):
-        anchor = nodes[group.anchor]
-        task = task_of(anchor, graph)
-        if task not in seen:
-            template = anchor_template(task, anchor, graph, machine)
-            if template is not None:
-                seen[task] = template
-    return list(seen.items())
 
 
 def candidates(template, task: Task, target: Target, level: int) -> list:
@@ -158,50 +141,53 @@ def _share(tolerance: Optional[float], dtype: Optional[str], kernels: int) -> Op
 
 
 class LocalMeasurer:
-    """Candidates built and timed on this machine (`hidetc.driver.tune.measure`): what tuning
-    uses unless a caller (a test) passes another `measure(task, template, configs, *,
-    target, progress)`. `prebuild` compiles every task's candidates ahead, in parallel.
-    `budget(task)`: the task's numerics budget (`numerics_budget`), None for none."""
+    """Candidates built and timed on this machine with the target backend's measurer
+    (`backend.measure`, `backend.prebuild`: `hidetc.driver.tune.measure` and
+    `measure_cuda`): what tuning uses unless a caller (a test) passes another
+    `measure(task, template, configs, *, target, progress)`. `prebuild` compiles every
+    task's candidates ahead, in parallel. `budget(task)`: the task's numerics budget
+    (`numerics_budget`), None for none."""
 
-    def __init__(self, arch: str, budget: Callable[[Task], Optional[float]] | None = None):
+    def __init__(self, backend, arch: str,
+                 budget: Callable[[Task], Optional[float]] | None = None):
+        self.backend = backend
         self.arch = arch
         self.budget = budget
 
     def prebuild(self, work: list, *, target: Target) -> None:
-        prebuild(work, target=target, arch=self.arch)
+        prebuild(work, target=target, builder=self.backend.prebuild, arch=self.arch)
 
     def __call__(self, task: Task, template, configs: list, *, target: Target,
                  progress: Callable[[int], None] | None = None) -> list:
-        return measure_candidates(task, template, configs, target=target, progress=progress,
+        return measure_candidates(task, template, configs, target=target,
+                                  measurer=self.backend.measure, progress=progress,
                                   arch=self.arch,
                                   budget_rtol=self.budget(task) if self.budget else None)
 
 
-def tune_graph(graph: Graph, target: Target | str, *, tune: bool, level: int, arch: str,
-               records: RecordStore, device: str, toolchain: str,
-               progress: Callable[[str, int, int], None] | None = None,
-               measure: Callable | None = None, tolerance: Optional[float] = None
-               ) -> tuple[dict[Task, Choice], TuneSummary]:
-    """{task: Choice} for every templated anchor task of `graph` (see the module
-    docstring). `progress(label, done, total)` is called as candidates finish. `target`:
-    the Target the kernels are built for (a kind name: `default_target`); `arch` keys
-    the records (the facts of the target that change the choice). `measure` times
-    candidates (default `LocalMeasurer(arch)`; its `prebuild`, where it has one, runs
-    first over every pending task)."""
+def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: int, arch: str,
+         records: RecordStore, device: str, toolchain: str,
+         progress: Callable[[str, int, int], None] | None = None,
+         measure: Callable | None = None, tolerance: Optional[float] = None
+         ) -> tuple[dict[Task, Choice], TuneSummary]:
+    """{task: Choice} for every templated task of `selection` (see the module
+    docstring). `progress(label, done, total)` is called as candidates finish. `limits`:
+    the Target the kernels are built for; `arch` keys the records (the facts of the
+    target that change the choice). `measure` times candidates (default
+    `LocalMeasurer(backend, arch)`; its `prebuild`, where it has one, runs first over
+    every pending task)."""
     clock = time.perf_counter()
     summary = TuneSummary()
     choices: dict[Task, Choice] = {}
-    limits = default_target(target, arch) if isinstance(target, str) else target
-    work = anchor_tasks(graph, limits)
+    work = selection.templated()
     summary.tasks = len(work)
     # the launches the budget is shared over (only counted when candidates are measured)
-    kernels = sum(1 for _ in partition(graph, True, limits.kind)) \
-        if tune and tolerance is not None else 0
+    kernels = len(selection.items) if tune and tolerance is not None else 0
     summary.budget = _share(tolerance, "float32", kernels) if kernels else None
     measure = measure if measure is not None else LocalMeasurer(
-        arch, lambda task: numerics_budget(tolerance, task, kernels))
+        backend, arch, lambda task: numerics_budget(tolerance, task, kernels))
     pending = []
-    for task, template in work:
+    for task, template, default in work:
         key = key_for(task, template.name, device, arch, toolchain,
                       space_digest(template, task, limits))
         choice = _from_records(records, key, template, task, limits, exact=tune)
@@ -211,7 +197,7 @@ def tune_graph(graph: Graph, target: Target | str, *, tune: bool, level: int, ar
         elif tune:
             pending.append((task, template, key, candidates(template, task, limits, level)))
         else:
-            choices[task] = Choice(template, template.default(task, limits), "default")
+            choices[task] = Choice(template, default, "default")
     total = sum(len(c) for *_, c in pending)
     ahead = getattr(measure, "prebuild", None)
     if ahead is not None and pending:

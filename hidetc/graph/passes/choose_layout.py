@@ -76,10 +76,8 @@ GLOBAL_POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
 LAYOUT_SINKS = frozenset({"Concat", "MaxPool", "AveragePool", *GLOBAL_POOLS})
 
 
-def run(graph: Graph, target: str, precision: str) -> Graph:
-    policy = POLICIES.get((target, precision))
-    if policy is None:
-        return graph
+def run(graph: Graph, policy: "Policy") -> Graph:
+    """The convolutions `policy` picks go NHWC, transposes sunk (module docstring)."""
     rewritten = rewrite_convs(graph, policy)
     if rewritten is graph:
         return graph
@@ -127,9 +125,7 @@ def wants_nhwc_cpu(graph: Graph, node: Node) -> bool:
     return group == 1 or icg >= CHANNEL_CHUNK or depthwise
 
 
-Policy = Callable[[Graph, Node], bool]     # which convs go NHWC
-POLICIES: dict[tuple[str, str], Policy] = {("cuda", "f16"): wants_nhwc,
-                                           ("cpu", "f32"): wants_nhwc_cpu}
+Policy = Callable[[Graph, Node], bool]     # which convs go NHWC (a backend picks one)
 
 
 def rewrite_convs(graph: Graph, policy: Policy = wants_nhwc) -> Graph:

@@ -6,6 +6,7 @@ tasks here before any rule runs."""
 from __future__ import annotations
 
 from hidetc.compute.task import Task
+from hidetc.target import simt
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function
 
@@ -20,6 +21,6 @@ def build_empty(task: Task, name: str, target: str = "cpu") -> Function:
         kb.buffer(f"in{i}", task.inputs[i].dtype, task.inputs[i].shape)
     for k, t in enumerate(task.outputs):
         kb.buffer(f"out{k}", t.dtype, t.shape)
-    if target == "cpu":
+    if not simt(target):
         return kb.finish()
     return kb.finish(grid=(1, 1, 1), block=(32, 1, 1))

@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 from hidetc.compute.indexing import unravel
 from hidetc.compute.task import Task
 from hidetc.graph.ops.norm import mvn_axes
+from hidetc.target import simt
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Const, Expr, Function, as_expr, block_idx, call, cast, thread_idx
 from hidetc.tir.mapping import spatial
@@ -57,7 +58,7 @@ def emit_row_norm(kb: KernelBuilder, n: int, x_at: Callable[[Expr], Expr],
 @contextmanager
 def _rows(kb: KernelBuilder, rows: int, target: str) -> Iterator[Expr]:
     """The row loop of `target`, giving the row index."""
-    if target == "cpu":
+    if not simt(target):
         with kb.for_range(rows, kind="parallel", name="r") as r:
             yield r
     else:
@@ -67,7 +68,7 @@ def _rows(kb: KernelBuilder, rows: int, target: str) -> Iterator[Expr]:
 
 
 def _finish(kb: KernelBuilder, target: str, rows: int) -> Function:
-    if target == "cpu":
+    if not simt(target):
         return kb.finish()
     return kb.finish(grid=(max(-(-rows // THREADS), 1), 1, 1), block=(THREADS, 1, 1))
 
@@ -75,7 +76,7 @@ def _finish(kb: KernelBuilder, target: str, rows: int) -> Function:
 def build_norm(task: Task, name: str, target: str = "cpu") -> Function:
     x_type = task.inputs[0]
     dt = x_type.dtype
-    wide = WIDE.get(dt, dt) if target == "cuda" else dt
+    wide = WIDE.get(dt, dt) if simt(target) else dt   # the C printer widens each op itself
     kb = KernelBuilder(name, target)
     if task.op in ("GroupNormalization", "InstanceNormalization"):
         return _groupnorm(kb, task, target, wide)

@@ -36,6 +36,7 @@ from hidetc.schedules.cpu import (
     matmul,
     matmul_integer,
     pool,
+    prepack,
     reduce,
     scan,
     scatter,
@@ -159,6 +160,18 @@ def build_kernel(task: Task, name: str, target: CpuTarget) -> Function:
     if matmul_integer.is_integer_matmul(task):
         return matmul_integer.build_integer_matmul(task, name)
     return RULES[task.op](task, name)
+
+
+def anchor_template(task: Task, constant_weights: bool, target: CpuTarget) -> Any:
+    """The template the selection gives an anchor task (None: a rule builds it):
+    `kernel_choice`'s, in its prepacked form (`prepack.Prepacked`: the weights packed
+    once at compile time, the candidates timed so) when the anchor's weights are a
+    graph constant and the template has that form."""
+    template, _ = kernel_choice(task, target)
+    if template is None or not constant_weights:
+        return template
+    packed = prepack.for_constant_weights(template)
+    return packed if packed is not None else template
 
 
 def kernel_choice(task: Task, target: CpuTarget) -> tuple[Template | None, Any]:

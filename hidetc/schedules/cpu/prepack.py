@@ -49,17 +49,24 @@ class Prepacked:
         key = getattr(self.base, "kernel_key", None)
         return key(task, config, target) if key is not None else config
 
-    def applies(self, task: Task, config: Any) -> bool:
+    def packs_weights(self, task: Task, config: Any) -> bool:
+        """Whether `config`'s kernel reads its weights packed at compile time (what the
+        plan asks of a template whose anchor has constant weights; a template without
+        this method never does)."""
         return self.module.can_prepack(task, config)
 
+    def packed_name(self, weight: str, task: Task, config: Any) -> str:
+        """The constant holding `weight` packed for `config`."""
+        return f"{weight}.packed_{self.module.prepack_tag(task, config)}"
+
     def build(self, task: Task, config: Any, name: str, target: Target, **options):
-        options.setdefault("prepacked", self.applies(task, config))
+        options.setdefault("prepacked", self.packs_weights(task, config))
         return self.base.build(task, config, name, target, **options)
 
     def prepare_inputs(self, task: Task, config: Any, inputs: list) -> list:
         """The task's inputs (all of them, in order) with the weights packed for
         `config` where its kernel reads them packed."""
-        if not self.applies(task, config):
+        if not self.packs_weights(task, config):
             return inputs
         out = list(inputs)
         out[WEIGHT_INPUT] = self.module.prepack_weights(task, config, inputs[WEIGHT_INPUT])

@@ -134,6 +134,12 @@ def build_kernel(task: Task, name: str, target: CudaTarget) -> Function:
     return RULES[task.op](task, name)
 
 
+def anchor_template(task: Task, constant_weights: bool, target: CudaTarget) -> Any:
+    """The template the selection gives an anchor task (None: a rule builds it):
+    `kernel_choice`'s (weights are read as they are on cuda)."""
+    return kernel_choice(task, target)[0]
+
+
 def kernel_choice(task: Task, target: CudaTarget) -> tuple[Template | None, Any]:
     """(template, its default config for `target`) for a templated task, else (None,
     None): a rule builds the kernel (depthwise Conv and ConvNHWC: the direct kernels,

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 
+from hidetc.target import simt
 from hidetc.tir.functor import Rewriter, all_names, substitute
 from hidetc.tir.ir import Const, For, Function, If, MapFor, Stmt, Var, cast
 from hidetc.tir.passes.simplify import effects
@@ -84,5 +85,5 @@ class _LowerMappings(Rewriter):
 
 def lower_mappings(fn: Function) -> Function:
     """Replace each MapFor of `fn` by loops and index expressions (see module docstring)."""
-    unroll = fn.attr("target") == "cuda"
+    unroll = simt(fn.attr("target"))
     return _LowerMappings(_NameSupply(all_names(fn)), unroll).function(fn)

@@ -44,6 +44,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from hidetc.target import simt
 from hidetc.tir.evaluate import c_div, c_mod
 from hidetc.tir.functor import Rewriter, substitute
 from hidetc.tir.intrinsics import impure
@@ -97,7 +98,7 @@ def effects(e: Expr) -> Counter[Call]:
 def builtin_ranges(fn: Function) -> dict[Call, Range]:
     """Ranges of the CUDA index built-ins from a cuda function's launch attrs."""
     out: dict[Call, Range] = {}
-    for name, attr, exact in _BUILTINS if fn.attr("target") == "cuda" else ():
+    for name, attr, exact in _BUILTINS if simt(fn.attr("target")) else ():
         dims = fn.attr(attr)
         if isinstance(dims, tuple) and all(isinstance(d, int) and d > 0 for d in dims):
             for axis, n in zip("xyz", dims):

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hidetc.target import simt
 from hidetc.tir.functor import ScopedRewriter
 from hidetc.tir.ir import (
     INTS,
@@ -81,7 +82,7 @@ class _Verifier(ScopedRewriter):
         allowed = ("global",) if where == "parameter" else ("local", "shared")
         if b.scope not in allowed:
             self.fail(f"{where} buffer {b.name} has scope {b.scope!r}, want one of {allowed}")
-        if b.scope == "shared" and self.target == "cpu":
+        if b.scope == "shared" and self.target is not None and not simt(self.target):
             self.fail(f"shared-scope buffer {b.name} in a cpu function")
         for d in b.shape:
             if isinstance(d, Expr):
