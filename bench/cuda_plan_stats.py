@@ -26,9 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import models  # noqa: E402
-from hidetc.driver.plan import plan_graph  # noqa: E402
+from hidetc.driver.context import CompileContext, plan_graph  # noqa: E402
 from hidetc.frontend.onnx.importer import load_model  # noqa: E402
-from hidetc.graph.pipeline import lower_precision, optimize  # noqa: E402
 from hidetc.target import KNOWN_GPUS, CudaTarget  # noqa: E402
 
 PEERS = ROOT / "bench" / "results" / "2026-11-30-h200-peers.json"
@@ -39,13 +38,12 @@ def plan_stats(graph, target: CudaTarget) -> dict:
     """The plan's launches with their blocks and estimates, and the model's totals."""
     plan = plan_graph(graph, target)
     rows = []
-    for step in plan.steps:
-        facts = plan.facts[step.kernel]
-        choice = plan.choices.get(step.kernel, {})
-        rows.append({"node": step.node, "op": step.op, "flops": facts["flops"],
+    for record in plan.launches:
+        facts = record.facts
+        rows.append({"node": record.node, "op": record.op, "flops": facts["flops"],
                      "blocks": facts["blocks"], "waves": facts["waves"],
                      "estimate_us": facts["estimate_us"],
-                     "config": choice.get("config")})
+                     "config": record.choice.get("config")})
     total = sum(r["flops"] for r in rows) or 1
     filled = sum(r["flops"] for r in rows if r["blocks"] >= target.sms)
     short = [r for r in rows if r["blocks"] < target.sms]
@@ -71,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in filter(None, a.models.split(",")):
             path = Path(tmp) / f"{name}.onnx"
             models.save(models.build(name), path)
-            graph = lower_precision(optimize(load_model(path)), a.precision, target="cuda")
+            graph = CompileContext.for_machine(target, precision=a.precision).optimize(
+                load_model(path))
             row = plan_stats(graph, target)
             if name in peers:
                 row["peer_ms"] = peers[name]

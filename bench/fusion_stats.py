@@ -17,22 +17,24 @@ import json
 from pathlib import Path
 
 import models
-from hidetc.driver.plan import ExecutionPlan, plan_graph
+from hidetc.driver.context import plan_graph
+from hidetc.driver.launch import ExecutionPlan
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.graph.pipeline import optimize
+from hidetc.target import default_target
 
 
 def traffic(plan: ExecutionPlan) -> int:
     types = plan.graph.types
-    return sum(types[v].nbytes for step in plan.steps for v in step.values)
+    return sum(types[v].nbytes for record in plan.launches for v in record.values)
 
 
 def stats(name: str, target: str) -> dict:
     graph = optimize(import_model(models.build(name)))
     row = {"model": name, "target": target, "nodes": len(graph.nodes)}
     for label, fuse in (("unfused", False), ("fused", True)):
-        plan = plan_graph(graph, target, fuse=fuse)
-        row[label] = {"launches": len(plan.steps), "distinct_kernels": len(plan.functions),
+        plan = plan_graph(graph, default_target(target), fuse=fuse)
+        row[label] = {"launches": len(plan.launches), "distinct_kernels": len(plan.functions),
                       "bytes_moved": traffic(plan), "arena_bytes": plan.memory.arena_bytes,
                       "fallbacks": plan.fusion_fallbacks}
     return row

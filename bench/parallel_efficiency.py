@@ -26,9 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 import models  # noqa: E402
 from hidetc import cpu_isa  # noqa: E402
-from hidetc.driver.plan import plan_graph  # noqa: E402
+from hidetc.driver.context import CompileContext, plan_graph  # noqa: E402
 from hidetc.frontend.onnx.importer import load_model  # noqa: E402
-from hidetc.graph.pipeline import lower_precision, optimize  # noqa: E402
 from hidetc.target import CpuTarget  # noqa: E402
 
 
@@ -41,11 +40,11 @@ def plan_efficiency(graph, target: CpuTarget) -> dict:
     that lose the most (FLOPs x (1 - efficiency))."""
     plan = plan_graph(graph, target)
     rows = []
-    for step in plan.steps:
-        facts = plan.facts[step.kernel]
+    for record in plan.launches:
+        facts = record.facts
         tasks = facts.get("parallel_tasks") or 1
-        rows.append({"node": step.node, "op": step.op, "flops": facts["flops"], "tasks": tasks,
-                     "efficiency": efficiency(tasks, target.cores)})
+        rows.append({"node": record.node, "op": record.op, "flops": facts["flops"],
+                     "tasks": tasks, "efficiency": efficiency(tasks, target.cores)})
     total = sum(r["flops"] for r in rows) or 1
     weighted = sum(r["flops"] * r["efficiency"] for r in rows) / total
     losers = sorted(rows, key=lambda r: -r["flops"] * (1 - r["efficiency"]))[:5]
@@ -66,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in filter(None, a.models.split(",")):
             path = Path(tmp) / f"{name}.onnx"
             models.save(models.build(name), path)
-            graph = lower_precision(optimize(load_model(path)), "f32", target="cpu")
+            graph = CompileContext.for_machine(CpuTarget(isa=isa, cores=1)).optimize(
+                load_model(path))
             doc["models"][name] = []
             for cores in (int(c) for c in a.cores.split(",")):
                 row = plan_efficiency(graph, CpuTarget(isa=isa, cores=cores))

@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import models  # noqa: E402
-
 import hidetc  # noqa: E402
+import models  # noqa: E402
 
 VARIANTS = {"cpu": {"target": "cpu"},
             "cuda-f32": {"target": "cuda", "arch": "sm_90"},

@@ -124,6 +124,11 @@ class CpuBackend:
     def manifest_facts(self, machine: CpuTarget) -> dict:
         return {"cpu_isa": machine.isa}
 
+    def space_set(self, arch: Optional[str] = None) -> tuple:
+        """(label, machine, templates) for `hidetc inspect --space`: this host's cpu (the
+        spaces depend on the ISA, not on the core count)."""
+        return self.kind, detect_cpu(), self.schedules.TEMPLATES
+
     def context_memory(self, arena_bytes: int, inputs: list[dict], outputs: list[dict],
                        resources: Mapping[str, dict]) -> dict:
         """The manifest's per-context memory: a cpu context is its arena (inputs and
@@ -202,6 +207,11 @@ class CudaBackend:
 
     def manifest_facts(self, machine: CudaTarget) -> dict:
         return {}
+
+    def space_set(self, arch: Optional[str] = None) -> tuple:
+        """(label, machine, templates) for `hidetc inspect --space`: the reference GPU of
+        `arch` (sm_90 without one)."""
+        return self.kind, cuda_target(arch), self.schedules.TEMPLATES
 
     def context_memory(self, arena_bytes: int, inputs: list[dict], outputs: list[dict],
                        resources: Mapping[str, dict]) -> dict:

@@ -164,8 +164,8 @@ class _Kernels:
                 getattr(template, "base", template).build(
                     item.task, config, name, self.machine,
                     **({"prepacked": True} if packed else {}))
-                if template else self.backend.schedules.build_kernel(item.task, name,
-                                                                     self.machine))
+                if template else self.backend.schedules.build_rule(item.task, name,
+                                                                   self.machine))
         return self.anchors[key]
 
     def build(self, item: WorkItem, graph: Graph, nodes: dict[str, Node]) -> _Built:

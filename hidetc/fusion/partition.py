@@ -182,8 +182,8 @@ def _epilogues(anchor: Node, uses: _Uses, taken: set[str], limit: int = 32) -> l
 # the Concat's inputs (and the tensor-core tiles' 16-byte copies into element loads):
 # the producers write into the Concat's output instead (rule 4). A GridSample (bilinear:
 # four gathers, their weights and bounds per element, each reading the grid twice)
-# would be recomputed at each of those reads, and its expression, copied into every
-# load, made lowering a DeformConv's MatMul take 30 s: it is a kernel of its own.
+# would be recomputed at each of those reads: it is a kernel of its own
+# (bench/results/2026-12-06-decision-notes.md).
 NO_GATHER = ("Concat", "GridSample")
 # anchor op -> the producer ops refused as its prologues: what every target refuses; a
 # target's backend adds its own (the cpu's Transpose into a channels-last conv)

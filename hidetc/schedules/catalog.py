@@ -7,19 +7,19 @@ variant) measures it. A variant is a family of tasks one template schedules with
 different space (the CPU Conv template: implicit GEMM vs direct depthwise). Which
 precisions a template serves is its `precisions` attribute (default: f32 only).
 
-`template_spaces(targets, arch)` -> [SpaceInfo]; `format_spaces` renders the table.
+`template_spaces(sets)` -> [SpaceInfo], for (label, target, template registry) sets (a
+target backend's `space_set`); `format_spaces` renders the table.
 The test suite checks every entry against `MAX_SPACE` and that the configs are
 distinct, so a template that grows past the budget fails there, not in the tuner.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.template import MAX_SPACE, Target
-from hidetc.target import cuda_target, detect_cpu
 
 DTYPES = {"f32": "float32", "f16": "float16"}
 
@@ -96,42 +96,31 @@ def representative_tasks(op: str, dtype: str, big: bool = False) -> dict[str, Ta
     return _row_op(op, dtype, big)
 
 
-def _target(kind: str, arch: str | None) -> Target:
-    """This host's cpu, or the reference GPU of `arch`: the spaces depend on the ISA and
-    the limits, not on the core count."""
-    return detect_cpu() if kind == "cpu" else cuda_target(arch)
-
-
-def _templates(kind: str) -> dict[int, tuple[Any, list[str]]]:
+def _templates(registry: Mapping[str, Any]) -> dict[int, tuple[Any, list[str]]]:
     """id(template) -> (template, the ops it serves), in registry order."""
-    if kind == "cpu":
-        from hidetc.schedules.cpu import TEMPLATES
-    else:
-        from hidetc.schedules.cuda import TEMPLATES, matmul_tc
-        TEMPLATES = {**TEMPLATES, "MatMul/f16": matmul_tc.TEMPLATE}  # noqa: N806
     grouped: dict[int, tuple[Any, list[str]]] = {}
-    for op, template in TEMPLATES.items():
+    for op, template in registry.items():
         grouped.setdefault(id(template), (template, []))[1].append(op.split("/")[0])
     return grouped
 
 
-def template_spaces(targets: Iterable[str] = ("cpu", "cuda"), arch: str | None = None
+def template_spaces(sets: Iterable[tuple[str, Target, Mapping[str, Any]]]
                     ) -> list[SpaceInfo]:
-    """One row per (target, template, precision, variant, space size): a template whose
-    space differs between the ops it serves (single- vs multi-pass reductions) gets a
-    row per size, listing its ops."""
+    """One row per (target, template, precision, variant, space size) of each (label,
+    target, op -> template registry) set: a template whose space differs between the
+    ops it serves (single- vs multi-pass reductions) gets a row per size, listing its
+    ops."""
     rows = []
-    for kind in targets:
-        target = _target(kind, arch)
-        for template, ops in _templates(kind).values():
+    for label, target, registry in sets:
+        for template, ops in _templates(registry).values():
             for precision in getattr(template, "precisions", ("f32",)):
                 sizes: dict[tuple[str, int], list[str]] = {}
                 for op in dict.fromkeys(ops):
                     for variant, task in representative_tasks(op, DTYPES[precision]).items():
                         size = len(template.space(task, target))
                         sizes.setdefault((variant, size), []).append(op)
-                rows += [SpaceInfo(kind, template.name, tuple(served), precision, variant, size)
-                         for (variant, size), served in sizes.items()]
+                rows += [SpaceInfo(label, template.name, tuple(served), precision, variant,
+                                   size) for (variant, size), served in sizes.items()]
     return rows
 
 

@@ -36,6 +36,9 @@ class ScheduleModule(Protocol):
     def build_kernel(self, task: Task, name: str, target: Target) -> Function:
         """The kernel of a task: a template's default config, else its rule."""
 
+    def build_rule(self, task: Task, name: str, target: Target) -> Function:
+        """The rule kernel of a task the selection gave no template."""
+
     def finish_kernel(self, fn: Function, target: Target, task: Task) -> Function:
         """The plan's last word on a built (fused) kernel."""
 

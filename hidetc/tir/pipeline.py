@@ -9,8 +9,12 @@
                      first simplify so range reasoning worked on small per-dim terms.
     simplify_flat    fold what flattening exposed (`0 * 64 + j`, constant offsets).
 
-Fusion of prologues/epilogues (graph-level), when it arrives, rewrites n-d global
-Loads/Stores and so belongs before `lower_mappings`.
+Grafting (`hidetc.fusion.graft`: the fused prologues and epilogues) rewrites a built
+kernel's n-d global Loads and Stores before this pipeline runs; the plan finishes the
+kernel (`ScheduleModule.finish_kernel`) and the build lowers it here, then prints it
+(`hidetc.backends.codegen`: C for the cpu, CUDA C for cuda). On a SIMT kernel
+(`target.simt` of its `target` attribute) `lower_mappings` unrolls the small mapping
+loops and `simplify` knows the thread and block built-ins' ranges from its launch shape.
 
 `lower(fn)` verifies the input and the output of every pass (lowered=True once
 `lower_mappings` has run) and, given `dump_dir`, writes the printed IR of the input and

@@ -21,6 +21,7 @@ from hidetc.backends.runtime.artifact import read_manifest
 from hidetc.backends.runtime.emulated import SanitizerError
 from hidetc.cpu_isa import current as current_isa
 from hidetc.driver import api
+from hidetc.driver.backend import BACKENDS
 from hidetc.driver.config import LAYOUTS, PRECISIONS
 from hidetc.driver.kernel_check import check_kernels
 from hidetc.driver.tune.keys import cpu_device
@@ -337,7 +338,8 @@ def inspect_cmd(out_dir, as_json, space, target, arch):
     """Describe the artifact OUT_DIR: graph, kernels, fusion groups, memory,
     verification; or, with --space, the schedule templates' spaces."""
     if space:
-        rows = template_spaces((target,) if target else ("cpu", "cuda"), arch)
+        kinds = (target,) if target else tuple(BACKENDS)
+        rows = template_spaces([BACKENDS[k].space_set(arch) for k in kinds])
         if as_json:
             click.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         else:

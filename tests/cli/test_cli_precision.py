@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from hidetc.backends.runtime.select import gpu_available
 from hidetc.driver.config import CompileConfig, load_preset, make_config
+from hidetc.driver.context import CompileContext
 from hidetc.errors import ConfigError
 from hidetc.tools.cli import main
 
@@ -72,7 +73,7 @@ def test_f16_on_cpu_is_one_line_error(model, tmp_path):
     assert_one_line_error(result, "f16 precision needs the cuda target", "--target cuda")
     assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match="needs the cuda target"):
-        CompileConfig(target="cpu", precision="f16")
+        CompileContext.create(CompileConfig(target="cpu", precision="f16"))
 
 
 @pytest.mark.skipif(gpu_available(), reason="--target auto picks cuda here")

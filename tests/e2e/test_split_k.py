@@ -14,13 +14,20 @@ import shutil
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers.fusion_graphs import target_graph
 from helpers.split_k_model import split_k_model
 
 import hidetc
 import models
+from hidetc.backends.codegen.cuda import dynamic_shared_bytes
+from hidetc.driver.build_cuda import cuda_section
 from hidetc.driver.config import TOLERANCES
+from hidetc.driver.context import plan_graph
 from hidetc.driver.plan import ZEROED_SCRATCH
+from hidetc.driver.tune.search import Choice
 from hidetc.driver.verify import compare, run_onnxruntime
+from hidetc.schedules.cuda import matmul_tc
+from hidetc.target import KNOWN_GPUS
 from hidetc.tools.cli import main as cli
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -65,20 +72,8 @@ def test_a_tuned_dynamic_shared_config_reaches_the_manifest(tmp_path):
     """A config past 48 KiB of shared memory (as tuning on a GPU may pick): its kernel
     declares dynamic shared memory and the manifest's launch passes that many bytes
     (the kernels themselves run in the emulator in tests/schedules/test_cuda_*_tc.py)."""
-    from hidetc.backends.codegen.cuda import dynamic_shared_bytes
-    from hidetc.driver.build_cuda import cuda_section
-    from hidetc.driver.plan import plan_graph
-    from hidetc.driver.tune.search import Choice
-    from hidetc.frontend.onnx.importer import load_model
-    from hidetc.graph.pipeline import lower_precision, optimize
-    from hidetc.schedules.cuda import matmul_tc
-    from hidetc.target import KNOWN_GPUS
-
-    proto = split_k_model()
-    path = tmp_path / "model.onnx"
-    models.save(proto, path)
-    graph = lower_precision(optimize(load_model(path)), "f16", target="cuda")
     target = KNOWN_GPUS["h200"]
+    graph = target_graph(split_k_model(), target, precision="f16")
     plan = plan_graph(graph, target)
     deep = matmul_tc.TcConfig(128, 64, 64, 4, 1, 4)             # 96 KiB, 4 stages
     assert deep in matmul_tc.TEMPLATE.space(None, target) and deep.shared_bytes > 48 * 1024
@@ -88,6 +83,6 @@ def test_a_tuned_dynamic_shared_config_reaches_the_manifest(tmp_path):
     entries = {name: type("E", (), {"offset": 0})() for name in plan.weights}
     section = cuda_section(plan, entries, {n: "unit0" for n in plan.functions}, [], ["sm_90"])
     shared = {launch["kernel"]: launch["shared_bytes"] for launch in section["launches"]}
-    matmuls = [s.kernel for s in plan.steps if s.op == "MatMul"]
+    matmuls = [r.kernel for r in plan.launches if r.op == "MatMul"]
     assert matmuls and all(shared[k] == deep.shared_bytes for k in matmuls)
     assert all(shared[k] == dynamic_shared_bytes(plan.functions[k]) for k in shared)

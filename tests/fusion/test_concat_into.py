@@ -18,15 +18,17 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from helpers.fusion_graphs import inception_block, model
+from helpers import targets
+from helpers.fusion_graphs import inception_block, model, target_graph
 
 import hidetc
-from hidetc.driver.plan import plan_graph
+from hidetc.driver.backend import backend_of
+from hidetc.driver.context import plan_graph
 from hidetc.driver.verify import compare, run_onnxruntime
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.fusion import graft as graft_module
 from hidetc.fusion.partition import check_partition, partition
-from hidetc.graph.pipeline import lower_precision, optimize
+from hidetc.graph.pipeline import optimize
 
 NVCC = shutil.which("nvcc")
 
@@ -55,11 +57,9 @@ def _writers(manifest) -> int:
 
 def _slice_buffers(proto, layout: str) -> set[tuple[int, ...]]:
     """The shapes of the writers' output parameters (the Concat output as they see it)."""
-    graph = lower_precision(optimize(import_model(proto)), "f32", target="cpu",
-                            layout=layout)
-    plan = plan_graph(graph, "cpu")
-    return {tuple(plan.functions[step.kernel].params[-1].shape)
-            for step in plan.steps if step.group.into}
+    graph = target_graph(proto, targets.CPU, layout=layout)
+    plan = plan_graph(graph, targets.CPU)
+    return {tuple(r.function.params[-1].shape) for r in plan.launches if r.group.into}
 
 
 # the store path each case takes: channels-last rows [N, H*W, C] (no div/mod), the flat
@@ -116,7 +116,7 @@ def test_partition_absorbs_only_private_group_outputs():
               "w3": const((4, 4, 1, 1))}
     proto = model(nodes, {"x": [1, 4, 3, 3]}, ["n2", "a2", "a3", "y3"], consts)
     graph = optimize(import_model(proto))
-    groups = partition(graph, target="cpu")
+    groups = partition(graph, refusals=backend_of(targets.CPU).refusals)
     check_partition(graph, groups)
     names = {n.name: n for n in graph.nodes}
     kept = sorted(names[g.anchor].outputs[0] for g in groups if names[g.anchor].op == "Concat")

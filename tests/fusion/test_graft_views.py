@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from helpers.fusion_graphs import const, model
+from helpers import targets
+from helpers.fusion_graphs import const, model, target_graph
 
 import hidetc
-from hidetc.driver.plan import plan_graph
-from hidetc.frontend.onnx.importer import import_model
-from hidetc.graph.pipeline import lower_precision, optimize
+from hidetc.driver.context import plan_graph
 
 
 def _proto(transpose: bool) -> onnx.ModelProto:
@@ -35,11 +34,9 @@ def _proto(transpose: bool) -> onnx.ModelProto:
 
 
 def _matmul_params(proto) -> list[tuple[int, ...]]:
-    graph = lower_precision(optimize(import_model(proto)), "f32", target="cpu")
-    plan = plan_graph(graph, "cpu")
-    (step,) = [step for step in plan.steps if step.group.anchor.endswith("MatMul")]
-    return [tuple(p.shape) for p in plan.functions[step.kernel].params
-            if hasattr(p, "shape")]
+    plan = plan_graph(target_graph(proto, targets.CPU), targets.CPU)
+    (record,) = [r for r in plan.launches if r.group.anchor.endswith("MatMul")]
+    return [tuple(p.shape) for p in record.function.params if hasattr(p, "shape")]
 
 
 def test_reshapes_read_and_write_through_the_kernel_view(tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hidetc.driver.backend import BACKENDS
 from hidetc.graph.evaluate import infer_node
 from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.graph.passes import choose_layout
@@ -119,7 +120,7 @@ def count(graph: Graph, op: str) -> int:
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_resnet_block_stays_nhwc(dtype):
     before = resnet_like(dtype)
-    after = choose_layout.run(before, "cuda", "f16")
+    after = choose_layout.run(before, choose_layout.wants_nhwc)
     verify_graph(after)
     assert_same(before, after)
     assert count(after, "Conv") == 0 and count(after, "ConvNHWC") == 5
@@ -138,7 +139,7 @@ def test_resnet_block_stays_nhwc(dtype):
 
 def test_graph_outputs_keep_their_names_and_layout():
     before = resnet_like("float32", extra_outputs=("r2", "c0"))
-    after = choose_layout.run(before, "cuda", "f16")
+    after = choose_layout.run(before, choose_layout.wants_nhwc)
     verify_graph(after)
     assert_same(before, after)
     assert after.outputs == before.outputs
@@ -149,7 +150,7 @@ def test_graph_outputs_keep_their_names_and_layout():
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_depthwise_goes_nhwc_narrow_channels_stay_nchw(dtype):
     before = mixed(dtype)
-    after = choose_layout.run(before, "cuda", "f16")
+    after = choose_layout.run(before, choose_layout.wants_nhwc)
     verify_graph(after)
     assert_same(before, after)
     assert count(after, "Conv") == 2 and count(after, "ConvNHWC") == 2
@@ -161,18 +162,23 @@ def test_depthwise_goes_nhwc_narrow_channels_stay_nchw(dtype):
     narrow = build({"x": (dtype, (1, 12, 5, 5))},
                    [N("Conv", ["x", "w"], ["y"], pads=(1, 1, 1, 1), group=12)], ["y"],
                    {"w": np.ones((12, 1, 3, 3), dtype)})
-    assert choose_layout.run(narrow, "cuda", "f16") is narrow
+    assert choose_layout.run(narrow, choose_layout.wants_nhwc) is narrow
 
 
-@pytest.mark.parametrize("target,precision", [("cpu", "f16"), ("cuda", "f32")])
-def test_other_targets_and_precisions_unchanged(target, precision):
+def test_the_layout_policy_is_the_backends():
+    """cuda f32 graphs stay NCHW (the SIMT GEMM is NCHW); cuda f16 and the cpu run the
+    layout pass, each with its own policy."""
+    def names(kind, precision):
+        return [name for name, _ in BACKENDS[kind].graph_passes(precision)]
+    assert "choose_layout" not in names("cuda", "f32")
+    assert "choose_layout" in names("cuda", "f16") and "choose_layout" in names("cpu", "f32")
     graph = resnet_like("float32")
-    assert choose_layout.run(graph, target, precision) is graph
+    assert choose_layout.run(graph, lambda g, n: False) is graph
 
 
 def test_nothing_to_do_returns_the_same_graph():
     graph = build({"x": ("float32", (1, 3, 4, 4))}, [N("Relu", ["x"], ["y"])], ["y"], {})
-    assert choose_layout.run(graph, "cuda", "f16") is graph
+    assert choose_layout.run(graph, choose_layout.wants_nhwc) is graph
 
 
 def inception_like() -> Graph:
@@ -202,7 +208,7 @@ def inception_like() -> Graph:
 
 def on_cpu(before: Graph) -> Graph:
     """The cpu layout pass's graph, checked: it verifies and computes what `before` does."""
-    after = choose_layout.run(before, "cpu", "f32")
+    after = choose_layout.run(before, choose_layout.wants_nhwc_cpu)
     verify_graph(after)
     assert_same(before, after)
     return after
@@ -239,7 +245,7 @@ def test_cuda_inception_block_concat_and_pools_stay_nhwc():
     """cuda f16: the same block; the strided 3x3 reads C = 44 (not a multiple of 8), so
     it stays NCHW and the NHWC concat is transposed once for it."""
     before = inception_like()
-    after = choose_layout.run(before, "cuda", "f16")
+    after = choose_layout.run(before, choose_layout.wants_nhwc)
     verify_graph(after)
     assert_same(before, after)
     assert count(after, "ConvNHWC") == 4 and count(after, "Conv") == 1

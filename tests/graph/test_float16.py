@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from hidetc.driver.backend import BACKENDS
 from hidetc.driver.verify import compare
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.graph.evaluate import infer_node
@@ -182,11 +183,13 @@ def test_nothing_to_lower_returns_same_graph():
 
 def test_lower_precision_dumps_after_optimize(tmp_path):
     graph = mlp()
-    lowered = lower_precision(graph, "f16", dump_dir=str(tmp_path))
+    lowered = lower_precision(graph, "f16", dump_dir=str(tmp_path),
+                              passes=BACKENDS["cuda"].graph_passes("f16"))
     assert_lowered(graph, lowered)
     dumped = sorted(p.name for p in tmp_path.iterdir())
     assert dumped == [f"{len(PASSES) + 1:02d}_to_float16.txt",
                       f"{len(PASSES) + 2:02d}_choose_layout.txt",
                       f"{len(PASSES) + 3:02d}_hoist_transposes.txt",
-                      f"{len(PASSES) + 4:02d}_fold_movement_chains.txt"]
+                      f"{len(PASSES) + 4:02d}_fold_movement_chains.txt",
+                      f"{len(PASSES) + 5:02d}_fuse_attention.txt"]
     assert "float16" in (tmp_path / dumped[0]).read_text()

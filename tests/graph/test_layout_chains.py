@@ -41,7 +41,7 @@ def segformer_head():
 
 def test_the_segformer_head_keeps_no_transpose():
     graph = segformer_head()
-    nhwc = choose_layout.run(graph, "cpu", "f32")
+    nhwc = choose_layout.run(graph, choose_layout.wants_nhwc_cpu)
     assert count(nhwc, "Transpose") >= 4
     hoisted = hoist_transposes.run(nhwc)
     assert_same(graph, hoisted)

@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from hidetc.driver.context import CompileContext
 from hidetc.frontend.onnx.importer import import_model
 from hidetc.graph.ir import Graph
 from hidetc.graph.pipeline import optimize
@@ -33,6 +34,12 @@ def model(nodes, inputs: dict, outputs: list[str], consts: dict) -> onnx.ModelPr
 
 def graph_of(proto: onnx.ModelProto) -> Graph:
     return optimize(import_model(proto))
+
+
+def target_graph(proto: onnx.ModelProto, machine, **options) -> Graph:
+    """The graph a compile for `machine` plans (its graph, precision and target passes);
+    `options`: CompileConfig fields (precision, layout...)."""
+    return CompileContext.for_machine(machine, **options).optimize(import_model(proto))
 
 
 def resnet_block(c: int = 8, hw: int = 5, residual: str = "x") -> onnx.ModelProto:

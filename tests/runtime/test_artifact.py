@@ -118,14 +118,15 @@ def test_replaces_existing_artifact(tmp_path):
 def test_replaces_empty_directory(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    _write(out)
-    read_manifest(out)
+    written = _write(out)
+    assert read_manifest(out) == written and (out / "weights.bin").is_file()
+    assert _siblings(out) == []                   # nothing left beside it
 
 
 def test_creates_missing_parents(tmp_path):
     out = tmp_path / "a" / "b" / "out"
-    _write(out)
-    read_manifest(out)
+    written = _write(out)
+    assert read_manifest(out) == written and _siblings(out) == []
 
 
 @pytest.mark.parametrize("kind", ["file", "nonempty_dir"])
@@ -311,9 +312,10 @@ def test_read_top_level_not_mapping(tmp_path):
 
 def test_unknown_files_are_ignored(tmp_path):
     out = tmp_path / "out"
-    _write(out)
+    written = _write(out)
     (out / "notes.txt").write_text("added by a user")
-    read_manifest(out)
+    manifest = read_manifest(out)
+    assert manifest == written and "notes.txt" not in manifest["files"]
 
 
 def test_large_file_hashing_in_chunks(tmp_path):

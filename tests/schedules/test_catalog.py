@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hidetc.driver.backend import BACKENDS
 from hidetc.schedules import cpu, cuda
 from hidetc.schedules.catalog import (
     DTYPES,
-    _target,
     _templates,
     format_spaces,
     representative_tasks,
@@ -17,9 +17,11 @@ from hidetc.schedules.catalog import (
 )
 from hidetc.schedules.template import MAX_SPACE
 
+SETS = [backend.space_set() for backend in BACKENDS.values()]
+
 
 def test_every_template_is_listed_within_budget():
-    rows = template_spaces()
+    rows = template_spaces(SETS)
     names = {(r.target, r.template) for r in rows}
     for kind, registry in (("cpu", cpu.TEMPLATES), ("cuda", cuda.TEMPLATES)):
         for template in registry.values():
@@ -37,9 +39,8 @@ def _unsplit(space) -> set[str]:
 
 
 def test_spaces_are_distinct_and_shape_independent():
-    for kind in ("cpu", "cuda"):
-        target = _target(kind, None)
-        for template, ops in _templates(kind).values():
+    for _, target, registry in SETS:
+        for template, ops in _templates(registry).values():
             for precision in getattr(template, "precisions", ("f32",)):
                 small = representative_tasks(ops[0], DTYPES[precision])
                 big = representative_tasks(ops[0], DTYPES[precision], big=True)

@@ -11,12 +11,12 @@ import sys
 import onnx
 import pytest
 from click.testing import CliRunner
-from helpers import targets
 from helpers.fusion_graphs import graph_of, resnet_block
 
 import hidetc
+from hidetc.driver.context import CompileContext
 from hidetc.driver.tune.records import CandidateResult, RecordStore
-from hidetc.driver.tune.search import anchor_tasks, candidates, tune_graph
+from hidetc.driver.tune.search import candidates, tune
 from hidetc.target import cuda_target
 from hidetc.tools.cli import main
 
@@ -70,9 +70,13 @@ def test_cross_compile_uses_imported_records(block, tmp_path):
         n = len(configs)
         return [CandidateResult(repr(c), float(n - i), None) for i, c in enumerate(configs)]
 
+    target = cuda_target("sm_90")
+    ctx = CompileContext.for_machine(target)
+    selection = ctx.select(graph)
     with RecordStore(tmp_path / "gpu.sqlite") as gpu:
-        tune_graph(graph, "cuda", tune=True, level=1, arch="sm_90", records=gpu,
-                   device="NVIDIA H200", toolchain="nvcc other", measure=fake_measure)
+        # what a compile on the GPU machine records: its device and toolchain
+        tune(selection, ctx.backend, target, tune=True, level=1, arch="sm_90", records=gpu,
+             device="NVIDIA H200", toolchain="nvcc other", measure=fake_measure)
         gpu.export(tmp_path / "winners.jsonl")
     local = tmp_path / "local.sqlite"
     result = CliRunner().invoke(main, ["records", "import", str(tmp_path / "winners.jsonl"),
@@ -82,9 +86,8 @@ def test_cross_compile_uses_imported_records(block, tmp_path):
                                records=str(local), verify=False)
     templated = [k for k in out.manifest["kernels"] if k["template"] != "rule"]
     assert templated and all(k["tuning"] == "imported" for k in templated)
-    target = cuda_target("sm_90")
     expected = {repr(candidates(template, task, target, 1)[-1])
-                for task, template in anchor_tasks(graph, "cuda")}
+                for task, template, _ in selection.templated()}
     assert {k["config"] for k in templated} == expected
 
 
@@ -93,20 +96,16 @@ def test_direct_conv_from_records_compiles_fused_and_verified(block, tmp_path):
     full-space tuning whose stand-in measurement ranks its configs first): the plan
     packs the weights as W^T panels, the epilogues (Add, Relu) graft onto its
     transposed store, and the artifact passes verification against ONNX Runtime."""
-    from hidetc.driver.tune.records import cpu_arch, cpu_device, toolchain_version
     from hidetc.schedules.cpu.conv_direct import DirectConfig
-
-    graph = graph_of(resnet_block(c=8, hw=5))
 
     def fake_measure(task, template, configs, *, target, progress=None):
         return [CandidateResult(repr(c), 1.0 + i + (0 if isinstance(c, DirectConfig) else 1000))
                 for i, c in enumerate(configs)]
 
     records = tmp_path / "records.sqlite"
-    with RecordStore(records) as store:
-        tune_graph(graph, "cpu", tune=True, level=2, arch=cpu_arch(targets.CPU), records=store,
-                   device=cpu_device(), toolchain=toolchain_version("cpu"),
-                   measure=fake_measure)
+    hidetc.compile_model(block, tmp_path / "tuned", target="cpu", records=str(records),
+                         layout="nchw", tune=True, space=2, measure=fake_measure,
+                         verify=False)
     out = hidetc.compile_model(block, tmp_path / "out", target="cpu", records=str(records),
                                layout="nchw")
     convs = [k for k in out.manifest["kernels"] if k["op"] == "Conv"]

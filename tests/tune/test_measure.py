@@ -8,12 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pytest
 
 from hidetc.compute.task import Task
 from hidetc.driver.tune.measure import CandidateResult, MeasureStats, best, measure_candidates
 from hidetc.driver.tune.worker import wide_reference
-from hidetc.errors import HidetcError
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.cpu import TEMPLATES
 from hidetc.schedules.cpu.microkernel import GemmConfig
@@ -166,10 +164,7 @@ def test_failing_compile_drops_only_that_candidate(tmp_path, monkeypatch):
     assert stats.units == 1 and stats.units_split == 1
 
 
-def test_unknown_target_is_not_implemented():
-    with pytest.raises(HidetcError, match="not implemented"):
-        measure_candidates(relu_task(), FakeReluTemplate(), [FakeConfig("good")],
-                           target="tpu")
+def test_no_winner_among_failures():
     assert best([CandidateResult("a", None, "x")]) is None
 
 

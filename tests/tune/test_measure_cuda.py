@@ -22,10 +22,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers import targets
 
 from hidetc.compute.task import Task
 from hidetc.driver.tune import worker_cuda
 from hidetc.driver.tune.measure import MeasureStats, best, measure_candidates, prebuild
+from hidetc.driver.tune.measure_cuda import measure_cuda, prebuild_cuda
 from hidetc.driver.tune.worker import Fault
 from hidetc.errors import HidetcError
 from hidetc.graph.ir import TensorType
@@ -47,8 +49,8 @@ def matmul_task(m: int, k: int, n: int, dtype: str = F32) -> Task:
 
 
 def measure(task, template, configs, **kw):
-    return measure_candidates(task, template, configs, target="cuda", arch=ARCH,
-                              backend="emulator", **kw)
+    return measure_candidates(task, template, configs, target=targets.CUDA,
+                              measurer=measure_cuda, arch=ARCH, backend="emulator", **kw)
 
 
 def test_simt_matmul_measured_and_ranked():
@@ -174,7 +176,8 @@ def test_f16_tensor_core_matmul_checked_at_1e_2(tmp_path, monkeypatch):
     target = cuda_target(ARCH)
     default = template.default(task, target)
     configs = [default, next(c for c in template.space(task, target) if c != default)]
-    prebuild([(task, template, configs)], target="cuda", arch=ARCH, backend="emulator")
+    prebuild([(task, template, configs)], target=targets.CUDA, builder=prebuild_cuda,
+             arch=ARCH, backend="emulator")
     stats = MeasureStats()
     results = measure(task, template, configs, repeat=3, stats=stats)
     assert all(r.error is None and r.time_ms > 0 for r in results), results
@@ -191,13 +194,14 @@ def test_backend_choice():
     from hidetc.backends.runtime.select import gpu_available
     with pytest.raises(HidetcError, match="unknown cuda measuring backend 'tpu'"):
         measure_candidates(relu_task(), FakeReluTemplate(), [FakeConfig("good")],
-                           target="cuda", backend="tpu")
+                           target=targets.CUDA, measurer=measure_cuda, backend="tpu")
     if gpu_available():
         return
     with pytest.raises(HidetcError, match=r"needs a CUDA GPU here \(or backend='emulator'"):
         measure_candidates(relu_task(), FakeReluTemplate(), [FakeConfig("good")],
-                           target="cuda")
-    prebuild([(relu_task(), FakeReluTemplate(), [FakeConfig("good")])], target="cuda")
+                           target=targets.CUDA, measurer=measure_cuda)
+    prebuild([(relu_task(), FakeReluTemplate(), [FakeConfig("good")])], target=targets.CUDA,
+             builder=prebuild_cuda)
 
 
 # ---------------------------------------------------------------- pycuda, faked

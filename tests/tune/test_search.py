@@ -7,16 +7,16 @@ from helpers import targets
 from helpers.fusion_graphs import graph_of, resnet_block
 from helpers.tasks import nhwc_task
 
+from hidetc.driver.context import CompileContext
 from hidetc.driver.tune.records import CandidateResult, RecordStore
 from hidetc.driver.tune.search import (
     BUDGET_FLOOR,
     SHORT_LIST,
     UNIT_ROUNDOFF,
-    anchor_tasks,
     candidates,
     numerics_budget,
-    tune_graph,
 )
+from hidetc.driver.tune.search import tune as tune_selection
 from hidetc.schedules.cpu import TEMPLATES
 
 DEVICE, ARCH, TOOLS = "cpu:test", "x86-64-avx2", "gcc test"
@@ -37,16 +37,26 @@ class FakeMeasure:
         return [CandidateResult(repr(c), float(len(repr(c)) % 7 + 1), None) for c in configs]
 
 
+def selection(graph):
+    return CompileContext.for_machine(targets.CPU).select(graph)
+
+
+def anchor_tasks(graph):
+    """(task, template) of the selection's distinct templated tasks."""
+    return [(task, template) for task, template, _ in selection(graph).templated()]
+
+
 def tune(graph, store, measure, **kw):
     options = dict(tune=True, level=1, arch=ARCH, records=store, device=DEVICE,
                    toolchain=TOOLS, measure=measure)
     options.update(kw)
-    return tune_graph(graph, "cpu", **options)
+    ctx = CompileContext.for_machine(targets.CPU)
+    return tune_selection(ctx.select(graph), ctx.backend, targets.CPU, **options)
 
 
 def test_distinct_anchor_tasks_and_levels():
     graph = graph_of(resnet_block())
-    work = anchor_tasks(graph, "cpu")
+    work = anchor_tasks(graph)
     assert [t.op for t, _ in work] == ["Conv", "MatMul"]   # the two convs are equal tasks
     task, template = work[0]
     # constant weights: tuned as the plan runs them, packed at compile time
@@ -159,7 +169,7 @@ def test_the_numerics_budget_shares_the_tolerance():
     its output type, and there is none for integer outputs or without a tolerance; the
     summary records the float32 share, and candidates dropped for it are counted."""
     graph = graph_of(resnet_block())
-    task = next(t for t, _ in anchor_tasks(graph, targets.CPU))
+    task = next(t for t, _ in anchor_tasks(graph))
     shares = [numerics_budget(1e-4, task, n) for n in (1, 4, 100, 10 ** 6)]
     assert shares[0] == 5e-5 and shares[1] == 2.5e-5 and shares[2] == 5e-6
     assert shares[3] == BUDGET_FLOOR * UNIT_ROUNDOFF["float32"]

@@ -97,7 +97,7 @@ from hidetc.driver.tune.common import (
 from hidetc.driver.tune.records import CandidateResult
 from hidetc.errors import ToolchainError
 from hidetc.schedules.template import Config
-from hidetc.target import CpuTarget, Target
+from hidetc.target import CpuTarget, Target, detect_cpu
 from hidetc.tir.ir import Buffer, Function
 from hidetc.tir.pipeline import lower
 
@@ -109,7 +109,7 @@ Measurer = Callable[..., list[CandidateResult]]
 
 
 def measure_candidates(task: Task, template, configs: Sequence[Config], *,
-                       target: Target, measurer: Measurer | None = None,
+                       target: Target | None = None, measurer: Measurer | None = None,
                        repeat: int = 20, timeout_s: float = 10.0,
                        jobs: int | None = None,
                        progress: Callable[[int], None] | None = None,
@@ -118,8 +118,10 @@ def measure_candidates(task: Task, template, configs: Sequence[Config], *,
                        budget_rtol: float | None = None) -> list[CandidateResult]:
     """One result per config, in order (see the module docstring). `progress(n)` is
     called with the number of configs finished so far. `target`: the Target the
-    kernels are built for; `measurer`: its target's (`measure_cpu` by default)."""
+    kernels are built for (default: this host's cpu); `measurer`: its target's
+    (`measure_cpu` by default)."""
     stats = stats if stats is not None else MeasureStats()
+    target = target if target is not None else detect_cpu()
     results = (measurer or measure_cpu)(
         task, template, list(configs), repeat=repeat, timeout_s=timeout_s,
         jobs=jobs or default_jobs(), progress=progress, stats=stats, machine=target,
@@ -249,7 +251,8 @@ def measure_cpu(task: Task, template, configs: list, *, repeat: int, timeout_s: 
 Builder = Callable[..., None]
 
 
-def prebuild(work: Sequence[tuple[Task, Any, Sequence[Config]]], *, target: Target,
+def prebuild(work: Sequence[tuple[Task, Any, Sequence[Config]]], *,
+             target: Target | None = None,
              builder: Builder | None = None, jobs: Optional[int] = None,
              arch: Optional[str] = None, backend: Optional[str] = None) -> None:
     """Compile the candidates of many tasks ahead of measuring them, `jobs` translation
@@ -258,7 +261,8 @@ def prebuild(work: Sequence[tuple[Task, Any, Sequence[Config]]], *, target: Targ
     default). Only fills the build caches: `measure_candidates` then finds every unit
     built; errors are left for it to report."""
     if work:
-        (builder or prebuild_cpu)(work, jobs=jobs or default_jobs(), machine=target,
+        (builder or prebuild_cpu)(work, jobs=jobs or default_jobs(),
+                                  machine=target if target is not None else detect_cpu(),
                                   arch=arch, backend=backend)
 
 

@@ -157,6 +157,16 @@ def build_kernel(task: Task, name: str, target: CpuTarget) -> Function:
     template, config = kernel_choice(task, target)
     if template is not None:
         return template.build(task, config, name, target)
+    return build_rule(task, name, target)
+
+
+def build_rule(task: Task, name: str, target: CpuTarget) -> Function:
+    """The rule kernel of a task the selection gave no template."""
+    if not supports(task.op):
+        raise UnsupportedOpError(f"{task.op}: no CPU kernel for this op")
+    check_dtypes(task)
+    if empty.is_empty(task):
+        return empty.build_empty(task, name, "cpu")
     if matmul_integer.is_integer_matmul(task):
         return matmul_integer.build_integer_matmul(task, name)
     return RULES[task.op](task, name)

@@ -13,7 +13,7 @@ Schedule: `spatial(N, OC, row_blocks)` tasks over one OpenMP-parallel loop, each
 - flat band (fused, and SH * W == SW * OW: stride 1 keeping the width): the interior
   rows of a task run as one loop over their flattened outputs, border columns
   included, then those border columns are computed again right (`_flat_band`): the
-  long loop vectorizes fully on small planes (2x faster on MobileNet's 14x14 maps).
+  long loop vectorizes fully on small planes (bench/results/2026-12-06-decision-notes.md).
   X and out are viewed as [N, C, H*W] so fused neighbours index them correctly.
 - row path (always for border rows, for every row when not fused): the output row
   accumulates in a local row buffer, tap by tap; each tap's loop runs over exactly its
@@ -184,8 +184,8 @@ def _fused_row(ctx: _Ctx, y: Expr, x0: int, x1: int, phases: Buffer | None = Non
     """An interior row: all taps summed per output; interior columns in one loop. With
     `phases` (a column stride SW > 1) the KH input rows are first split into their SW
     column phases, phases[kh][q][i] = X[row kh][SW*i + q], so each tap reads
-    consecutive values: gcc had vectorized the strided loads with a shuffle per tap
-    and load pair (MobileNet-V2's 112 -> 56 depthwise conv ran 2.3x ORT's time)."""
+    consecutive values instead of strided loads gcc vectorizes with a shuffle per tap
+    (bench/results/2026-12-06-decision-notes.md)."""
     geo, kb = ctx.geo, ctx.kb
     if phases is not None:
         _split_phases(ctx, y, phases)

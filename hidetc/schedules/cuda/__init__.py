@@ -131,6 +131,15 @@ def build_kernel(task: Task, name: str, target: CudaTarget) -> Function:
     template, config = kernel_choice(task, target)
     if template is not None:
         return template.build(task, config, name, target)
+    return build_rule(task, name, target)
+
+
+def build_rule(task: Task, name: str, target: CudaTarget) -> Function:
+    """The rule kernel of a task the selection gave no template."""
+    if not supports(task.op):
+        raise UnsupportedOpError(f"{task.op}: no CUDA kernel for this op")
+    if is_empty(task):
+        return build_empty(task, name, "cuda")
     return RULES[task.op](task, name)
 
 
