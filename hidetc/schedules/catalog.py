@@ -96,7 +96,7 @@ def representative_tasks(op: str, dtype: str, big: bool = False) -> dict[str, Ta
     return _row_op(op, dtype, big)
 
 
-def _templates(registry: Mapping[str, Any]) -> dict[int, tuple[Any, list[str]]]:
+def grouped_templates(registry: Mapping[str, Any]) -> dict[int, tuple[Any, list[str]]]:
     """id(template) -> (template, the ops it serves), in registry order."""
     grouped: dict[int, tuple[Any, list[str]]] = {}
     for op, template in registry.items():
@@ -112,7 +112,7 @@ def template_spaces(sets: Iterable[tuple[str, Target, Mapping[str, Any]]]
     ops."""
     rows = []
     for label, target, registry in sets:
-        for template, ops in _templates(registry).values():
+        for template, ops in grouped_templates(registry).values():
             for precision in getattr(template, "precisions", ("f32",)):
                 sizes: dict[tuple[str, int], list[str]] = {}
                 for op in dict.fromkeys(ops):

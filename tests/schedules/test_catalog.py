@@ -10,8 +10,8 @@ from hidetc.driver.backend import BACKENDS
 from hidetc.schedules import cpu, cuda
 from hidetc.schedules.catalog import (
     DTYPES,
-    _templates,
     format_spaces,
+    grouped_templates,
     representative_tasks,
     template_spaces,
 )
@@ -40,7 +40,7 @@ def _unsplit(space) -> set[str]:
 
 def test_spaces_are_distinct_and_shape_independent():
     for _, target, registry in SETS:
-        for template, ops in _templates(registry).values():
+        for template, ops in grouped_templates(registry).values():
             for precision in getattr(template, "precisions", ("f32",)):
                 small = representative_tasks(ops[0], DTYPES[precision])
                 big = representative_tasks(ops[0], DTYPES[precision], big=True)

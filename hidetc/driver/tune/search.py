@@ -53,6 +53,15 @@ class Choice:
     time_ms: Optional[float] = None
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A task to measure: its template, its records key and its candidates."""
+    task: Task
+    template: Any
+    key: Any
+    configs: list
+
+
 @dataclass
 class TuneSummary:
     tasks: int = 0
@@ -186,7 +195,7 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
     summary.budget = _share(tolerance, "float32", kernels) if kernels else None
     measure = measure if measure is not None else LocalMeasurer(
         backend, arch, lambda task: numerics_budget(tolerance, task, kernels))
-    pending = []
+    pending: list[_Pending] = []
     for task, template, default in work:
         key = key_for(task, template.name, device, arch, toolchain,
                       space_digest(template, task, limits))
@@ -195,18 +204,19 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
             choices[task] = choice
             summary.from_records += 1
         elif tune:
-            pending.append((task, template, key, candidates(template, task, limits, level)))
+            pending.append(_Pending(task, template, key,
+                                    candidates(template, task, limits, level)))
         else:
             choices[task] = Choice(template, default, "default")
-    total = sum(len(c) for *_, c in pending)
+    total = sum(len(p.configs) for p in pending)
     ahead = getattr(measure, "prebuild", None)
     if ahead is not None and pending:
         if progress:
             progress("building candidates", 0, total)
-        ahead([(task, template, configs) for task, template, _, configs in pending],
-              target=limits)
+        ahead([(p.task, p.template, p.configs) for p in pending], target=limits)
     done = 0
-    for n, (task, template, key, configs) in enumerate(pending):
+    for n, p in enumerate(pending):
+        task, template, configs = p.task, p.template, p.configs
         label = f"{template.name} {n + 1}/{len(pending)}"
 
         def step(k: int, base=done, label=label) -> None:
@@ -224,11 +234,11 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
         summary.failed += [{"task": task.signature(), "config": r.config, "error": r.error}
                            for r in failed]
         winner = best(results)
-        records.save(key, results, winner.config if winner else None)
+        records.save(p.key, results, winner.config if winner else None)
         if winner is None:
             choices[task] = Choice(template, configs[0], "default (all failed)")
-        else:
-            config = next(c for c in configs if repr(c) == winner.config)
+        else:   # one result per config, in order (the measurer's contract)
+            config = configs[results.index(winner)]
             choices[task] = Choice(template, config, "tuned", winner.time_ms)
     summary.seconds = time.perf_counter() - clock
     return choices, summary
