@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from hidetc.backends.codegen.c import heap_scratch_bytes, print_c_module
+from hidetc.backends.codegen.c import print_c_module
+from hidetc.backends.codegen.c_scratch import heap_scratch_bytes
 from hidetc.backends.codegen.launcher import Launch, entry_wrapper, launcher_source
 from hidetc.backends.toolchain.gcc import build_shared_library, flags_for
 from hidetc.driver.launch import ExecutionPlan

@@ -24,7 +24,7 @@ integers are C's (truncating); `%` on floats is fmod, `//` on floats is rejected
 `min`/`max` call static helpers that propagate NaN like numpy; a nested Seq is a
 `{ }` block; a local Alloc is an aligned stack array when its size is a constant <=
 STACK_ALLOC_LIMIT bytes, else taken from the thread's scratch stack (`hidetc_mem_NAME`,
-63 bytes more; `c_types.SCRATCH_SOURCE`: kept across calls, malloc where it does not fit
+63 bytes more; `c_scratch.SCRATCH_SOURCE`: kept across calls, malloc where it does not fit
 yet) and given back at the end of its block, in reverse order; both are 64-byte aligned
 (whole cache lines: the GEMM's packed rows must not straddle lines).
 Math Calls are mapped per argument dtype by `MATH_FUNCTIONS`, except float32 `exp`, `tanh`,
@@ -67,6 +67,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from hidetc.backends.codegen.c_math import FAST_FLOAT32
+from hidetc.backends.codegen.c_scratch import STACK_ALLOC_LIMIT
 from hidetc.backends.codegen.c_types import (  # noqa: F401  (re-exported: the CUDA printer, tests)
     C_TYPES,
     CPU_TYPES,
@@ -105,7 +106,6 @@ from hidetc.tir.ir import (
     Var,
 )
 
-STACK_ALLOC_LIMIT = 64 * 1024  # bytes; OpenMP worker threads often have small stacks
 UNROLL_DEFAULT = 8
 
 _LIBM = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "erf", "tanh",
@@ -479,23 +479,6 @@ class CPrinter:
 def print_c_function(fn: Function) -> str:
     """The C definition of one lowered cpu Function (see the module docstring)."""
     return CPrinter(fn).function()
-
-
-def heap_scratch_bytes(fn: Function) -> Optional[int]:
-    """The bytes `fn` takes at most from a thread's scratch stack in one call: every
-    local buffer too big for the C stack (`_alloc`), as if all were live at once (a
-    bound: the stack is LIFO); None where a buffer's size is only known at run time."""
-    total = 0
-    for buf in collect(fn).allocs:
-        if buf.scope != "local":
-            continue
-        dims = [d.value if isinstance(d, Const) else d for d in buf.shape]
-        if not all(isinstance(d, (int, np.integer)) for d in dims):
-            return None
-        size = math.prod(int(d) for d in dims) * np.dtype(buf.dtype).itemsize
-        if size > STACK_ALLOC_LIMIT:
-            total += (size + 63 + 63) & ~63          # the push's alignment slack, rounded
-    return total
 
 
 _X86_HEADER = "#include <immintrin.h>\n"

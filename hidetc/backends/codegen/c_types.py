@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from hidetc.backends.codegen.c_math import FAST_FLOAT32, MATH_SOURCE
+from hidetc.backends.codegen.c_scratch import SCRATCH_SOURCE
 from hidetc.compute.narrow_types import C_SOURCE as NARROW_SOURCE
 from hidetc.compute.narrow_types import NARROW_DTYPES
 from hidetc.tir.ir import FLOATS, Const
@@ -88,55 +89,6 @@ def helpers_source() -> str:
     parts.append(SCRATCH_SOURCE)
     parts.append(PARALLEL_SOURCE)
     return "".join(parts)
-
-
-# Scratch buffers too big for the stack (`CPrinter._alloc`) come from a per-thread stack
-# kept across calls: malloc'ing and freeing megabytes per call let glibc hand the memory
-# back to the OS (trim / munmap), and every call paid the page faults again (a Winograd
-# conv's 4.5 MB of scratch: 3x slower per call). Pushes and pops are LIFO (the printer
-# frees a block's buffers in reverse order). The stack grows only while empty (at the
-# first push of a call) to the most a thread has needed at once; a push that does not
-# fit meanwhile falls back to malloc, and its pop to free. One stack per thread and
-# shared library (weak, hidden: every kernel module of an artifact uses the same one).
-# The memory stays with the thread (the OpenMP workers' too) while it lives and is freed
-# when it ends (a thread-specific key's destructor, registered at the stack's first
-# growth): a server whose request threads come and go -- each with its own OpenMP team
-# -- does not leak a stack per thread. The library is never unloaded (ctypes and the
-# runtime keep it mapped), so the destructor stays callable.
-SCRATCH_SOURCE = """\
-typedef struct { char *base; size_t cap, top, want; } hidetc_scratch_t;
-__attribute__((weak, visibility("hidden"))) __thread hidetc_scratch_t hidetc_scratch;
-__attribute__((weak, visibility("hidden"))) pthread_key_t hidetc_scratch_key;
-__attribute__((weak, visibility("hidden"))) pthread_once_t hidetc_scratch_once = PTHREAD_ONCE_INIT;
-static void hidetc_scratch_free(void *p) {
-  hidetc_scratch_t *s = (hidetc_scratch_t *)p;
-  free(s->base); s->base = NULL; s->cap = s->top = s->want = 0;
-}
-static void hidetc_scratch_key_init(void) {
-  pthread_key_create(&hidetc_scratch_key, hidetc_scratch_free);
-}
-static inline char *hidetc_scratch_push(size_t bytes) {
-  hidetc_scratch_t *s = &hidetc_scratch;
-  size_t need = (bytes + 63) & ~(size_t)63;
-  if (s->top + need > s->want) s->want = s->top + need;
-  if (s->top == 0 && s->cap < s->want) {
-    if (s->base == NULL) {
-      pthread_once(&hidetc_scratch_once, hidetc_scratch_key_init);
-      pthread_setspecific(hidetc_scratch_key, s);
-    }
-    free(s->base);
-    s->base = (char *)malloc(s->want);
-    s->cap = s->base ? s->want : 0;
-  }
-  if (s->base && s->top + need <= s->cap) { char *p = s->base + s->top; s->top += need; return p; }
-  return (char *)malloc(bytes);
-}
-static inline void hidetc_scratch_pop(char *p) {
-  hidetc_scratch_t *s = &hidetc_scratch;
-  if (s->base && p >= s->base && p < s->base + s->cap) s->top = (size_t)(p - s->base);
-  else free(p);
-}
-"""
 
 
 # Parallel loops (`CPrinter._parallel_for`): the iterations are split into one contiguous

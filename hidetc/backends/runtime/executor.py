@@ -190,7 +190,7 @@ class CpuContext:
     The thread count is set on the calling thread before each pass
     (`hidetc_set_threads`: OpenMP's thread-count setting belongs to the thread that
     calls, so passes on other threads keep theirs). The per-thread scratch stacks of the
-    kernels (`codegen/c_types.SCRATCH_SOURCE`) belong to the OS threads and are freed
+    kernels (`codegen/c_scratch.SCRATCH_SOURCE`) belong to the OS threads and are freed
     when a thread ends."""
 
     def __init__(self, executor: CpuExecutor, threads: int):
