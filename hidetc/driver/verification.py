@@ -62,30 +62,33 @@ class Yardstick:
         """The reference's short name ("onnxruntime", or "the numpy reference")."""
         return "onnxruntime" if self.name == "onnxruntime" else "the numpy reference"
 
+    @property
+    def display(self) -> str:
+        """The reference as a message names it."""
+        return "ONNX Runtime" if self.name == "onnxruntime" else "the numpy reference"
+
 
 def verify_artifact(path: Path, manifest: dict, yardstick: Yardstick,
                     cfg: CompileConfig) -> dict:
     """Run the staged artifact at `path` on the yardstick's inputs: its verification
     record, or a one-line VerificationError naming the output that misses most."""
     outputs = make_executor(path, manifest, warn_cores=False).run(yardstick.inputs)
-    reference_name = yardstick.name
     tolerances = yardstick.tolerances
     report = compare(outputs, yardstick.reference, tolerances)
     if report["status"] != "passed":
         report = settle(report, tolerances, outputs, yardstick.reference, yardstick.exact,
                         yardstick.engine)
-    report.update({"reference": reference_name, "metric": "norm-wise relative error",
-                   "tolerance": max(tolerances.values(), default=cfg.tolerance),
+    report.update({"reference": yardstick.name, "metric": "norm-wise relative error",
+                   "tolerance": cfg.tolerance,     # the base; per output: its own
                    "precision": cfg.precision,
                    "sample": cfg.sample or f"random (seed {cfg.seed})"})
     if report["status"] != "passed":
         bad = failing(report, tolerances)
         worst = max(bad, key=lambda n: report["outputs"][n].get(
             "rel_error", report["outputs"][n].get("mismatches", 1)))
-        against = "ONNX Runtime" if reference_name == "onnxruntime" else "the numpy reference"
         entry = report["outputs"][worst]
         raise VerificationError(f"verification failed: output {worst!r} differs from "
-                                f"{against} ({describe(entry)}, tolerance "
+                                f"{yardstick.display} ({describe(entry)}, tolerance "
                                 f"{tolerances[worst]:g}{_exact_note(entry)})")
     return report
 
@@ -111,12 +114,13 @@ def recover_artifact(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan
                      optimized, verifier: Verifier) -> dict:
     """Verification failed: rebuild the diverging kernels with exact-order configs
     (`hidetc.driver.recover`) -- `build(choices)` plans the same selection with them and
-    writes the artifact, returning (manifest, its config) --; failing that,
-    `retry_nchw()` (given where the layout pass changed the model) builds the whole
-    model once more with the model's own NCHW layout (the layout pass changes the
-    kernels and their summation order everywhere) the same way. Returns the manifest
-    that passes, else raises the failure naming the kernel that diverges most on
-    exact inputs."""
+    writes the artifact, returning (manifest, the config it was built with: what its
+    verifier is given) --; failing that, `retry_nchw()` (where the layout was left to
+    the compiler) builds the whole model once more with the model's own NCHW layout (the
+    layout pass changes the kernels and their summation order everywhere) the same way,
+    or returns None where the layout pass changed nothing. Returns the manifest that
+    passes, else raises the failure naming the kernel that diverges most on exact
+    inputs."""
     executor = make_executor(writer.path, manifest, warn_cores=False)
     run_with_hook = getattr(executor, "run_with_hook", None)
     if run_with_hook is None:
@@ -139,9 +143,10 @@ def recover_artifact(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan
         return passed
     tried = ("exact-order rebuilds did not pass either" if rebuilds
              else "no kernel has an exact-order config to rebuild with")
-    if retry_nchw is not None:
+    nchw = retry_nchw() if retry_nchw is not None else None
+    if nchw is not None:
         tried += ", nor did the model's own NCHW layout"
-        rebuilt, again = checked(retry_nchw())
+        rebuilt, again = checked(nchw)
         if again is None:
             rebuilt["verification"]["recovery"] = {
                 "first_failure": str(failure), "layout": "nchw",

@@ -11,7 +11,7 @@ outputs by name, in `graph.outputs` order.
 every node computes on its float inputs widened to float64 and its results are rounded
 once to their declared types (a Cast to float16 still rounds, as the model says; a
 float16 MatMul does not round its partial sums). It is the yardstick verification falls
-back on when two engines disagree (`hidetc.driver.verify.exact_errors`). Ops that read a
+back on when two engines disagree (`hidetc.driver.verify.settle`). Ops that read a
 float's bits (`BIT_OPS`), and any node whose reference refuses float64, run as declared.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 
 from hidetc.errors import InputError
 from hidetc.graph.evaluate import evaluate_node
-from hidetc.graph.ir import NARROW_DTYPES, Graph, TensorType
+from hidetc.graph.ir import FLOAT_DTYPES, NARROW_DTYPES, Graph, TensorType
 
 
 def check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -58,8 +58,9 @@ def _last_uses(graph: Graph) -> dict[str, int]:
 
 
 BIT_OPS = frozenset({"BitCast"})
-FLOAT_KINDS = "f"
-NARROW_FLOATS = frozenset(d for d in NARROW_DTYPES if d.startswith("float"))
+# every float type narrower than float64: numpy's, bfloat16 and the 8/4-bit floats
+WIDENED = frozenset(d for d in (*FLOAT_DTYPES, *NARROW_DTYPES)
+                    if d.startswith(("float", "bfloat")) and d != "float64")
 
 
 def _widened(node, args: list) -> list | None:
@@ -67,8 +68,7 @@ def _widened(node, args: list) -> list | None:
     or the op reads bits."""
     if node.op in BIT_OPS:
         return None
-    floats = [a is not None and a.dtype != np.float64 and (
-        a.dtype.kind == FLOAT_KINDS or a.dtype.name in NARROW_FLOATS) for a in args]
+    floats = [a is not None and a.dtype.name in WIDENED for a in args]
     if not any(floats):
         return None
     return [a.astype(np.float64) if wide else a for a, wide in zip(args, floats)]

@@ -75,8 +75,10 @@ def describe(manifest: dict) -> str:
     v = manifest["verification"]
     line = f"verification: {v.get('status')}"
     if "outputs" in v:
-        errs = ", ".join(f"{name} rel {e['rel_error']:.2e}" if "rel_error" in e else
-                         f"{name} {e}" for name, e in v["outputs"].items())
+        base = v.get("tolerance")
+        errs = ", ".join((f"{name} rel {e['rel_error']:.2e}" + (
+            f" (tolerance {e['tolerance']})" if e.get("tolerance", base) != base else ""))
+            if "rel_error" in e else f"{name} {e}" for name, e in v["outputs"].items())
         line += (f" vs {v.get('reference')} on {v.get('sample')}: {errs} "
                  f"(tolerance {v.get('tolerance')})")
     lines.append(line)

@@ -163,6 +163,14 @@ def dynamic_inputs(model: onnx.ModelProto) -> tuple[str, ...]:
 class _Variant:
     model: Any          # the loaded artifact (hidetc.driver.api.Model)
     directory: Path     # model.onnx and artifact/
+    graph: Any = None   # model.onnx imported, once an exact reference asked for it
+
+    def imported(self) -> Any:
+        """The variant's model as hidetc imports it (the exact reference's input)."""
+        if self.graph is None:
+            self.graph = load_model(self.directory / "model.onnx",
+                                    {s["name"]: s["shape"] for s in self.model.inputs})
+        return self.graph
 
 
 class HidetcRep(BackendRep):
@@ -274,9 +282,12 @@ class HidetcRep(BackendRep):
             shutil.rmtree(dropped.directory, ignore_errors=True)
         return variant
 
-    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+    def _check_open(self, what: str) -> None:
         if self._cleanup is None or not self._cleanup.alive:
-            raise BackendError("run: this rep was closed")
+            raise BackendError(f"{what}: this rep was closed")
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        self._check_open("run")
         feeds = self._feeds(inputs)
         missing = [n for n in self.compile_time_inputs + self.dynamic_inputs if n not in feeds]
         if missing:
@@ -296,12 +307,14 @@ class HidetcRep(BackendRep):
         model at its own precision, every node in float64) for the variant the inputs
         select, in graph-output order: what a runner judges outputs against when its
         expected values and hidetc's disagree (the conformance runner does)."""
+        self._check_open("exact_outputs")
         feeds = self._feeds(inputs)
         variant = self._variant(feeds)
         runtime = {k: v for k, v in feeds.items() if k not in self.compile_time_inputs}
-        graph = load_model(variant.directory / "model.onnx",
-                           {s["name"]: s["shape"] for s in variant.model.inputs})
-        exact = exact_outputs(graph, runtime)
+        try:
+            exact = exact_outputs(variant.imported(), runtime)
+        except HidetcError as error:
+            raise BackendError(f"exact reference failed: {error}") from error
         return tuple(exact[name] for name in self.output_names)
 
     def close(self) -> None:

@@ -193,6 +193,13 @@ def test_exact_outputs_and_the_runners_exact_rule():
             np.testing.assert_allclose(exact[1], X / np.arange(3, dtype=np.float64) + B)
         case = Case("t", "Div", ("Div",), 17, ("",), False, 1, 1e-3, 1e-7, ".")
         straying = [np.where(np.isfinite(o), o * np.float32(1.01), o) for o in exact]
-        assert closer_to_exact(case, rep, [X, B], straying, out)
+        assert closer_to_exact(case, rep, [X, B], straying, out) == [0, 1]
         assert not closer_to_exact(case, rep, [X, B], exact, straying)
         assert not closer_to_exact(case, object(), [X, B], straying, out)
+        # only the outputs the runner refuses are judged: output 0 is within the
+        # tolerances though farther from the exact values than the expected one
+        near = np.where(np.isfinite(exact[0]), exact[0] * np.float32(1 + 1e-5), exact[0])
+        assert closer_to_exact(case, rep, [X, B], [exact[0], straying[1]],
+                               [near, out[1]]) == [1]
+    with pytest.raises(backend.BackendError, match="exact_outputs: this rep was closed"):
+        rep.exact_outputs([X, B])

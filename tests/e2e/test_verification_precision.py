@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hidetc
 from hidetc.driver.verification import verify_artifact
-from hidetc.driver.verify import compare, exact_outputs, output_tolerances, settle
+from hidetc.driver.verify import compare, exact_outputs, failing, output_tolerances, settle
 from hidetc.errors import VerificationError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.tools.cli import main as cli
@@ -119,3 +119,54 @@ def test_the_exact_reference_keeps_the_models_own_rounding(tmp_path):
     np.testing.assert_allclose(exact["full"], x.astype(np.float64) @ np.asarray(
         numpy_helper.to_array(onnx.load(tmp_path / "m.onnx").graph.initializer[2]),
         np.float64), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.BFLOAT16, TensorProto.FLOAT16])
+def test_the_exact_reference_widens_every_narrow_float(tmp_path, monkeypatch, dtype):
+    """Every node of the exact reference receives its float inputs as float64, bfloat16
+    (an ml_dtypes type numpy does not call a float) included; its result is rounded once
+    to the declared type."""
+    from hidetc.graph import reference
+    seen = []
+    real = reference.evaluate_node
+
+    def spy(node, args):
+        seen.append((node.op, [str(a.dtype) for a in args if a is not None]))
+        return real(node, args)
+    monkeypatch.setattr(reference, "evaluate_node", spy)
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["n"], to=dtype),
+         helper.make_node("Mul", ["n", "n"], ["y"])], "narrow",
+        [V("x", F32, [1, 64])], [V("y", dtype, [1, 64])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, tmp_path / "narrow.onnx")
+    x = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
+    got = exact_outputs(load_model(tmp_path / "narrow.onnx"), {"x": x})["y"]
+    assert dict(seen)["Mul"] == ["float64", "float64"]
+    assert str(got.dtype) == load_model(tmp_path / "narrow.onnx").types["y"].dtype
+
+
+def test_a_failure_names_an_output_the_exact_reference_did_not_pass():
+    """Of two outputs beyond their bounds, the one the exact reference passes is no
+    longer failing; the report fails on the other alone."""
+    exact = np.linspace(-1, 1, 64)
+    near, far = exact * (1 + 1e-6), exact * (1 + 3e-3)
+    outputs, reference = {"a": near, "b": far * 10}, {"a": far, "b": far}
+    report = settle(compare(outputs, reference, {"a": 1e-3, "b": 1e-3}),
+                    {"a": 1e-3, "b": 1e-3}, outputs, reference,
+                    lambda: {"a": exact, "b": exact}, "onnxruntime")
+    assert report["status"] == "failed" and "passed_by" in report["outputs"]["a"]
+    assert failing(report, {"a": 1e-3, "b": 1e-3}) == ["b"]
+
+
+def test_the_record_keeps_the_base_and_each_outputs_bound(tmp_path):
+    path = _model(tmp_path / "m.onnx")
+    shown = CliRunner().invoke(cli, ["compile", str(path), "-o", str(tmp_path / "out"),
+                                     "--target", "cpu"])
+    assert shown.exit_code == 0, shown.output
+    manifest = hidetc.load(tmp_path / "out").manifest["verification"]
+    assert manifest["tolerance"] == 1e-4
+    inspected = CliRunner().invoke(cli, ["inspect", str(tmp_path / "out")])
+    assert inspected.exit_code == 0, inspected.output
+    assert "half rel" in inspected.output and "(tolerance 0.01)" in inspected.output
