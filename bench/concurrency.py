@@ -51,6 +51,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+import hidetc
+from hidetc.tools.bench import alternate, paired_ratio
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import models  # noqa: E402  (the repository's models package: sample inputs)
 
@@ -104,7 +107,6 @@ def _rate(call, callers: int, seconds: float) -> float:
 
 
 def throughput(args) -> list[dict]:
-    import hidetc
     inputs = _inputs(args.model)
     model = hidetc.load(args.artifact)
     session = _ort(args.model)
@@ -135,26 +137,13 @@ def throughput(args) -> list[dict]:
 
 def _latencies(model_path: str, artifact: str, rounds: int, calls: int) -> dict:
     """In this process: hidetc and ORT alternating, `rounds` x `calls` each."""
-    import hidetc
     inputs = _inputs(model_path)
     model, session = hidetc.load(artifact), _ort(model_path)
-    runners = {"hidetc": lambda: model.run(inputs),
-               "onnxruntime": lambda: session.run(None, inputs)}
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    best: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(rounds):
-        for name, call in runners.items():
-            time.sleep(PAUSE_S)
-            call()
-            block = []
-            for _ in range(calls):
-                start = time.perf_counter()
-                call()
-                block.append((time.perf_counter() - start) * 1e3)
-            times[name] += block
-            best[name].append(min(block))
-    h, o = (float(np.median(times[n])) for n in runners)
-    paired = float(np.median(np.asarray(best["hidetc"]) / np.asarray(best["onnxruntime"])))
+    got = alternate({"hidetc": lambda: model.run(inputs),
+                     "onnxruntime": lambda: session.run(None, inputs)},
+                    repeat=rounds * calls, rounds=rounds, warmup=1, pause=PAUSE_S)
+    h, o = got["hidetc"]["median_ms"], got["onnxruntime"]["median_ms"]
+    paired = paired_ratio(got["hidetc"]["round_best_ms"], got["onnxruntime"]["round_best_ms"])
     return {"hidetc_ms": h, "onnxruntime_ms": o, "ratio": h / o, "paired": paired}
 
 
@@ -246,7 +235,6 @@ def _heap() -> int:
 
 
 def soak(args) -> list[dict]:
-    import hidetc
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     rows = []

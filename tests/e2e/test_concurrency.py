@@ -10,7 +10,8 @@ intra-op thread counts and the interleaving.
 - threads that come and go reuse the pooled contexts, and the per-thread scratch
   stacks of the kernels are freed when their threads end (the heap does not grow);
 - an exception in one thread's pass leaves the others correct and its context is not
-  lent again;
+  lent again (the next pass gets a fresh one); a refused input (InputError, before any
+  kernel) keeps its context;
 - a cuda model whose MatMuls run split K (a workspace and arrival counters in the
   arena) in the emulator from 4 threads, same bits as alone.
 The full-scale check (8 threads x 1,000 runs of each model) is `bench/concurrency.py
@@ -31,7 +32,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import hidetc
 import models
-from hidetc.backends.codegen.c import STACK_ALLOC_LIMIT
+from hidetc.backends.codegen.c_scratch import STACK_ALLOC_LIMIT
+from hidetc.errors import InputError
 
 NAMES = sorted(models.REGISTRY)
 THREADS, RUNS = 8, 12
@@ -149,32 +151,56 @@ def test_threads_that_come_and_go_leak_nothing(tmp_path):
     assert model._executor.pool.created == 1              # one context, reused
 
 
+def _failing_hook(when: str, step: int, place) -> None:
+    if step == 3:
+        raise RuntimeError("the caller's hook failed mid-pass")
+
+
+def test_a_failed_pass_drops_its_context_a_refused_input_does_not(tiny):
+    out, proto = tiny["resnet50"]
+    model = hidetc.load(out, max_contexts=1)
+    pool, feeds = model._executor.pool, models.sample_inputs(proto, seed=0)
+    alone = model.run(feeds)
+    (first,) = pool._idle
+    for bad in ({**feeds, "extra": feeds[next(iter(feeds))]}, {}):
+        with pytest.raises(InputError):
+            model.run(bad)
+    assert pool._idle == [first] and pool.created == 1          # kept, as it was
+    assert _same(model.run(feeds), alone) and pool._idle == [first]
+    with pytest.raises(RuntimeError, match="mid-pass"):
+        model.run_with_hook(feeds, _failing_hook)
+    assert pool.created == 0 and not pool._idle                 # dropped
+    assert _same(model.run(feeds), alone)
+    (fresh,) = pool._idle
+    assert fresh is not first and pool.created == 1
+
+
 def test_an_exception_in_one_thread_leaves_the_others_correct(tiny):
     out, proto = tiny["resnet50"]
     model = hidetc.load(out, max_contexts=3)
+    pool = model._executor.pool
     feeds = [models.sample_inputs(proto, seed=k) for k in range(4)]
     alone = [model.run(f) for f in feeds]
-    contexts_before = model._executor.pool.created
+    assert pool.created == 1                                    # one thread: one context
+    make, made = pool._make, []
+    pool._make = lambda threads: made.append(threads) or make(threads)
     wrong, raised = [], []
-
-    def failing_hook(when: str, step: int, place) -> None:
-        if step == 3:
-            raise RuntimeError("the caller's hook failed mid-pass")
 
     def work(k: int) -> None:
         for r in range(6):
             if k == 0:
                 try:
-                    model.run_with_hook(feeds[0], failing_hook)
+                    model.run_with_hook(feeds[0], _failing_hook)
                 except RuntimeError:
                     raised.append(r)
             elif not _same(model.run(feeds[k]), alone[k]):
                 wrong.append((k, r))
     assert not in_threads(4, work)
     assert raised == list(range(6)) and not wrong
-    assert model._executor.pool.created <= 3
+    # every failed pass closed its context: those alive are those made less those dropped
+    assert pool.created == 1 + len(made) - len(raised)
+    assert pool.created <= 3 and pool.idle == pool.created
     assert _same(model.run(feeds[0]), alone[0])
-    assert contexts_before <= 3
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

@@ -1,8 +1,8 @@
 """The execution-context pool (`hidetc.backends.runtime.contexts`) with fake contexts:
 a context serves one pass at a time, never more than `limit` exist, the intra-op
 threads are shared out among the passes in flight, a pass that raises drops its
-context, a caller's own context refuses a second thread, and the libgomp wait policy
-is set only where nobody chose one."""
+context (but for refused inputs: no kernel ran), a caller's own context refuses a second
+thread, and the libgomp wait policy is set only where nobody chose one."""
 from __future__ import annotations
 
 import threading
@@ -13,15 +13,14 @@ from helpers.threads import in_threads
 
 from hidetc.backends.runtime import wait_policy
 from hidetc.backends.runtime.contexts import Executor, share
-from hidetc.errors import ArtifactError
+from hidetc.errors import ArtifactError, InputError
 
 
 class FakeContext:
-    """Records the passes on it; a pass overlapping another on the same context fails."""
-    made = 0
+    """Records the passes on it; a pass overlapping another on the same context fails;
+    inputs with "bad" are refused before the pass starts, as `check_inputs` does."""
 
     def __init__(self, threads: int, gate: threading.Event | None = None):
-        FakeContext.made += 1
         self.threads, self.gate, self.closed = threads, gate, False
         self.busy, self.passes, self.seen_threads = False, 0, []
         self.last_latency_ms = 0.0
@@ -29,6 +28,8 @@ class FakeContext:
     def run(self, inputs):
         assert not self.busy, "two passes on one context at once"
         assert not self.closed
+        if inputs.get("bad"):
+            raise InputError("unknown input(s) bad (expected: x)")
         self.busy = True
         self.seen_threads.append(self.threads)
         try:
@@ -121,6 +122,18 @@ def test_a_failed_pass_drops_its_context_and_others_go_on():
     _hammer(executor, 4, 10, errors)
     assert not errors and executor.pool.created <= 2
     assert not any(c.closed for c in executor.made[1:])
+
+
+def test_refused_inputs_keep_the_context():
+    executor = FakeExecutor(limit=2, cores=2)
+    executor.run({"x": 0})
+    (first,) = executor.made
+    for _ in range(3):
+        with pytest.raises(InputError, match="unknown input"):
+            executor.run({"bad": True})
+    assert executor.run({"x": 1}) == {"y": 1}
+    assert executor.made == [first] and not first.closed and first.passes == 2
+    assert executor.pool.created == executor.pool.idle == 1
 
 
 def test_a_failing_constructor_does_not_use_up_the_limit():

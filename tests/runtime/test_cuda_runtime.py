@@ -114,13 +114,20 @@ class FakeDriver:
         fake = self
         self.memory, self.init_error, self.blocks = memory, init_error, {}
         self.next, self.launched, self.pending = 1 << 20, [], None
+        self.rendezvous, self.arrived = None, 0
         self._local = threading.local()      # stream capture is per thread, as CUDA's
         self.lock = threading.Lock()
         self.Device = type("Device", (), {
             "count": staticmethod(lambda: 1), "__init__": lambda s, i: None,
             "compute_capability": lambda s: capability, "name": lambda s: "Fake GPU",
             "retain_primary_context": lambda s: SimpleNamespace(push=lambda: None)})
-        self.Context = SimpleNamespace(synchronize=lambda: None, pop=lambda: None)
+        self.captures = 0                   # streams capturing now, on any thread
+
+        def synchronize_context():
+            if fake.captures:                # as CUDA: not while a stream captures
+                raise fake.Error("cuCtxSynchronize failed: operation not permitted when "
+                                 "stream is capturing")
+        self.Context = SimpleNamespace(synchronize=synchronize_context, pop=lambda: None)
 
         class Stream:
             handle = 1234
@@ -148,10 +155,12 @@ class FakeDriver:
             raise self.Error(self.init_error)
 
     def _find(self, ptr, n):
-        for base, block in self.blocks.items():
+        with self.lock:
+            blocks = list(self.blocks.items())
+        for base, block in blocks:
             if base <= ptr and ptr + n <= base + len(block):
                 return block, ptr - base
-        raise AssertionError(f"bad device access {ptr:#x}+{n}")
+        raise AssertionError(f"bad device access {ptr:#x}+{n}")        # freed, or never
 
     def read(self, ptr, n, dtype=np.uint8):
         block, off = self._find(ptr, n)
@@ -168,7 +177,9 @@ class FakeDriver:
         with self.lock:
             base, self.next = self.next, self.next + n + (1 << 20)
             self.blocks[base] = bytearray(n)
-        return _Alloc(base)
+        allocation = _Alloc(base)
+        allocation.fake = self
+        return allocation
 
     def mem_get_info(self):
         return self.memory, 2 * self.memory
@@ -179,7 +190,15 @@ class FakeDriver:
     def memcpy_htod(self, ptr, src, stream=None):
         self.write(ptr, np.asarray(src))
 
-    memcpy_htod_async = memcpy_htod
+    def memcpy_htod_async(self, ptr, src, stream=None):
+        """A pass's input upload; the first `rendezvous.parties` wait for each other at
+        `rendezvous` (a Barrier) when one is set."""
+        with self.lock:
+            self.arrived += 1
+            meet = self.rendezvous is not None and self.arrived <= self.rendezvous.parties
+        if meet:
+            self.rendezvous.wait(timeout=5)
+        self.write(ptr, np.asarray(src))
 
     def memcpy_dtoh_async(self, dst, ptr, stream=None):
         dst[...] = self.read(ptr, dst.nbytes)
@@ -207,8 +226,9 @@ class FakeDriver:
 
 
 class _Alloc(int):
-    def free(self):
-        pass
+    def free(self):                 # an access after it is a "bad device access"
+        with self.fake.lock:
+            del self.fake.blocks[int(self)]
 
 
 def _scale_bias(fake, args):
@@ -233,21 +253,36 @@ KERNELS = {"scale_bias": _scale_bias, "relu_reverse": _relu_reverse,
 
 
 class FakeGraphs:
+    """Graph capture and replay; with `hold` set, a replay (with `capture_hold`, a
+    capture) waits until it is set."""
+
     def __init__(self, fake):
         self.fake, self.graphs, self.destroyed = fake, {}, []
+        self.hold, self.held = None, threading.Event()
+        self.capture_hold, self.capture_held = None, threading.Event()
 
     def capture(self, stream, body):
         self.fake.capturing = []
+        with self.fake.lock:
+            self.fake.captures += 1
         try:
+            if self.capture_hold is not None:
+                self.capture_held.set()
+                assert self.capture_hold.wait(timeout=5)
             body()
         finally:
             recorded, self.fake.capturing = self.fake.capturing, None
+            with self.fake.lock:
+                self.fake.captures -= 1
         with self.fake.lock:
             handle = 100 + len(self.graphs)
             self.graphs[handle] = recorded
         return handle
 
     def launch(self, executable, stream):
+        if self.hold is not None:
+            self.held.set()
+            assert self.hold.wait(timeout=5)
         for name, thunk in self.graphs[executable.value]:
             self.fake.launched.append(name)
             thunk()
@@ -293,9 +328,12 @@ def test_fake_other_thread_and_measure(fake, tmp_path):
 
 def test_fake_threads_each_get_a_context(fake, tmp_path):
     ex = CudaExecutor(tmp_path, artifact(tmp_path, {"sm_90": "a.cubin"}), max_contexts=3)
+    # the first 3 uploads wait for each other: 3 passes in flight at once, whatever the
+    # timing (a thread in a pass holds its context, so 3 contexts are made)
+    fake.rendezvous = threading.Barrier(3)
     assert not hammer(ex, threads=6, runs=15)
     contexts = ex.pool._idle                                 # all back, the first among them
-    assert ex._primary in contexts and 2 <= ex.pool.created == len(contexts) <= 3
+    assert ex._primary in contexts and ex.pool.created == len(contexts) == 3
     arenas = {c._prepared[0][3] for c in contexts}           # packed args: own arena, I/O
     assert len(arenas) == len(contexts) and len(fake.graphs.graphs) == len(contexts)
     with ex.context() as own:                                # a caller's own: its graph
@@ -365,3 +403,100 @@ def test_fake_errors(fake, tmp_path):
         CudaExecutor(tmp_path, manifest)
     with pytest.raises(ArtifactError, match="missing.cubin: listed in the manifest but missing"):
         CudaExecutor(tmp_path, artifact(tmp_path, {"sm_90": "missing.cubin"}))
+
+
+def _run_in_thread(ex, x):
+    """`ex.run({"x": x})` on a thread of its own: the thread and where its result lands."""
+    result: dict = {}
+
+    def work():
+        try:
+            result.update(ex.run({"x": x}))
+        except Exception as exc:  # noqa: BLE001  (checked by the caller)
+            result["error"] = exc
+    worker = threading.Thread(target=work)
+    worker.start()
+    return worker, result
+
+
+def test_fake_bad_input_keeps_the_context_and_its_graph(fake, tmp_path):
+    ex = CudaExecutor(tmp_path, artifact(tmp_path, {"sm_90": "a.cubin"}))
+    first = ex._primary
+    x = np.ones(N, np.float32)
+    for bad in ({"x": x[:7]}, {"x": x.astype(np.float64)}, {"z": x}, {}):
+        with pytest.raises(InputError):
+            ex.run(bad)
+    np.testing.assert_array_equal(ex.run({"x": x})["y"], expected(x))
+    assert ex.pool.created == 1 and ex.pool._idle == [first] and first.uses_graph
+    assert ex.uses_graph and fake.graphs.destroyed == []
+    ex.replay()                                              # the first context still works
+    ex.synchronize()
+    ex.close()
+    assert fake.graphs.destroyed == [100]
+
+
+def test_fake_close_waits_for_a_pass_in_flight(fake, tmp_path):
+    ex = CudaExecutor(tmp_path, artifact(tmp_path, {"sm_90": "a.cubin"}))
+    weights = ex._weights[0]
+    fake.graphs.hold = threading.Event()
+    x = np.random.default_rng(5).standard_normal(N, dtype=np.float32)
+    worker, result = _run_in_thread(ex, x)
+    assert fake.graphs.held.wait(5)                          # the pass is in its replay
+    ex.close()
+    assert weights in fake.blocks and fake.graphs.destroyed == []   # still in use
+    with pytest.raises(ArtifactError, match="^this model was closed; load it again"):
+        ex.run({"x": x})
+    fake.graphs.hold.set()
+    worker.join()
+    np.testing.assert_array_equal(result["y"], expected(x))         # weights were there
+    assert weights not in fake.blocks and fake.graphs.destroyed == [100]
+    assert ex.pool.created == 0
+    for call in (ex.replay, ex.synchronize, lambda: ex.measure(repeat=1)):
+        with pytest.raises(ArtifactError, match="closed"):
+            call()
+
+
+def test_fake_callers_context_refuses_after_close_and_keeps_the_weights(fake, tmp_path):
+    ex = CudaExecutor(tmp_path, artifact(tmp_path, {"sm_90": "a.cubin"}))
+    weights = ex._weights[0]
+    x = np.ones(N, np.float32)
+    own = ex.context()
+    np.testing.assert_array_equal(own.run({"x": x})["y"], expected(x))
+    ex.close()
+    assert weights in fake.blocks                           # the caller's context lives
+    with pytest.raises(ArtifactError, match="^this model was closed; load it again"):
+        own.run({"x": x})
+    with pytest.raises(ArtifactError, match="^this model was closed; load it again"):
+        ex.context()
+    own.close()
+    assert weights not in fake.blocks and sorted(fake.graphs.destroyed) == [100, 101]
+
+
+def test_fake_context_setups_wait_for_a_capture(fake, tmp_path):
+    """A context's setup synchronizes the whole CUDA context, which CUDA refuses while
+    another stream captures: contexts made on two threads at once are made in turn."""
+    ex = CudaExecutor(tmp_path, artifact(tmp_path, {"sm_90": "a.cubin"}))
+    fake.graphs.capture_hold = threading.Event()
+    made, errors = [], []
+
+    def make():
+        try:
+            made.append(ex.context())
+        except Exception as exc:  # noqa: BLE001  (checked below)
+            errors.append(exc)
+    first = threading.Thread(target=make)
+    first.start()
+    assert fake.graphs.capture_held.wait(5)                  # the first one is capturing
+    second = threading.Thread(target=make)
+    second.start()
+    second.join(0.2)
+    assert second.is_alive() and not errors                  # waits for the capture
+    fake.graphs.capture_hold.set()
+    first.join()
+    second.join()
+    assert not errors and len(made) == 2
+    x = np.ones(N, np.float32)
+    for own in made:
+        np.testing.assert_array_equal(own.run({"x": x})["y"], expected(x))
+        own.close()
+    ex.close()

@@ -23,10 +23,11 @@ Other extents get `#pragma omp parallel for schedule(dynamic)`. Kind "unroll" ge
 integers are C's (truncating); `%` on floats is fmod, `//` on floats is rejected;
 `min`/`max` call static helpers that propagate NaN like numpy; a nested Seq is a
 `{ }` block; a local Alloc is an aligned stack array when its size is a constant <=
-STACK_ALLOC_LIMIT bytes, else taken from the thread's scratch stack (`hidetc_mem_NAME`,
-63 bytes more; `c_scratch.SCRATCH_SOURCE`: kept across calls, malloc where it does not fit
-yet) and given back at the end of its block, in reverse order; both are 64-byte aligned
-(whole cache lines: the GEMM's packed rows must not straddle lines).
+STACK_ALLOC_LIMIT bytes (`c_scratch.stack_bytes` decides), else taken from the thread's
+scratch stack (`hidetc_mem_NAME`, 63 bytes more; `c_scratch.SCRATCH_SOURCE`: kept across
+calls, malloc where it does not fit yet) and given back at the end of its block, in
+reverse order; both are 64-byte aligned (whole cache lines: the GEMM's packed rows must
+not straddle lines).
 Math Calls are mapped per argument dtype by `MATH_FUNCTIONS`, except float32 `exp`, `tanh`,
 `erf` and `log`, which call the vectorizable inline helpers of `hidetc.backends.codegen.c_math`
 (`FAST_FLOAT32`; their C is part of every module's helpers, and they are within 1-2 ulp,
@@ -60,14 +61,13 @@ suffix. Assumes `hidetc.tir.pipeline.lower` ran (it verifies).
 """
 from __future__ import annotations
 
-import math
 import re
 from typing import Optional, Sequence
 
 import numpy as np
 
 from hidetc.backends.codegen.c_math import FAST_FLOAT32
-from hidetc.backends.codegen.c_scratch import STACK_ALLOC_LIMIT
+from hidetc.backends.codegen.c_scratch import stack_bytes
 from hidetc.backends.codegen.c_types import (  # noqa: F401  (re-exported: the CUDA printer, tests)
     C_TYPES,
     CPU_TYPES,
@@ -410,11 +410,11 @@ class CPrinter:
         if buf.scope != "local":
             raise NotImplementedError(f"{buf.scope}-scope buffer {buf.name} on the cpu target")
         ctype, name = self.ctype(buf.dtype), self.ident(buf.name)
+        on_stack = stack_bytes(buf)
+        if on_stack is not None:
+            numel = on_stack // np.dtype(buf.dtype).itemsize
+            return [f"{ind}{ctype} {name}[{max(numel, 1)}] __attribute__((aligned(64)));"]
         dims = [d if isinstance(d, Expr) else Const(int(d), "int64") for d in buf.shape]
-        if all(isinstance(d, Const) for d in dims):
-            numel = math.prod(int(d.value) for d in dims)
-            if numel * np.dtype(buf.dtype).itemsize <= STACK_ALLOC_LIMIT:
-                return [f"{ind}{ctype} {name}[{max(numel, 1)}] __attribute__((aligned(64)));"]
         size = " * ".join(f"(size_t)({self.expr(d)})" for d in dims) or "1"
         self.malloced.add(buf)
         raw = f"hidetc_mem_{name}"

@@ -19,6 +19,9 @@ contexts):
   tied to a thread and none leaks when a thread ends;
 - a context whose pass raised is closed, not lent again: an aborted pass may leave its
   scratch mid-protocol (split-K's counters are kept zero by completed passes only);
+  but for an `InputError`: inputs refused by the check that starts every pass ran no
+  kernel, so the context is kept (a bad input costs no context, nor on cuda its
+  captured graph);
 - intra-op threads are shared out: a pass gets `max(1, cores // in_flight)` threads,
   `in_flight` counting itself and every other pass running on the model then (pooled or
   on a caller's own context), so k concurrent callers each run on cores / k threads
@@ -33,17 +36,20 @@ is outside the pool's `limit` (the caller holds it), but its passes count among 
 in flight when the pool shares out the cores.
 
 Assumes: an executor's `new_context(threads)` returns an object with `run(inputs)`,
-a settable `threads`, `last_latency_ms` and `close()`.
+a settable `threads`, `last_latency_ms` and `close()`; its passes check their inputs
+before any kernel runs and raise `InputError` only from that check (or from a caller's
+hook, which runs between launches, when every kernel started has completed).
 """
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from hidetc.errors import ArtifactError
+from hidetc.errors import ArtifactError, InputError
+
+CLOSED = "this model was closed; load it again to run it"
 
 
 def share(cores: int, in_flight: int) -> int:
@@ -103,7 +109,7 @@ class ContextPool:
             while not self._idle and self._created >= self.limit and not self._closed:
                 self._cond.wait()
             if self._closed:
-                raise ArtifactError("this model was closed; load it again to run it")
+                raise ArtifactError(CLOSED)
             self._in_flight += 1
             threads = self.threads or share(self.cores, self._in_flight)
             if self._idle:
@@ -131,18 +137,6 @@ class ContextPool:
             self._cond.notify()
         if not keep:
             context.close()
-
-    @contextmanager
-    def acquire(self) -> Iterator[Any]:
-        """`take` and `give_back` around a block: the context, its `threads` set."""
-        context, threads = self.take()
-        healthy = False
-        try:
-            context.threads = threads
-            yield context
-            healthy = True
-        finally:
-            self.give_back(context, healthy)
 
     def close(self) -> None:
         """Close the idle contexts; those lent out are closed when they come back."""
@@ -233,7 +227,9 @@ class Executor:
 
     def pooled(self, method: str, *args: Any) -> Any:
         """Call `method` of a pooled context: one pass, on a context of its own (the hot
-        path of every `run`: two short critical sections, nothing allocated)."""
+        path of every `run`: two short critical sections, nothing allocated). The context
+        goes back to the pool after the pass, or after an `InputError` (no kernel ran);
+        any other exception closes it."""
         context, threads = self.pool.take()
         healthy = False
         try:
@@ -241,6 +237,9 @@ class Executor:
             result = getattr(context, method)(*args)
             healthy = True
             return result
+        except InputError:
+            healthy = True
+            raise
         finally:
             self._local.latency = context.last_latency_ms
             self.pool.give_back(context, healthy)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 import numpy as np
 
@@ -100,20 +100,17 @@ class EmulatedCudaExecutor(Executor):
         self._regions: list[tuple[str, int, int]] = []    # (value, start, end)
         self._spaced_weights: Optional[np.ndarray] = None   # sanitize: weights spaced out
         self._weight_at: dict[int, int] = {}                # offset -> its spaced offset
+        self._weights_poison = False     # sanitize: a float weight holds poison's bits
         if sanitize:
             self._space_values()
             self._space_weights()
+            self._weights_poison = self._weights_hold_poison()
         self.uses_graph = False
         self.graph_unavailable: Optional[str] = "emulated: launches run one by one on the CPU"
-        self._last_inputs: Optional[dict] = None
         self._init_pool(max_contexts or CONTEXTS, 1)
 
     def new_context(self, threads: int) -> "EmulatedContext":
         return EmulatedContext(self, threads)
-
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self._last_inputs = dict(inputs)
-        return self.pooled("run", inputs)
 
     def run_with_hook(self, inputs: Mapping[str, np.ndarray],
                       hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
@@ -122,12 +119,11 @@ class EmulatedCudaExecutor(Executor):
         return self.pooled("run_with_hook", inputs, hook)
 
     def measure(self, repeat: int = 3, warmup: int = 0) -> list[float]:
-        """Wall milliseconds of `repeat` emulated passes on the last inputs given to
-        `run` (zeros before any run): the CudaExecutor call, for code that times
-        artifacts, with the CPU's emulation time in place of the GPU's."""
-        inputs = self._last_inputs or {
-            s["name"]: np.zeros(s["shape"], s["dtype"]) for s in self.manifest["inputs"]}
-        return self.pooled("measure", inputs, repeat, warmup)
+        """Wall milliseconds of `repeat` emulated passes on a context's last inputs (a
+        single-threaded caller's: those of its last `run`; zeros before any): the
+        CudaExecutor call, for code that times artifacts, with the CPU's emulation time in
+        place of the GPU's."""
+        return self.pooled("measure", repeat, warmup)
 
     def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 1) -> list[float]:
         """Per launch, the median emulated wall milliseconds over `repeat` passes: the
@@ -173,19 +169,29 @@ class EmulatedCudaExecutor(Executor):
         """Whether the data itself (an input, or a float weight) holds poison's bits in
         an element of 2 or more bytes (an int -1 reinterpreted by a BitCast is
         legitimately all ones): then poison in a result cannot be told from data, and
-        is not reported."""
-        arrays = [np.ascontiguousarray(a) for a in inputs.values()]
+        is not reported. The weights never change: their part is found once, at load."""
+        return self._weights_poison or _any_poison(
+            np.ascontiguousarray(a) for a in inputs.values())
+
+    def _weights_hold_poison(self) -> bool:
+        """Whether a float weight holds poison's bits (see `_holds_poison`)."""
+        arrays = []
         for e in self.manifest["weights"]["entries"].values():
             dtype = np.dtype(e["dtype"]) if e["dtype"] != "bfloat16" else np.dtype(np.uint16)
             if dtype.kind == "f" or e["dtype"] == "bfloat16":
                 raw = self._weights[int(e["offset"]):int(e["offset"]) + int(e["nbytes"])]
                 arrays.append(raw.view(dtype))
-        for a in arrays:
-            if a.dtype.itemsize in (2, 4, 8):
-                units = a.reshape(-1).view(f"u{a.dtype.itemsize}")
-                if np.any(units == np.iinfo(units.dtype).max):
-                    return True
-        return False
+        return _any_poison(arrays)
+
+
+def _any_poison(arrays: Iterable[np.ndarray]) -> bool:
+    """Whether an element of 2, 4 or 8 bytes of `arrays` has all its bits set."""
+    for a in arrays:
+        if a.dtype.itemsize in (2, 4, 8):
+            units = a.reshape(-1).view(f"u{a.dtype.itemsize}")
+            if np.any(units == np.iinfo(units.dtype).max):
+                return True
+    return False
 
 
 class EmulatedContext:
@@ -199,6 +205,7 @@ class EmulatedContext:
         self.arena_bytes = executor.arena_bytes
         self._arena = np.zeros(executor.arena_bytes, np.uint8)
         self._data_poison = False      # sanitize: the data holds poison's bits itself
+        self._last_inputs: Optional[dict] = None     # of its last `run`, for `measure`
         # a sanitized pass's whole output and input buffers (red zones included)
         self._out_buffers: list[tuple[str, np.ndarray]] = []
         self._in_buffers: list[tuple[str, np.ndarray]] = []
@@ -208,9 +215,9 @@ class EmulatedContext:
         self._arena = np.zeros(0, np.uint8)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._ex.sanitize:
-            return self._sanitized(inputs)
-        return self._run(inputs, None)
+        result = self._sanitized(inputs) if self._ex.sanitize else self._run(inputs, None)
+        self._last_inputs = dict(inputs)
+        return result
 
     def run_with_hook(self, inputs: Mapping[str, np.ndarray],
                       hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
@@ -406,8 +413,9 @@ class EmulatedContext:
             raise SanitizerError(hazards)
         return result
 
-    def measure(self, inputs: Mapping[str, np.ndarray], repeat: int, warmup: int
-                ) -> list[float]:
+    def measure(self, repeat: int, warmup: int) -> list[float]:
+        inputs = self._last_inputs or {
+            s["name"]: np.zeros(s["shape"], s["dtype"]) for s in self.manifest["inputs"]}
         times = []
         for _ in range(warmup + repeat):
             self._run(inputs, None)

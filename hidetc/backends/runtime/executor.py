@@ -141,7 +141,7 @@ class CpuExecutor(Executor):
         weights = manifest["weights"]
         entries = {k: WeightEntry(**v) for k, v in weights["entries"].items()}
         self._blob, self.constants = read_weights(path / weights["file"], entries)
-        self.wait_policy = wait_policy.apply()      # before the first library needs libgomp
+        wait_policy.apply()         # before the first library needs libgomp
         try:
             self._lib = load_library(path / manifest["library"])
         except OSError as exc:
@@ -155,6 +155,8 @@ class CpuExecutor(Executor):
             self._profiled.argtypes = [ctypes.c_void_p] * 5
         self.arena_bytes = max(int(manifest["memory"]["arena_bytes"]), 64)
         cores = runtime_cores()
+        # twice the cores: chosen from measurements on one 2-core machine
+        # (bench/results/2026-12-07-concurrency.md), not checked on bigger ones
         self._init_pool(max_contexts or 2 * cores, cores)
 
     def new_context(self, threads: int) -> "CpuContext":

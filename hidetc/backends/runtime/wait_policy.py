@@ -5,16 +5,14 @@ parallel regions (the kernels of a pass) and between passes, an idle libgomp thr
 spins before it sleeps; libgomp's default spin (GOMP_SPINCOUNT 300,000 iterations of a
 pause loop: milliseconds) keeps the cores busy long after a pass when nothing else wants
 them, and steals them when something does -- another process, or the other passes in
-flight. Measured beside ONNX Runtime on BERT-base (`bench/concurrency.py contention`,
-bench/results/2026-12-07-concurrency.md): while the test suite ran on the same cores,
-hidetc's latency ratio to ORT grew 1.4-2.2x with the default, 1.2-1.4x at 30,000 spins,
-and fell (0.6-0.9x of its quiet ratio) at 1,000-10,000 spins or with the passive
-policy; on a quiet machine 3,000 and 10,000 spins kept the default's latency
-(MobileNet-V2, ResNet-50, BERT-base, within the machine's +-4%) while the passive policy
-(sleep at once) cost MobileNet-V2's many small kernels 10-25%. Binding the threads to
-cores (OMP_PROC_BIND=close) made the quiet latency worse. So the policy is SPIN_COUNT
-spins (a few to a hundred microseconds by the CPU's pause latency: longer than the gap
-between two kernels of a pass, far shorter than a time slice) and no binding.
+flight. Measured beside ONNX Runtime (`bench/concurrency.py contention` and `quiet`;
+bench/results/2026-12-07-concurrency.md): under a competing load the default's latency
+ratio to ORT grew most, a short spin or the passive policy kept it; on a quiet machine a
+short spin kept the default's latency where the passive policy (sleep at once) slowed
+models of many small kernels; binding the threads to cores (OMP_PROC_BIND=close) made
+it worse. So the policy is SPIN_COUNT spins (a few to a hundred microseconds by the
+CPU's pause latency: longer than the gap between two kernels of a pass, far shorter
+than a time slice) and no binding.
 
 libgomp reads its settings once, when it starts in a process (the first library that
 needs it is loaded), so `apply()` sets them in the environment before the executor
@@ -29,6 +27,8 @@ import ctypes
 import os
 from typing import Mapping, MutableMapping
 
+# chosen from measurements on one 2-core machine (bench/results/2026-12-07-concurrency.md),
+# not checked on bigger ones
 SPIN_COUNT = 3000
 USER_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 LIBGOMP = "libgomp.so.1"

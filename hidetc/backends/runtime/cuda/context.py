@@ -12,9 +12,16 @@ Guarantees:
   stays valid, and a pass allocates nothing on the device.
 - Its own non-blocking stream, CUDA events and CUDA graph: the launches are packed once
   with its arena's and I/O buffers' addresses and captured ONCE into a graph (relaxed
-  capture mode: other threads' calls during the capture are allowed) that every pass
+  capture mode: other threads' passes during the capture are allowed) that every pass
   replays; where capture is impossible it uses plain stream launches (the reason is in
-  the executor's `graph_unavailable`).
+  the executor's `graph_unavailable`). Setup and capture run under the executor's
+  `setting_up` (one at a time in the process: the setup's whole-context synchronize is
+  refused while another stream captures; see `cuda.executor._SETUP_LOCK`); a pass
+  synchronizes its own stream only.
+- A pass refuses (one line) on a closed context, after the model was closed, or after a
+  fault (`ready`). The context counts itself alive in the executor from its making to
+  its `close` (`CudaExecutor._adopt` / `_retire`), so the shared weights and modules
+  outlive every context that may still launch.
 - Every call makes the session's CUDA context current on the calling thread (pushed and
   popped around the call on a thread other than the session's), so a context may move
   between threads from one pass to the next.
@@ -29,7 +36,7 @@ import numpy as np
 
 from hidetc.backends.runtime.cuda.driver import STREAM_NON_BLOCKING, GraphError
 from hidetc.backends.runtime.cuda.manifest import pack_args
-from hidetc.backends.runtime.executor import collect_outputs
+from hidetc.backends.runtime.executor import check_inputs, collect_outputs
 from hidetc.errors import ArtifactError
 
 ALIGN = 256                    # bytes: every device buffer starts at a multiple of this
@@ -74,6 +81,7 @@ class CudaContext:
 
     def __init__(self, executor: Any, threads: int = 1, *, warm: bool = False,
                  use_graph: bool = True, sync_each: bool = False):
+        executor._adopt()                          # a one-line error once it was closed
         self._ex = executor
         self.threads = threads                     # a GPU pass has no intra-op threads
         self.last_latency_ms = 0.0
@@ -113,9 +121,9 @@ class CudaContext:
 
     def _stage(self, specs: list[dict], what: str) -> list[Slot]:
         """Device buffers (one allocation, ALIGN-ed offsets) + pinned host buffers."""
-        ex = self._ex
-        base = ex._alloc(staged_bytes(specs), what, self._allocations)
-        ex._zero(base, staged_bytes(specs))
+        ex, nbytes = self._ex, staged_bytes(specs)
+        base = ex._alloc(nbytes, what, self._allocations)
+        ex._zero(base, nbytes)
         slots, offset = [], 0
         for spec in specs:
             dtype = np.dtype(spec["dtype"])
@@ -193,9 +201,19 @@ class CudaContext:
 
     # ------------------------------------------------------------ passes
 
+    def ready(self) -> None:
+        """A one-line error unless a pass may start here: the model closed or CUDA
+        unusable after a fault (`CudaExecutor._usable`), or this context closed (by its
+        caller, or by the pool after a pass on it failed)."""
+        self._ex._usable()
+        if self._closed:
+            raise ArtifactError("this execution context was closed (by its caller, or "
+                                "after a pass on it failed)")
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         ex = self._ex
-        arrays = ex._usable_inputs(inputs)
+        self.ready()
+        arrays = check_inputs(ex.manifest["inputs"], inputs)
         pushed = ex._enter()
         try:
             self._upload(arrays)
@@ -214,6 +232,7 @@ class CudaContext:
 
     def measure(self, repeat: int = 100, warmup: int = 10) -> list[float]:
         """Device milliseconds of `repeat` replays (after `warmup`) on the staged inputs."""
+        self.ready()
         pushed = self._ex._enter()
         try:
             for _ in range(warmup):
@@ -234,7 +253,8 @@ class CudaContext:
         """Per launch, the median device milliseconds over `repeat` un-captured passes
         (see `CudaExecutor.profile`)."""
         ex = self._ex
-        arrays = ex._usable_inputs(inputs)
+        self.ready()
+        arrays = check_inputs(ex.manifest["inputs"], inputs)
         pushed = ex._enter()
         try:
             drv, stream = self._drv, self._stream
@@ -258,7 +278,8 @@ class CudaContext:
     # ------------------------------------------------------------ teardown
 
     def close(self) -> None:
-        """Free the graph and the device buffers (idempotent)."""
+        """Free the graph and the device buffers (idempotent); the last context of a
+        closed model frees the weights and modules too (`CudaExecutor._retire`)."""
         if self._closed:
             return
         self._closed = True
@@ -269,3 +290,4 @@ class CudaContext:
         self._graph_exec = 0
         self._prepared = []
         free_all(self._allocations)
+        self._ex._retire()

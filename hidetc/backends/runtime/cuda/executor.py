@@ -13,7 +13,10 @@ Guarantees:
   zeroed): a kernel that cannot launch or faults is named (launch index, kernel, grid,
   block) before anything is captured. Later contexts (`runtime.contexts`: pooled for
   `run`, at most `max_contexts`, default CONTEXTS; or a caller's own) are made on first
-  use from any thread.
+  use from any thread, one at a time in the process (`_SETUP_LOCK`).
+- `close()` starts no pass any more; it frees the weights and modules when the last
+  context is closed (those in a pass when the pool takes them back, a caller's own when
+  its caller closes it, which refuses to run meanwhile).
 - `run(inputs)`: check inputs (`check_inputs`, as the CPU executor), copy into the
   context's pinned buffers, H2D, replay between two CUDA events, D2H, synchronize.
   `last_latency_ms` is the device time between the events (the calling thread's last
@@ -41,7 +44,7 @@ import ml_dtypes  # noqa: F401  (registers the "bfloat16" dtype name with numpy)
 import numpy as np
 
 from hidetc.backends.runtime.artifact import to_plain
-from hidetc.backends.runtime.contexts import Executor
+from hidetc.backends.runtime.contexts import CLOSED, Executor
 from hidetc.backends.runtime.cuda.context import ALIGN, CudaContext, free_all
 from hidetc.backends.runtime.cuda.driver import session
 from hidetc.backends.runtime.cuda.manifest import (
@@ -50,7 +53,6 @@ from hidetc.backends.runtime.cuda.manifest import (
     parse_section,
     select_image,
 )
-from hidetc.backends.runtime.executor import check_inputs
 from hidetc.backends.runtime.weights import read_weights
 from hidetc.errors import ArtifactError
 
@@ -64,6 +66,17 @@ LOCATE_TIMEOUT_S = 300
 _ZERO_CHUNK = 1 << 30
 _WARNED: set[str] = set()
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[4])
+# Held by every setup in the process (`CudaExecutor.setting_up`: an executor's, and each
+# context's setup, warm-up and graph capture), so one runs at a time. A setup zeroes its
+# memory with memsets on the legacy default stream, which the contexts' non-blocking
+# streams do not wait for, so it ends with a whole-context synchronize (syncing only the
+# new context's own stream would not wait for them). CUDA refuses to synchronize a
+# context while any of its streams is capturing, whatever the capture mode (relaxed mode
+# lets other potentially unsafe calls through, not this one), and fails that capture;
+# the session's context is shared by every executor of the process. Hence one lock for
+# the process rather than per executor. A pass synchronizes its own stream only, so
+# passes go on beside a setup.
+_SETUP_LOCK = threading.Lock()
 
 
 def _warn_once(message: str) -> None:
@@ -77,7 +90,9 @@ class CudaExecutor(Executor):
 
     `use_graph=False` launches kernel by kernel on the stream instead of replaying a
     graph; `sync_each=True` (debugging, and the failure locator) also waits after every
-    launch so an error names its kernel. `uses_graph` says which one is in effect.
+    launch so an error names its kernel. `uses_graph` says which one is in effect (the
+    first context's, found at load; a later context that cannot capture launches
+    plainly and says why in `graph_unavailable`).
     `locate_timeout_s` bounds the child process that names a kernel after a fault.
     `max_contexts` bounds the pooled contexts (each an arena, I/O buffers and a graph).
     """
@@ -93,7 +108,11 @@ class CudaExecutor(Executor):
         self._broken: Optional[str] = None
         self._allocations: list[Any] = []
         self._primary: Optional[CudaContext] = None
+        self.uses_graph = False
+        self._lock = threading.Lock()      # guards the three below
         self._closed = False
+        self._live = 0                     # contexts alive: pooled, lent, callers' own
+        self._released = False             # the weights and modules freed
         section = parse_section(manifest, str(self.path / "manifest.yaml"))
         self._session = session()
         self._drv = self._session.drv
@@ -108,13 +127,9 @@ class CudaExecutor(Executor):
         except BaseException:
             self.close()
             raise
+        self.uses_graph = self._primary.uses_graph
         self.pool.offer(self._primary)
         self._session.executors.add(self)
-
-    @property
-    def uses_graph(self) -> bool:
-        """Each pass replays a captured CUDA graph (else plain stream launches)."""
-        return self._primary is not None and self._primary.uses_graph
 
     def new_context(self, threads: int) -> CudaContext:
         if self._broken or self._session.fault:
@@ -137,20 +152,36 @@ class CudaExecutor(Executor):
     @contextmanager
     def setting_up(self, undo: Callable[[], None]) -> Iterator[None]:
         """The session's context current for a setup step (the executor's, or a new
-        execution context's); if it fails, `undo()` frees what it made, and a driver
-        error becomes a one-line ArtifactError."""
-        pushed = self._enter()
-        try:
-            yield
-        except self._drv.Error as exc:
-            undo()
-            raise ArtifactError(f"{self.path}: cannot set the artifact up on "
-                                f"{self._session.describe()} ({exc})") from None
-        except BaseException:
-            undo()
-            raise
-        finally:
-            self._leave(pushed)
+        execution context's: its setup, warm-up and capture), under `_SETUP_LOCK` (one
+        at a time in the process); if it fails, `undo()` frees what it made, and a
+        driver error becomes a one-line ArtifactError."""
+        with _SETUP_LOCK:
+            pushed = self._enter()
+            try:
+                yield
+            except self._drv.Error as exc:
+                undo()
+                raise ArtifactError(f"{self.path}: cannot set the artifact up on "
+                                    f"{self._session.describe()} ({exc})") from None
+            except BaseException:
+                undo()
+                raise
+            finally:
+                self._leave(pushed)
+
+    def _adopt(self) -> None:
+        """Count a context being made (its `close` calls `_retire`); a one-line error
+        once this model was closed."""
+        with self._lock:
+            if self._closed:
+                raise ArtifactError(CLOSED)
+            self._live += 1
+
+    def _retire(self) -> None:
+        """A context was closed: the last one of a closed model frees what they shared."""
+        with self._lock:
+            self._live -= 1
+        self._release()
 
     # ------------------------------------------------------------ setup (shared)
 
@@ -266,20 +297,24 @@ class CudaExecutor(Executor):
     def set_threads(self, n: int) -> None:
         """Accepted for parity with the CPU executor; no effect on a GPU."""
 
-    def _usable_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """The checked input arrays; a one-line error if a fault made CUDA unusable."""
+    def _usable(self) -> None:
+        """A one-line error if a fault made CUDA unusable or this model was closed."""
         broken = self._broken or self._session.fault
         if broken:
             raise ArtifactError(broken)
-        return check_inputs(self.manifest["inputs"], inputs)
+        if self._closed:
+            raise ArtifactError(CLOSED)
 
     def replay(self) -> None:
         """Enqueue one forward pass on the first context's stream (no copies, no wait):
-        for single-threaded timing loops (the GPU check), not beside concurrent runs."""
+        for single-threaded timing loops (the GPU check), not beside concurrent runs. A
+        one-line error once that context was closed (`CudaContext.ready`)."""
+        self._primary.ready()
         self._primary.replay()
 
     def synchronize(self) -> None:
         """Wait for the first context's stream (see `replay`)."""
+        self._primary.ready()
         self._primary.synchronize()
 
     def measure(self, repeat: int = 100, warmup: int = 10) -> list[float]:
@@ -299,13 +334,24 @@ class CudaExecutor(Executor):
     # ------------------------------------------------------------ teardown
 
     def close(self) -> None:
-        """Free the contexts, then the weights (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
+        """Start no pass from now on (idempotent). The pool owns its contexts (the first
+        among them): it closes the idle ones now and those lent out when they come back;
+        a caller's own context refuses to run and is freed when its caller closes it.
+        The weights and modules go with the last context (`_release`)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         super().close()
-        if self._primary is not None:
-            self._primary.close()
+        self._release()
+
+    def _release(self) -> None:
+        """Free the weights and modules once the model is closed and no context lives
+        (a pass in flight or a caller's context may still launch while one does)."""
+        with self._lock:
+            if not self._closed or self._live or self._released:
+                return
+            self._released = True
         self._functions, self._modules = {}, {}
         free_all(self._allocations)
 
