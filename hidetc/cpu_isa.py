@@ -24,6 +24,7 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping, Optional
 
 from hidetc.errors import ConfigError
 
@@ -78,13 +79,18 @@ def host_best() -> Isa:
     return AVX512 if host_supports(AVX512) else AVX2
 
 
+def env_choice(environ: Mapping[str, str] = os.environ) -> Optional[str]:
+    """The ISA `HIDETC_CPU_ISA` names (None: unset or `auto`); a one-line ConfigError
+    naming the variable for any other value."""
+    choice = environ.get(ENV, "").strip().lower() or "auto"
+    if choice not in CHOICES:
+        raise ConfigError(f"{ENV}={choice!r}: expected one of {', '.join(CHOICES)}")
+    return None if choice == "auto" else choice
+
+
 @functools.lru_cache(maxsize=None)
 def current() -> Isa:
     """The ISA the kernels of this process are built for (see the module docstring)."""
-    choice = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if choice not in CHOICES:
-        raise ConfigError(f"{ENV}={choice!r}: expected one of {', '.join(CHOICES)}")
-    if choice == "auto":
-        return host_best()
-    return ISAS[choice]
+    choice = env_choice()
+    return host_best() if choice is None else ISAS[choice]
 

@@ -71,13 +71,12 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     timings["frontend_s"] = time.perf_counter() - clock
     _check_memory(optimized, ctx)
     clock = time.perf_counter()
-    with RecordStore(Path(cfg.records) if cfg.records else None) as records:
-        choices, tuning = ctx.tune(selection, records, progress, measure)
+    choices, tuning = _tune(ctx, selection, measure, progress)
     timings["tune_s"] = time.perf_counter() - clock
     plan = ctx.plan(selection, choices)
     with ArtifactWriter(out_dir) as writer:
         clock = time.perf_counter()
-        manifest = {**write_artifact(writer, plan, ctx, model_path), "tuning": tuning}
+        manifest = _written(writer, ctx, plan, tuning, model_path)
         timings["build_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
         if ctx.skip_verify:
@@ -96,34 +95,45 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     return CompileResult(Path(out_dir), manifest, timings)
 
 
+def _tune(ctx: CompileContext, selection, measure: Optional[Callable],
+          progress: Optional[Callable] = None) -> tuple[dict, dict]:
+    """(choices, the manifest's tuning record) of a selection, through the records file."""
+    with RecordStore(Path(ctx.cfg.records) if ctx.cfg.records else None) as records:
+        return ctx.tune(selection, records, progress, measure)
+
+
+def _written(writer: ArtifactWriter, ctx: CompileContext, plan, tuning: dict,
+             model_path: Path) -> dict:
+    """The artifact of `plan` written into `writer`'s staging directory: its manifest."""
+    return {**write_artifact(writer, plan, ctx, model_path), "tuning": tuning}
+
+
 def _recover(writer: ArtifactWriter, manifest: dict, ctx: CompileContext, graph,
              optimized, selection, choices: dict, tuning: dict, plan, model_path: Path,
              yardstick: Yardstick, failure: VerificationError, measure: Optional[Callable],
              verifier: Verifier) -> dict:
     """The verification recovery (`verification.recover_artifact`) with this compile's
     rebuilds: the same selection with other configs; and, where the default layout pass
-    changed the model, the model once more with its own NCHW layout."""
+    changed the model, the model once more with its own NCHW layout (its graph passes
+    run only if the exact-order rebuilds did not pass)."""
     def build(new_choices: dict) -> tuple[dict, CompileConfig]:
         writer.reset()
-        rebuilt = write_artifact(writer, ctx.plan(selection, new_choices), ctx, model_path)
-        return {**rebuilt, "tuning": tuning}, ctx.cfg
+        return (_written(writer, ctx, ctx.plan(selection, new_choices), tuning, model_path),
+                ctx.cfg)
 
-    retry = None
-    if ctx.cfg.layout == "auto":
+    def retry() -> Optional[tuple[dict, CompileConfig]]:
         nchw = ctx.with_config(layout="nchw")
         kept = nchw.optimize(graph)
-        if [n.op for n in kept.nodes] != [n.op for n in optimized.nodes]:
-            def retry() -> tuple[dict, CompileConfig]:
-                again = nchw.select(kept)
-                with RecordStore(Path(nchw.cfg.records) if nchw.cfg.records
-                                 else None) as records:
-                    kept_choices, kept_tuning = nchw.tune(again, records, None, measure)
-                writer.reset()
-                rebuilt = write_artifact(writer, nchw.plan(again, kept_choices), nchw,
-                                         model_path)
-                return {**rebuilt, "tuning": kept_tuning}, nchw.cfg
-    return recover_artifact(writer, manifest, plan, choices, failure, build, retry,
-                            yardstick, optimized, verifier)
+        if [n.op for n in kept.nodes] == [n.op for n in optimized.nodes]:
+            return None                     # the layout pass changed nothing
+        again = nchw.select(kept)
+        kept_choices, kept_tuning = _tune(nchw, again, measure)
+        writer.reset()
+        return (_written(writer, nchw, nchw.plan(again, kept_choices), kept_tuning,
+                         model_path), nchw.cfg)
+    return recover_artifact(writer, manifest, plan, choices, failure, build,
+                            retry if ctx.cfg.layout == "auto" else None, yardstick,
+                            optimized, verifier)
 
 
 def _check_memory(graph, ctx: CompileContext) -> None:

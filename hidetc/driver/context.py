@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from hidetc import cpu_isa
 from hidetc.compute.task import Task
 from hidetc.driver.backend import Backend, backend_for, backend_of
 from hidetc.driver.config import CompileConfig
@@ -129,13 +130,15 @@ def environment_options(environ: Mapping[str, str] = os.environ) -> dict[str, An
     """The compile options the environment sets, for the API boundary (the CLI and
     `compile_model` build their config with these under the caller's own): HIDETC_TUNE=0
     turns automatic tuning off (the test suite does: only the tuner's own tests pay for
-    it), HIDETC_CPU_ISA picks the cpu kernels' ISA (avx2 | avx512), HIDETC_DUMP a dump
-    directory. Nothing else in the compiler reads the environment."""
+    it), HIDETC_CPU_ISA picks the cpu kernels' ISA (avx2 | avx512: `cpu_isa.env_choice`,
+    the parser `cpu_isa.current` -- the ISA of the code a process builds to run itself --
+    shares), HIDETC_DUMP a dump directory. A compile reads nothing else from the
+    environment; a caller's own CompileConfig is taken as given."""
     found: dict[str, Any] = {}
     if environ.get("HIDETC_TUNE", "").strip() == "0":
         found["tune"] = False
-    isa = environ.get("HIDETC_CPU_ISA", "").strip().lower()
-    if isa and isa != "auto":
+    isa = cpu_isa.env_choice(environ)
+    if isa is not None:
         found["cpu_isa"] = isa
     if environ.get("HIDETC_DUMP"):
         found["dump_dir"] = environ["HIDETC_DUMP"]

@@ -6,12 +6,15 @@ Returns the manifest without its verification record (the verification stage add
 """
 from __future__ import annotations
 
-import hashlib
-import time
 from pathlib import Path
 
 from hidetc import __version__
-from hidetc.backends.runtime.artifact import FORMAT_VERSION, ArtifactWriter
+from hidetc.backends.runtime.artifact import (
+    FORMAT_VERSION,
+    ArtifactWriter,
+    sha256_file,
+    utc_now,
+)
 from hidetc.backends.runtime.weights import write_weights
 from hidetc.driver.launch import ExecutionPlan
 
@@ -22,8 +25,8 @@ def write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, ctx, model_path:
     backend, cfg = ctx.backend, ctx.cfg
     entries = write_weights(writer.path / "weights.bin", plan.weights)
     built = backend.build(plan, entries, writer.path, cfg, ctx.dump("tir"))
-    plan = plan.with_resources(built.pop("resources", {}))
-    resources = {r.kernel: r.resources for r in plan.launches if r.resources}
+    resources = built.pop("resources", {})      # per kernel name
+    plan = plan.with_resources(resources)
     graph = plan.graph
     inputs = [_spec(graph, v) for v in graph.inputs]
     outputs = [_spec(graph, v) for v in graph.outputs]
@@ -34,8 +37,8 @@ def write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, ctx, model_path:
         "machine": plan.machine.facts(),
         **backend.manifest_facts(plan.machine),
         "precision": cfg.precision,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "model": {"file": model_path.name, "sha256": _sha256(model_path)},
+        "created": utc_now(),
+        "model": {"file": model_path.name, "sha256": sha256_file(model_path)},
         "inputs": inputs,
         "outputs": outputs,
         "output_sources": plan.output_sources,
@@ -60,14 +63,6 @@ def write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, ctx, model_path:
         **built,
         "config": cfg.as_dict(),
     }
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _entry_dict(entry) -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Mapping, Optional
 
 from hidetc.backends.codegen.launcher import Arg, Launch
@@ -43,10 +44,6 @@ class LaunchRecord:
     choice: Mapping[str, Any]         # template, config, tuning (where the config came from)
     facts: Mapping[str, Any]          # flops and the target's launch facts
     resources: Mapping[str, Any] = field(default_factory=dict)   # the build's, per kernel
-
-    @property
-    def launch(self) -> Launch:
-        return Launch(self.kernel, self.args)
 
     def resolved(self, entries: Mapping[str, Any]) -> Launch:
         """The launch with its weight arguments at their offsets in the weights file."""
@@ -75,13 +72,14 @@ class ExecutionPlan:
     in_place: dict[str, str] = field(default_factory=dict)   # output -> value it overwrites
     value_bytes: dict[str, int] = field(default_factory=dict)   # arena value -> its size
 
-    @property
+    @cached_property
     def functions(self) -> dict[str, Function]:
         """Kernel name -> function, each distinct kernel once (launch order)."""
         return {r.kernel: r.function for r in self.launches}
 
-    @property
+    @cached_property
     def tasks(self) -> dict[str, Task]:
+        """Kernel name -> the anchor's task."""
         return {r.kernel: r.task for r in self.launches}
 
     def record(self, kernel: str) -> Optional[LaunchRecord]:

@@ -16,24 +16,10 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from hidetc.backends.runtime.artifact import read_manifest
+from hidetc.backends.runtime.artifact import profile_rows, read_manifest
 from hidetc.backends.runtime.contexts import OwnContext
 from hidetc.backends.runtime.select import make_executor
 from hidetc.errors import ArtifactError
-
-
-def profile_rows(manifest: dict, times: list[float]) -> list[dict]:
-    """Per launch (manifest order) with its time `times[i]` in ms: kernel, op, node,
-    template and config (None for a rule kernel) and, on cuda, grid and block and the
-    cost model's `estimate_us`, `blocks` and `waves` (measured beside estimated: what
-    fits the model's constants)."""
-    kernels = manifest["kernels"]
-    launches = (manifest.get("cuda") or {}).get("launches") or [{}] * len(kernels)
-    return [{"kernel": k["name"], "op": k["op"], "node": k.get("node"), "ms": t,
-             "template": k.get("template"), "config": k.get("config"),
-             **{key: launch[key] for key in ("grid", "block") if key in launch},
-             **{key: k[key] for key in ("estimate_us", "blocks", "waves") if key in k}}
-            for k, launch, t in zip(kernels, launches, times)]
 
 
 class Model:

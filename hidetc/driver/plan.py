@@ -33,7 +33,7 @@ from typing import Any, Mapping, Optional
 
 from hidetc.backends.codegen.launcher import Arg
 from hidetc.backends.runtime.memory_plan import MemoryPlan, PlanValue, plan_memory
-from hidetc.compute.task import Task, task_flops, task_of
+from hidetc.compute.task import Task, task_flops
 from hidetc.driver.launch import (
     ExecutionPlan,
     LaunchRecord,
@@ -46,6 +46,7 @@ from hidetc.errors import UnsupportedOpError
 from hidetc.fusion.graft import FusedKernel, GraftError, graft
 from hidetc.fusion.partition import FusionGroup
 from hidetc.graph.ir import Graph, Node, TensorType
+from hidetc.schedules.template import base_template
 from hidetc.target import Target
 from hidetc.tir import scratch
 from hidetc.tir.ir import Function
@@ -107,13 +108,13 @@ def _output_sources(graph: Graph, produced: set[str]) -> tuple[dict[str, int], l
     return slot_of, sources
 
 
-def _group_kernel(group: FusionGroup, nodes: dict[str, Node], graph: Graph, fn: Function
-                  ) -> FusedKernel:
-    """The group's kernel from its anchor's kernel `fn`, and its launch arguments."""
-    anchor = nodes[group.anchor]
+def _group_kernel(item: WorkItem, graph: Graph, fn: Function) -> FusedKernel:
+    """The item's group's kernel from its anchor's kernel `fn`, and its launch
+    arguments."""
+    anchor, group = item.anchor, item.group
     if not group.fused:
-        task = task_of(anchor, graph)
-        values = [anchor.inputs[i] for i in task.buffer_inputs] + [o for o in anchor.outputs if o]
+        values = [anchor.inputs[i] for i in item.task.buffer_inputs]
+        values += [o for o in anchor.outputs if o]
         values += [scratch.placeholder(b, kind) for b, kind in scratch.scratch_params(fn)]
         return FusedKernel(fn, tuple(values))
     return graft(fn, anchor, group, graph)
@@ -135,8 +136,8 @@ class _Kernels:
         chosen = self.choices.get(item.task)
         template, config = ((chosen.template, chosen.config) if chosen is not None
                             else (item.template, item.default))
-        choice = {"template": getattr(template, "base", template).name if template
-                  else "rule", "config": repr(config) if template else None}
+        choice = {"template": base_template(template).name if template else "rule",
+                  "config": repr(config) if template else None}
         if chosen is not None:
             choice["tuning"] = chosen.source
         return template, config, choice
@@ -161,7 +162,7 @@ class _Kernels:
         if key not in self.anchors:
             name = kernel_name(item.task)
             self.anchors[key] = (
-                getattr(template, "base", template).build(
+                base_template(template).build(
                     item.task, config, name, self.machine,
                     **({"prepacked": True} if packed else {}))
                 if template else self.backend.schedules.build_rule(item.task, name,
@@ -177,7 +178,7 @@ class _Kernels:
             key = key + (("prepacked", None, ()),)
         name = kernel_name(key)
         fn = self.anchor(item, template, config, packed is not None)
-        fused = _group_kernel(item.group, nodes, graph, replace(fn, name=name))
+        fused = _group_kernel(item, graph, replace(fn, name=name))
         if packed is not None:   # the anchor's own weights slot (its inputs come first)
             args = list(fused.args)
             args[args.index(item.anchor.inputs[1])] = packed
@@ -197,7 +198,7 @@ def _kernels(selection: Selection, kernels: _Kernels, backend, machine: Target
     graph = selection.graph
     nodes = {n.name: n for n in graph.nodes}
     position = {n.name: i for i, n in enumerate(graph.nodes)}
-    decided = {i.task: (i.template, i.default) for i in selection.items}
+    decided = dict(selection.decided)
     built: list[_Built] = []
     fallbacks: list[dict] = []
     pending = list(selection.items)

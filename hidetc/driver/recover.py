@@ -35,6 +35,7 @@ import numpy as np
 from hidetc.driver.divergence import KernelError, kernel_errors
 from hidetc.driver.launch import ExecutionPlan
 from hidetc.driver.tune.search import Choice
+from hidetc.schedules.template import base_template
 
 SOURCE = "exact (verification recovery)"
 
@@ -59,8 +60,7 @@ def fallbacks(plan: ExecutionPlan, choices: Mapping[Any, Choice],
         choice = choices.get(task) if task is not None else None
         if choice is None:
             continue
-        exact = getattr(getattr(choice.template, "base", choice.template), "exact_config",
-                        None)
+        exact = getattr(base_template(choice.template), "exact_config", None)
         config = exact(task, choice.config, plan.machine) if exact is not None else None
         if config is None or config == choice.config:
             continue

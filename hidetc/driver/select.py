@@ -4,7 +4,8 @@ The optimized graph is partitioned into fusion groups (`hidetc.fusion.partition`
 the target's prologue refusals) ONCE, and each group becomes a `WorkItem`: its anchor,
 the anchor's task, the template that schedules that task on the target (None: a rule
 builds it) in the form the plan runs it (on the cpu the prepacked form for constant
-weights: `ScheduleModule.anchor_template`), that template's default config, and
+weights) and that template's default config (both from
+`ScheduleModule.anchor_template`, once per distinct task: `Selection.decided`), and
 whether the anchor's weights are a graph constant. The tuner then fills a config per
 distinct templated task (`Selection.templated`); the plan builds every item's kernel
 with it. Nothing downstream partitions or picks a template again -- but for the one
@@ -39,11 +40,15 @@ class WorkItem:
 
 @dataclass(frozen=True)
 class Selection:
-    """The work of one compile: the graph, its items, and how it was partitioned."""
+    """The work of one compile: the graph, its items, how it was partitioned, and
+    `decided`: task -> (template, default) of every task selected so far (the items'
+    and any `known` ones), for a re-selection or a smaller group to reuse; read-only
+    (who decides more works on a copy)."""
     graph: Graph
     items: tuple[WorkItem, ...]
     fuse: bool
     keep: frozenset[str] = field(default_factory=frozenset)
+    decided: Mapping[Task, tuple[Any, Any]] = field(default_factory=dict, compare=False)
 
     def templated(self) -> list[tuple[Task, Any, Any]]:
         """(task, template, default) of every distinct templated task, in order: what
@@ -69,7 +74,7 @@ def select(graph: Graph, backend, machine: Target, fuse: bool = True,
     nodes = {n.name: n for n in graph.nodes}
     items = [work_item(group, graph, nodes, backend, machine, decided)
              for group in partition(graph, fuse, backend.refusals, keep)]
-    return Selection(graph, tuple(items), fuse, keep)
+    return Selection(graph, tuple(items), fuse, keep, decided)
 
 
 def work_item(group: FusionGroup, graph: Graph, nodes: Mapping[str, Node], backend,
@@ -80,7 +85,6 @@ def work_item(group: FusionGroup, graph: Graph, nodes: Mapping[str, Node], backe
     task = task_of(anchor, graph)
     weights = constant_weights(anchor, graph)
     if task not in decided:
-        template = backend.schedules.anchor_template(task, weights, machine)
-        decided[task] = (template, template.default(task, machine) if template else None)
+        decided[task] = backend.schedules.anchor_template(task, weights, machine)
     template, default = decided[task]
     return WorkItem(group, anchor, task, template, default, weights)

@@ -9,6 +9,10 @@ kernel is for: every machine fact a template uses (cores, vector lanes, SMs, sha
 memory) comes from it, never from the host or a constant. Kernels must be correct for
 every config on every shape (predicated or clamped loads and stores), so the tuner may
 pick any of them.
+
+A template may wrap another one (the cpu's `prepack.Prepacked`: the same space and
+default, the kernel built to read prepacked weights); the wrapper names the template it
+wraps in its `base` attribute, and `base_template` unwraps it.
 """
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ from hidetc.compute.task import Task
 from hidetc.target import CpuTarget, CudaTarget, Target
 from hidetc.tir.ir import Function
 
-__all__ = ["MAX_SPACE", "Config", "CpuTarget", "CudaTarget", "Target", "Template"]
+__all__ = ["MAX_SPACE", "Config", "CpuTarget", "CudaTarget", "Target", "Template",
+           "base_template"]
 
 MAX_SPACE = 200
 
@@ -35,3 +40,9 @@ class Template(Protocol):
     def default(self, task: Task, target: Target) -> Config: ...
 
     def build(self, task: Task, config: Config, name: str, target: Target) -> Function: ...
+
+
+def base_template(template):
+    """The template a wrapper template wraps (its `base`), else `template` itself (None
+    stays None). Assumes a wrapper's `base` is a plain template: one level to unwrap."""
+    return getattr(template, "base", template)

@@ -11,6 +11,7 @@ from helpers.fusion_graphs import resnet_block
 
 import hidetc
 import models
+from hidetc.backends.runtime.artifact import read_manifest
 from hidetc.driver import select as select_module
 from hidetc.driver.backend import BACKENDS
 from hidetc.driver.config import CompileConfig
@@ -72,11 +73,18 @@ def test_the_plan_is_its_launch_records(tmp_path):
             assert arg.space in ("arena", "input", "output", "weights")
             if arg.space == "arena":
                 assert plan.memory.offsets[value] == arg.index
-        entry = record.manifest_entry(plan.graph)
-        assert entry["name"] == record.kernel and entry["args"] == list(record.values)
-        assert entry["flops"] == record.facts["flops"] and entry["task"]
     assert set(plan.graph.outputs) <= values
     assert len(plan.functions) <= len(plan.launches)
+    # the artifact's manifest, as written to disk, holds those launches: each entry is
+    # its record's (the build adds its resources)
+    hidetc.compile_model(path, tmp_path / "out", target="cpu", tune=False, verify=False)
+    kernels = read_manifest(tmp_path / "out")["kernels"]
+    assert len(kernels) == len(plan.launches)
+    for entry, record in zip(kernels, plan.launches):
+        derived = record.manifest_entry(plan.graph)
+        assert entry["name"] == record.kernel and entry["args"] == list(record.values)
+        assert entry["flops"] == record.facts["flops"] and entry["task"]
+        assert {k: entry[k] for k in derived} == derived
 
 
 def test_decisions_come_from_the_config():
@@ -92,3 +100,5 @@ def test_decisions_come_from_the_config():
     assert environment_options({"HIDETC_TUNE": "0", "HIDETC_CPU_ISA": "avx2"}) == \
         {"tune": False, "cpu_isa": "avx2"}
     assert environment_options({"HIDETC_CPU_ISA": "auto"}) == {}
+    with pytest.raises(ConfigError, match="HIDETC_CPU_ISA='sse9'"):   # named as set
+        environment_options({"HIDETC_CPU_ISA": "sse9"})

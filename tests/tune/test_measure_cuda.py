@@ -192,6 +192,12 @@ def test_f16_tensor_core_matmul_checked_at_1e_2(tmp_path, monkeypatch):
 
 def test_backend_choice():
     from hidetc.backends.runtime.select import gpu_available
+    with pytest.raises(ValueError, match="cuda candidates need that target's measurer"):
+        measure_candidates(relu_task(), FakeReluTemplate(), [FakeConfig("good")],
+                           target=targets.CUDA)
+    with pytest.raises(ValueError, match="cuda candidates need that target's measurer"):
+        prebuild([(relu_task(), FakeReluTemplate(), [FakeConfig("good")])],
+                 target=targets.CUDA)
     with pytest.raises(HidetcError, match="unknown cuda measuring backend 'tpu'"):
         measure_candidates(relu_task(), FakeReluTemplate(), [FakeConfig("good")],
                            target=targets.CUDA, measurer=measure_cuda, backend="tpu")

@@ -254,6 +254,20 @@ def read_manifest(out_dir: str | os.PathLike, *, verify_checksums: bool = True) 
 # ---------------------------------------------------------------- writing
 
 
+def profile_rows(manifest: dict, times: list[float]) -> list[dict]:
+    """Per launch (manifest order) with its time `times[i]` in ms: kernel, op, node,
+    template and config (None for a rule kernel) and, on cuda, grid and block and the
+    cost model's `estimate_us`, `blocks` and `waves` (measured beside estimated: what
+    fits the model's constants)."""
+    kernels = manifest["kernels"]
+    launches = (manifest.get("cuda") or {}).get("launches") or [{}] * len(kernels)
+    return [{"kernel": k["name"], "op": k["op"], "node": k.get("node"), "ms": t,
+             "template": k.get("template"), "config": k.get("config"),
+             **{key: launch[key] for key in ("grid", "block") if key in launch},
+             **{key: k[key] for key in ("estimate_us", "blocks", "waves") if key in k}}
+            for k, launch, t in zip(kernels, launches, times)]
+
+
 def check_output_dir(out_dir: str | os.PathLike) -> None:
     """ArtifactError unless OUT may be (re)written: it does not exist, or it is a hidetc
     artifact (has manifest.yaml), or it is an empty directory. Call it before a long

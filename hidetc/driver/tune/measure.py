@@ -119,10 +119,10 @@ def measure_candidates(task: Task, template, configs: Sequence[Config], *,
     """One result per config, in order (see the module docstring). `progress(n)` is
     called with the number of configs finished so far. `target`: the Target the
     kernels are built for (default: this host's cpu); `measurer`: its target's
-    (`measure_cpu` by default)."""
+    (`measure_cpu` by default: another target must name its backend's)."""
     stats = stats if stats is not None else MeasureStats()
     target = target if target is not None else detect_cpu()
-    results = (measurer or measure_cpu)(
+    results = (measurer or _cpu_default(target, measure_cpu))(
         task, template, list(configs), repeat=repeat, timeout_s=timeout_s,
         jobs=jobs or default_jobs(), progress=progress, stats=stats, machine=target,
         arch=arch, backend=backend, budget_rtol=budget_rtol)
@@ -258,12 +258,22 @@ def prebuild(work: Sequence[tuple[Task, Any, Sequence[Config]]], *,
     """Compile the candidates of many tasks ahead of measuring them, `jobs` translation
     units at a time across all tasks (a task's short list is one unit, so building task
     by task would leave cores idle), with the target's `builder` (`prebuild_cpu` by
-    default). Only fills the build caches: `measure_candidates` then finds every unit
-    built; errors are left for it to report."""
+    default: another target must name its backend's). Only fills the build caches:
+    `measure_candidates` then finds every unit built; errors are left for it to
+    report."""
     if work:
-        (builder or prebuild_cpu)(work, jobs=jobs or default_jobs(),
-                                  machine=target if target is not None else detect_cpu(),
-                                  arch=arch, backend=backend)
+        target = target if target is not None else detect_cpu()
+        (builder or _cpu_default(target, prebuild_cpu))(
+            work, jobs=jobs or default_jobs(), machine=target, arch=arch, backend=backend)
+
+
+def _cpu_default(target: Target, default: Callable) -> Callable:
+    """The cpu's measurer or builder where the caller named none: only for a cpu
+    target (measuring another target's kernels on the cpu would time the wrong code)."""
+    if not isinstance(target, CpuTarget):
+        raise ValueError(f"{target.kind} candidates need that target's measurer and "
+                         f"builder (its backend's), not the cpu's")
+    return default
 
 
 def prebuild_cpu(work: Sequence[tuple[Task, Any, Sequence[Config]]], *, jobs: int,

@@ -96,8 +96,9 @@ def supports(op: str) -> bool:
 
 
 def check_node(node, graph) -> None:
-    """The plan's per-node refusal (fused members never reach `build_kernel`'s own
-    dtype check): `check_op_dtypes` on the node's values."""
+    """The plan's per-node refusal (fused members never reach the dtype check
+    `kernel_choice` and `build_rule` make on an anchor's task): `check_op_dtypes` on
+    the node's values."""
     check_op_dtypes(node.op, (graph.types[v].dtype for v in (*node.inputs, *node.outputs)
                               if v), f"node {node.name!r}")
 
@@ -130,8 +131,8 @@ def kernel_facts(fn: Function, target: CpuTarget, task: Task) -> dict:
 def check_op_dtypes(op: str, dtypes: Iterable[str], where: str = "") -> None:
     """Refuse cleanly (UnsupportedOpError) float16/bfloat16 tensors of the float32-only
     templates and narrow-typed tensors of ops that would compute on them. `hidetc.driver.plan`
-    runs it on every node (fused members never reach `build_kernel`); `where` names the
-    node in the message."""
+    runs it on every node (`check_node`: fused members never reach `check_dtypes`);
+    `where` names the node in the message."""
     label = f"{where} ({op})" if where else op
     for dtype in dtypes:
         if dtype in HALF_DTYPES and op in FLOAT32_ONLY:
@@ -147,21 +148,19 @@ def check_dtypes(task: Task) -> None:
 
 
 def build_kernel(task: Task, name: str, target: CpuTarget) -> Function:
-    """The kernel of `task` for `target`: a templated op's default config
-    (`kernel_choice`), else its rule."""
-    if not supports(task.op):
-        raise UnsupportedOpError(f"{task.op}: no CPU kernel for this op")
-    check_dtypes(task)
-    if empty.is_empty(task):
-        return empty.build_empty(task, name, "cpu")
-    template, config = kernel_choice(task, target)
-    if template is not None:
-        return template.build(task, config, name, target)
-    return build_rule(task, name, target)
+    """The kernel of `task` for `target`: `kernel_choice`'s template with its default
+    config, else (no template, or an empty task) `build_rule`, which refuses what this
+    target cannot run."""
+    template, config = (None, None) if empty.is_empty(task) else kernel_choice(task, target)
+    if template is None:
+        return build_rule(task, name, target)
+    return template.build(task, config, name, target)
 
 
 def build_rule(task: Task, name: str, target: CpuTarget) -> Function:
-    """The rule kernel of a task the selection gave no template."""
+    """The rule kernel of a task the selection gave no template (an empty task: an empty
+    kernel). Refuses (UnsupportedOpError) an op without a CPU kernel and the dtypes
+    `check_dtypes` refuses."""
     if not supports(task.op):
         raise UnsupportedOpError(f"{task.op}: no CPU kernel for this op")
     check_dtypes(task)
@@ -172,16 +171,18 @@ def build_rule(task: Task, name: str, target: CpuTarget) -> Function:
     return RULES[task.op](task, name)
 
 
-def anchor_template(task: Task, constant_weights: bool, target: CpuTarget) -> Any:
-    """The template the selection gives an anchor task (None: a rule builds it):
-    `kernel_choice`'s, in its prepacked form (`prepack.Prepacked`: the weights packed
-    once at compile time, the candidates timed so) when the anchor's weights are a
-    graph constant and the template has that form."""
-    template, _ = kernel_choice(task, target)
+def anchor_template(task: Task, constant_weights: bool, target: CpuTarget
+                    ) -> tuple[Any, Any]:
+    """(template, its default config for `target`) the selection gives an anchor task
+    ((None, None): a rule builds it): `kernel_choice`'s, the template in its prepacked
+    form (`prepack.Prepacked`: the weights packed once at compile time, the candidates
+    timed so) when the anchor's weights are a graph constant and the template has that
+    form -- the default is the same either way (the wrapper's is its base's)."""
+    template, default = kernel_choice(task, target)
     if template is None or not constant_weights:
-        return template
+        return template, default
     packed = prepack.for_constant_weights(template)
-    return packed if packed is not None else template
+    return (packed if packed is not None else template), default
 
 
 def kernel_choice(task: Task, target: CpuTarget) -> tuple[Template | None, Any]:

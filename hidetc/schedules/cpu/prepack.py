@@ -10,7 +10,8 @@ space and default, `build` makes the prepacked kernel (for the configs `can_prep
 accepts; the others build as usual) and `prepare_inputs` packs a measuring run's random
 weights for a config, so candidates are timed as they will run. Its name
 (`<template>+prepacked`) keys its own tuning records. `for_constant_weights(template)`
-gives the wrapper of a template that has one, else None; `base(template)` unwraps.
+gives the wrapper of a template that has one, else None;
+`hidetc.schedules.template.base_template` unwraps (its `base`).
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ MODULES = {"cpu.conv": "hidetc.schedules.cpu.conv", "cpu.matmul": "hidetc.schedu
 
 
 class Prepacked:
+    """`base`'s prepacked form (`base`: the template it wraps, for
+    `hidetc.schedules.template.base_template`)."""
+
     def __init__(self, template):
         self.base = template
         self.name = f"{template.name}+prepacked"
@@ -81,8 +85,3 @@ def for_constant_weights(template) -> Prepacked | None:
     if template is None or getattr(template, "name", None) not in MODULES:
         return None
     return Prepacked(template)
-
-
-def base(template):
-    """The template a (possibly) `Prepacked` one wraps."""
-    return template.base if isinstance(template, Prepacked) else template

@@ -122,20 +122,18 @@ def kernel_facts(fn: Function, target: CudaTarget, task: Task) -> dict:
 
 
 def build_kernel(task: Task, name: str, target: CudaTarget) -> Function:
-    """The kernel of `task` for `target`: a templated task's default config
-    (`kernel_choice`), else its rule."""
-    if not supports(task.op):
-        raise UnsupportedOpError(f"{task.op}: no CUDA kernel for this op")
-    if is_empty(task):
-        return build_empty(task, name, "cuda")
-    template, config = kernel_choice(task, target)
-    if template is not None:
-        return template.build(task, config, name, target)
-    return build_rule(task, name, target)
+    """The kernel of `task` for `target`: `kernel_choice`'s template with its default
+    config, else (no template, or an empty task) `build_rule`, which refuses an op
+    without a CUDA kernel."""
+    template, config = (None, None) if is_empty(task) else kernel_choice(task, target)
+    if template is None:
+        return build_rule(task, name, target)
+    return template.build(task, config, name, target)
 
 
 def build_rule(task: Task, name: str, target: CudaTarget) -> Function:
-    """The rule kernel of a task the selection gave no template."""
+    """The rule kernel of a task the selection gave no template (an empty task: an empty
+    kernel). Refuses (UnsupportedOpError) an op without a CUDA kernel."""
     if not supports(task.op):
         raise UnsupportedOpError(f"{task.op}: no CUDA kernel for this op")
     if is_empty(task):
@@ -143,10 +141,12 @@ def build_rule(task: Task, name: str, target: CudaTarget) -> Function:
     return RULES[task.op](task, name)
 
 
-def anchor_template(task: Task, constant_weights: bool, target: CudaTarget) -> Any:
-    """The template the selection gives an anchor task (None: a rule builds it):
-    `kernel_choice`'s (weights are read as they are on cuda)."""
-    return kernel_choice(task, target)[0]
+def anchor_template(task: Task, constant_weights: bool, target: CudaTarget
+                    ) -> tuple[Any, Any]:
+    """(template, its default config for `target`) the selection gives an anchor task
+    ((None, None): a rule builds it): `kernel_choice`'s (weights are read as they are
+    on cuda)."""
+    return kernel_choice(task, target)
 
 
 def kernel_choice(task: Task, target: CudaTarget) -> tuple[Template | None, Any]:
