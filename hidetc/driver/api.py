@@ -65,7 +65,7 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     model_path = Path(model_path)
     timings: dict[str, float] = {}
     clock = time.perf_counter()
-    graph = load_model(model_path, shapes=cfg.shapes)
+    graph = load_model(model_path, **cfg.bindings)
     optimized = ctx.optimize(graph)
     selection = ctx.select(optimized)
     timings["frontend_s"] = time.perf_counter() - clock

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 import yaml
 
 from hidetc.errors import ConfigError
+from hidetc.graph.dims import parse_size
 
 TARGETS = ("auto", "cpu", "cuda")
 PRECISIONS = ("f32", "f16")
@@ -71,8 +72,12 @@ class CompileConfig:
                                   # None: the target backend's default
     records: str | None = None    # the tuning records file (default: in the cache dir)
     layout: str = "auto"          # "nchw": keep the model's NCHW convolutions
-    shapes: dict[str, list[int]] | None = None  # input name -> shape, binding the inputs
-                                  # whose dims are symbolic or unknown in the ONNX file
+    shapes: dict[str, list[int | str]] | None = None  # input name -> per dim a size or a
+                                  # range "1..512", binding the inputs whose dims are
+                                  # symbolic or unknown in the ONNX file
+    dims: dict[str, int | str] | None = None   # the file's named dims -> a size or range
+    shape_opts: dict[str, list[list[int]]] | None = None   # input -> shapes to tune at
+    dim_opts: dict[str, list[int]] | None = None           # named dim -> sizes to tune at
 
     def __post_init__(self):
         if self.target not in TARGETS:
@@ -94,32 +99,85 @@ class CompileConfig:
                               f"got {self.cpu_isa!r}")
         if self.space is not None and self.space not in (0, 1, 2):
             raise ConfigError(f"space: expected 0, 1 or 2, got {self.space!r}")
-        if self.shapes is not None:
-            object.__setattr__(self, "shapes", _check_shapes(self.shapes))
+        for key, check in (("shapes", _check_shapes), ("dims", _check_dims),
+                           ("shape_opts", _check_shape_opts), ("dim_opts", _check_dim_opts)):
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, check(getattr(self, key)))
 
     @property
     def tolerance(self) -> float:
         """The verification bound: `rtol` when given, else the precision's default."""
         return float(self.rtol) if self.rtol is not None else TOLERANCES[self.precision]
 
+    @property
+    def bindings(self) -> dict[str, Any]:
+        """The input bindings as `load_model` takes them."""
+        return {"shapes": self.shapes, "dims": self.dims, "shape_opts": self.shape_opts,
+                "dim_opts": self.dim_opts}
+
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def _check_shapes(shapes: Any) -> dict[str, list[int]]:
-    """`shapes` as {name: [positive ints]}; ConfigError naming the bad entry."""
-    if not isinstance(shapes, Mapping):
-        raise ConfigError(f"shapes: expected a mapping of input name: [dims], got {shapes!r}")
+def _names(key: str, value: Any, what: str) -> Mapping:
+    if not isinstance(value, Mapping) or not all(isinstance(n, str) and n for n in value):
+        raise ConfigError(f"{key}: expected a mapping of {what}, got {value!r}")
+    return value
+
+
+def _size(key: str, name: str, value: Any) -> int | str:
+    """A positive int, or the text of a size range "lo..hi" (kept as text)."""
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        text = str(int(value))
+    elif isinstance(value, str):
+        text = value
+    else:
+        raise ConfigError(f"{key}: {name!r}: expected a positive size or a range like "
+                          f"1..512, got {value!r}")
+    try:
+        rng = parse_size(text)
+    except ValueError as error:
+        raise ConfigError(f"{key}: {name!r}: {error}") from None
+    return rng.lo if rng.fixed and "." not in text else str(rng)
+
+
+def _positive_ints(key: str, name: str, values: Any) -> list[int]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or \
+            not values or not all(isinstance(d, Integral) and not isinstance(d, bool)
+                                  and d > 0 for d in values):
+        raise ConfigError(f"{key}: {name!r}: expected a list of positive ints, got {values!r}")
+    return [int(d) for d in values]
+
+
+def _check_shapes(shapes: Any) -> dict[str, list[int | str]]:
+    """`shapes` as {name: [a positive int or a range "lo..hi" per dim]}; ConfigError
+    naming the bad entry."""
     checked = {}
-    for name, dims in shapes.items():
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"shapes: expected input names, got {name!r}")
-        if isinstance(dims, (str, bytes)) or not isinstance(dims, (list, tuple)) or not all(
-                isinstance(d, Integral) and not isinstance(d, bool) and d > 0 for d in dims):
-            raise ConfigError(f"shapes: input {name!r}: expected a list of positive ints, "
-                              f"got {dims!r}")
-        checked[name] = [int(d) for d in dims]
+    for name, dims in _names("shapes", shapes, "input name: [dims]").items():
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, (list, tuple)):
+            raise ConfigError(f"shapes: input {name!r}: expected a list of positive ints "
+                              f"or ranges like 1..512, got {dims!r}")
+        checked[name] = [_size("shapes", name, d) for d in dims]
     return checked
+
+
+def _check_dims(dims: Any) -> dict[str, int | str]:
+    return {name: _size("dims", name, value)
+            for name, value in _names("dims", dims, "dimension name: size or range").items()}
+
+
+def _check_shape_opts(opts: Any) -> dict[str, list[list[int]]]:
+    checked = {}
+    for name, shapes in _names("shape_opts", opts, "input name: [shapes]").items():
+        if not isinstance(shapes, (list, tuple)) or not shapes:
+            raise ConfigError(f"shape_opts: {name!r}: expected a list of shapes, got {shapes!r}")
+        checked[name] = [_positive_ints("shape_opts", name, s) for s in shapes]
+    return checked
+
+
+def _check_dim_opts(opts: Any) -> dict[str, list[int]]:
+    return {name: _positive_ints("dim_opts", name, sizes)
+            for name, sizes in _names("dim_opts", opts, "dimension name: [sizes]").items()}
 
 
 def f16_needs_cuda(note: str = "") -> str:

@@ -52,7 +52,7 @@ def check_kernels(model: Model, model_path: str | os.PathLike,
     machine = (target_from_facts(manifest["machine"]) if manifest.get("machine")
                 else default_target(manifest["target"]))
     ctx = CompileContext.for_machine(machine, **_options(cfg))
-    graph = ctx.optimize(load_model(Path(model_path), shapes=cfg.shapes))
+    graph = ctx.optimize(load_model(Path(model_path), **cfg.bindings))
     reference = run_graph(graph, inputs, keep_all=True)
 
     def over(error: KernelError) -> bool:

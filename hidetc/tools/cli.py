@@ -27,6 +27,7 @@ from hidetc.driver.kernel_check import check_kernels
 from hidetc.driver.tune.keys import cpu_device
 from hidetc.driver.verify import time_call
 from hidetc.errors import ConfigError, HidetcError
+from hidetc.graph.dims import parse_opt_shape, parse_shape, parse_size, parse_sizes
 from hidetc.schedules.catalog import format_spaces, template_spaces
 from hidetc.tools.inspect import describe, summary_json
 from hidetc.tools.run_report import compare_with_ort, describe_array, load_inputs, save_npz
@@ -101,18 +102,32 @@ def main(debug: bool) -> None:
               help="auto (default): the target's layout pass (cpu: NHWC convolutions "
                    "with C/G >= 8); nchw: keep the model's NCHW convolutions.")
 @click.option("--seed", type=int, default=None, help="Seed of the random verification input.")
-@click.option("--shape", "shape_args", multiple=True, metavar="NAME=1x3x224x224",
-              help="Bind the shape of input NAME (needed when the model leaves a dim "
-                   "symbolic or unknown); repeatable.")
+@click.option("--shape", "shape_args", multiple=True, metavar="NAME=1x1..512",
+              help="Bind the shape of input NAME: per dimension a size or a range of "
+                   "sizes (needed where the model leaves a dim symbolic or unknown); "
+                   "repeatable.")
+@click.option("--dim", "dim_args", multiple=True, metavar="NAME=1..512",
+              help="Bind the model's named dimension NAME (every input using it) to a "
+                   "size or a range of sizes; repeatable.")
+@click.option("--shape-opt", "shape_opt_args", multiple=True, metavar="NAME=1x128",
+              help="A shape of input NAME to tune at; repeatable.")
+@click.option("--dim-opt", "dim_opt_args", multiple=True, metavar="NAME=16,64,128",
+              help="Sizes of the named dimension NAME to tune at (default: a few sizes "
+                   "spread over its range); repeatable.")
 @_handle_errors
 def compile_cmd(model, out_dir, target, precision, arch, gpu, cpu_isa, cpu_cores, preset,
-                sample, no_verify, no_fuse, tune, space, records, layout, seed, shape_args):
+                sample, no_verify, no_fuse, tune, space, records, layout, seed, shape_args,
+                dim_args, shape_opt_args, dim_opt_args):
     """Compile MODEL (.onnx) into the artifact directory OUT."""
     overrides = {"target": target, "precision": precision, "arch": arch, "sample": sample,
                  "gpu": gpu, "cpu_cores": cpu_cores, "cpu_isa": cpu_isa,
                  "seed": seed, "verify": False if no_verify else None,
                  "fuse": False if no_fuse else None, "tune": tune, "space": space,
-                 "records": records, "layout": layout, "shapes": _parse_shapes(shape_args)}
+                 "records": records, "layout": layout, "shapes": _parse_shapes(shape_args),
+                 "dims": _named_args("--dim", dim_args, "NAME=1..512", parse_size, str),
+                 "shape_opts": _parse_shape_opts(shape_opt_args),
+                 "dim_opts": _named_args("--dim-opt", dim_opt_args, "NAME=16,64,128",
+                                         parse_sizes, list)}
     with _TuneProgress() as progress:
         result = api.compile_model(model, out_dir, preset=preset, progress=progress,
                                    **overrides)
@@ -140,20 +155,55 @@ def _machine_line(facts: dict) -> str:
             f"{facts.get('shared_optin_bytes', 0) // 1024} KiB shared memory per block)")
 
 
-def _parse_shapes(args: tuple[str, ...]) -> dict[str, list[int]] | None:
-    """--shape NAME=1x3x224x224 (or NAME=1,3,224,224), repeatable -> {name: dims}."""
-    shapes: dict[str, list[int]] = {}
+def _split(flag: str, arg: str, form: str) -> tuple[str, str]:
+    name, sep, value = arg.rpartition("=")
+    if not sep or not name or not value:
+        raise ConfigError(f"{flag} {arg!r}: expected {form}")
+    return name, value
+
+
+def _parse_shapes(args: tuple[str, ...]) -> dict[str, list[int | str]] | None:
+    """--shape NAME=1x3x224x224 (or NAME=1,3,224,224; a dim may be a range 1..512),
+    repeatable -> {name: dims}."""
+    shapes: dict[str, list[int | str]] = {}
+    form = "NAME=D0xD1x... with positive dims or ranges, e.g. input=1x3x224x224 or ids=1x1..512"
     for arg in args:
-        name, sep, dims = arg.rpartition("=")
-        parts = dims.replace(",", "x").split("x") if dims else []
-        good = all(p.isascii() and p.isdigit() and int(p) > 0 for p in parts)
-        if not sep or not name or not parts or not good:
-            raise ConfigError(f"--shape {arg!r}: expected NAME=D0xD1x... with positive "
-                              f"dims, e.g. input=1x3x224x224")
+        name, dims = _split("--shape", arg, form)
+        try:
+            ranges = parse_shape(dims)
+        except ValueError:
+            raise ConfigError(f"--shape {arg!r}: expected {form}") from None
         if name in shapes:
             raise ConfigError(f"--shape: input {name!r} is given twice")
-        shapes[name] = [int(p) for p in parts]
+        shapes[name] = [r.lo if r.fixed else str(r) for r in ranges]
     return shapes or None
+
+
+def _parse_shape_opts(args: tuple[str, ...]) -> dict[str, list[list[int]]] | None:
+    """--shape-opt NAME=1x128, repeatable (several per input) -> {name: [shapes]}."""
+    opts: dict[str, list[list[int]]] = {}
+    for arg in args:
+        name, dims = _split("--shape-opt", arg, "NAME=D0xD1x..., e.g. ids=1x128")
+        try:
+            opts.setdefault(name, []).append(parse_opt_shape(dims))
+        except ValueError as error:
+            raise ConfigError(f"--shape-opt {arg!r}: {error}") from None
+    return opts or None
+
+
+def _named_args(flag: str, args: tuple[str, ...], form: str, parse, keep) -> dict | None:
+    """FLAG NAME=VALUE, repeatable, once per name -> {name: keep(parse(VALUE))}."""
+    found: dict = {}
+    for arg in args:
+        name, value = _split(flag, arg, form)
+        try:
+            parsed = parse(value)
+        except ValueError as error:
+            raise ConfigError(f"{flag} {arg!r}: {error}") from None
+        if name in found:
+            raise ConfigError(f"{flag}: {name!r} is given twice")
+        found[name] = keep(parsed)
+    return found or None
 
 
 class _TuneProgress:

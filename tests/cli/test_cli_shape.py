@@ -69,7 +69,8 @@ def test_shape_binds_the_symbolic_batch_and_runs(model_path, tmp_path):
 def test_dynamic_dim_without_shape_is_a_clean_error(tmp_path, unknown):
     onnx.save(_symbolic_batch(unknown), tmp_path / "dyn.onnx")
     result = invoke("compile", tmp_path / "dyn.onnx", "-o", tmp_path / "out", "--target", "cpu")
-    assert_one_line_error(result, "input 'x' dim 0", "--shape")
+    assert_one_line_error(result, "input 'x' dim 0",
+                          "--shape x=Nx3" if unknown else "--dim N=128 (one size)")
     assert not (tmp_path / "out").exists()
 
 
@@ -118,3 +119,47 @@ def test_config_validates_shapes(tmp_path):
     preset = tmp_path / "p.yaml"
     preset.write_text("shapes:\n  x: [4, 3]\n")
     assert make_config(str(preset)).shapes == {"x": [4, 3]}
+
+
+def test_dim_binds_a_named_dimension_for_every_input(model_path, tmp_path):
+    """--dim N=4 binds the file's dimension 'N' (x's batch) by name: the static compile."""
+    out = tmp_path / "out"
+    result = invoke("compile", model_path, "-o", out, "--target", "cpu", "--dim", "N=4")
+    assert result.exit_code == 0, result.output + str(result.exception)
+    manifest = yaml.safe_load((out / "manifest.yaml").read_text())
+    assert manifest["inputs"] == [{"name": "x", "dtype": "float32", "shape": [4, 3]}]
+    assert manifest["config"]["dims"] == {"N": 4}
+
+
+@pytest.mark.parametrize("args,fragments", [
+    (["--dim", "N"], ["--dim 'N'", "NAME=1..512"]),
+    (["--dim", "N=0"], ["--dim 'N=0'", "a range of sizes (1..512)"]),
+    (["--dim", "N=4", "--dim", "N=5"], ["--dim: 'N' is given twice"]),
+    (["--dim", "M=4"], ["--dim names 'M'", "named dimensions: N"]),
+    (["--dim", "N=1..2x3"], ["--dim 'N=1..2x3'"]),
+    (["--shape", "x=1..0x3"], ["--shape 'x=1..0x3'", "ids=1x1..512"]),
+    (["--shape-opt", "x=2xa"], ["--shape-opt 'x=2xa'", "e.g. 1x128"]),
+    (["--dim-opt", "N=4,,5"], ["--dim-opt 'N=4,,5'", "16,64,128"]),
+    (["--dim", "N=1..8", "--dim-opt", "N=9"], ["tuning size 9 of dimension 'N' is outside "
+                                               "its range 1..8"]),
+    (["--dim", "N=1..8"], ["dimension 'N' is bound to the range 1..8",
+                           "not built yet"]),
+])
+def test_bad_ranges_and_tuning_sizes_are_one_line_errors(model_path, tmp_path, args,
+                                                         fragments):
+    result = invoke("compile", model_path, "-o", tmp_path / "out", "--target", "cpu", *args)
+    assert_one_line_error(result, *fragments)
+    assert not (tmp_path / "out").exists()
+
+
+def test_config_validates_ranges_and_tuning_sizes():
+    cfg = CompileConfig(shapes={"x": [1, "1..512"]}, dims={"seq": "1..512", "b": 2},
+                        shape_opts={"x": [[1, 64]]}, dim_opts={"seq": (16, 128)})
+    assert cfg.shapes == {"x": [1, "1..512"]} and cfg.dims == {"seq": "1..512", "b": 2}
+    assert cfg.shape_opts == {"x": [[1, 64]]} and cfg.dim_opts == {"seq": [16, 128]}
+    for key, bad in (("dims", {"s": "0..3"}), ("dims", {"s": 1.5}), ("dims", ["s"]),
+                     ("shapes", {"x": ["4..2"]}), ("shape_opts", {"x": [1, 2]}),
+                     ("shape_opts", {"x": []}), ("dim_opts", {"s": [0]}),
+                     ("dim_opts", {"s": "16"})):
+        with pytest.raises(ConfigError, match=f"^{key}: "):
+            CompileConfig(**{key: bad})

@@ -209,14 +209,17 @@ def test_shapes_hook_binds_symbolic_dims():
     node = helper.make_node("Relu", ["x"], ["y"])
     proto = model([node], [tensor_in("x", ["batch", 3])], [out("y")])
     with pytest.raises(ModelError, match=r"^g: input 'x' dim 0 is symbolic \('batch'\); bind it "
-                                         r"with --shape"):
+                                         r"with --dim batch=128 \(one size\) or "
+                                         r"--dim batch=1..512 \(a range\)$"):
         import_model(proto)
     graph = import_model(proto, shapes={"x": (5, 3)})
     assert graph.types["y"].shape == (5, 3)
-    with pytest.raises(ModelError, match=r"bound shape \[5, 4\] does not match the model's "
-                                         r"\['batch', 3\]"):
+    assert import_model(proto, dims={"batch": 6}).types["y"].shape == (6, 3)
+    assert import_model(proto, dims={"batch": "7..7"}).types["y"].shape == (7, 3)
+    with pytest.raises(ModelError, match=r"input 'x' dim 1: --shape gives 4, which does not "
+                                         r"match the model's size 3"):
         import_model(proto, shapes={"x": (5, 4)})
-    with pytest.raises(ModelError, match="shape is given for unknown input 'z'"):
+    with pytest.raises(ModelError, match="--shape names unknown input 'z'"):
         import_model(proto, shapes={"z": (1,)})
     unknown = model([node], [tensor_in("x", [None, 3])], [out("y")])
     with pytest.raises(ModelError, match="input 'x' dim 0 is unknown"):

@@ -29,6 +29,7 @@ from hidetc.frontend.onnx import control_flow, functions
 from hidetc.frontend.onnx.base import label as label_of
 from hidetc.frontend.onnx.functions import has_function
 from hidetc.frontend.onnx.handlers import Context, OnnxNode, convert, supported_extra_ops
+from hidetc.frontend.onnx.input_dims import resolve
 from hidetc.frontend.onnx.tensors import attribute_value, tensor_array, value_info_dims
 from hidetc.frontend.onnx.versions import (
     DEFAULT_DOMAINS,
@@ -37,16 +38,20 @@ from hidetc.frontend.onnx.versions import (
     check_versions,
     is_onnx_op,
 )
+from hidetc.graph.dims import DimRange, parse_size
 from hidetc.graph.evaluate import evaluate_node, infer_node, type_values
 from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.graph.ops.registry import REGISTRY
 
 __all__ = ["OPSET_RANGE", "import_model", "load_model"]
+DimText = "int | str | DimRange"   # a size, its range, or the range's text "1..512"
 FOLD_LIMIT = 1 << 20  # elements: larger values are not computed just to know them
 
 
-def load_model(path: str | os.PathLike, shapes: Mapping[str, Sequence[int]] | None = None
-               ) -> Graph:
+def load_model(path: str | os.PathLike, shapes: Mapping[str, Sequence] | None = None,
+               dims: Mapping[str, DimText] | None = None,
+               shape_opts: Mapping[str, Sequence[Sequence[int]]] | None = None,
+               dim_opts: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """Read an ONNX file (external data next to it) and import it."""
     path = os.fspath(path)
     source = os.path.basename(path) or path
@@ -62,16 +67,23 @@ def load_model(path: str | os.PathLike, shapes: Mapping[str, Sequence[int]] | No
     except OSError as error:
         raise ModelError(f"{source}: cannot read file ({error.strerror or error})") from None
     return import_model(proto, base_dir=os.path.dirname(os.path.abspath(path)), shapes=shapes,
-                        source=source)
+                        dims=dims, shape_opts=shape_opts, dim_opts=dim_opts, source=source)
 
 
 def import_model(proto: onnx.ModelProto, base_dir: str | None = None,
-                 shapes: Mapping[str, Sequence[int]] | None = None,
+                 shapes: Mapping[str, Sequence] | None = None,
+                 dims: Mapping[str, DimText] | None = None,
+                 shape_opts: Mapping[str, Sequence[Sequence[int]]] | None = None,
+                 dim_opts: Mapping[str, Sequence[int]] | None = None,
                  source: str | None = None) -> Graph:
-    """Convert an in-memory ModelProto; `base_dir` locates external data files."""
+    """Convert an in-memory ModelProto; `base_dir` locates external data files.
+    `shapes` binds inputs (per dimension a size, a DimRange or its text "1..512"),
+    `dims` the file's named dimensions, `shape_opts` / `dim_opts` the sizes to tune at
+    (`input_dims.resolve`)."""
     source = source or (proto.graph.name or "model")
     try:
-        return _Importer(proto, base_dir or os.getcwd(), dict(shapes or {})).run()
+        return _Importer(proto, base_dir or os.getcwd(), dict(shapes or {}),
+                         dict(dims or {}), dict(shape_opts or {}), dict(dim_opts or {})).run()
     except HidetcError as error:
         raise type(error)(f"{source}: {error}") from None
 
@@ -148,31 +160,27 @@ def _check_extent(what: str, shape: Sequence[int]) -> None:
                          f"any machine can hold (2^60)")
 
 
-def _input_type(info: onnx.ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
+def _declared_dims(info: onnx.ValueInfoProto) -> tuple[str, list[int | str | None] | None]:
     described = value_info_dims(info)
     if described is None:
         raise ModelError(f"input '{info.name}' is not a tensor")
-    dtype, dims = described
-    if bound is not None:
-        bound = tuple(int(d) for d in bound)
-        if dims is not None and (len(dims) != len(bound) or any(
-                isinstance(d, int) and d != b for d, b in zip(dims, bound))):
-            raise ModelError(f"input '{info.name}': bound shape {list(bound)} does not match "
-                             f"the model's {['?' if d is None else d for d in dims]}")
-        if any(d < 0 for d in bound):
-            raise ModelError(f"input '{info.name}': bound shape {list(bound)} is negative")
-        _check_extent(f"input '{info.name}'", bound)
-        return TensorType(dtype, bound)
-    if dims is None:
-        raise ModelError(f"input '{info.name}' has no shape; bind one (e.g. --shape "
-                         f"{info.name}=1,3,224,224)")
-    for i, d in enumerate(dims):
-        if not isinstance(d, int):
-            what = f"symbolic ('{d}')" if d else "unknown (no size, or a negative one)"
-            raise ModelError(f"input '{info.name}' dim {i} is {what}; bind it with --shape "
-                             f"{info.name}=d0,d1,...")
-    _check_extent(f"input '{info.name}'", dims)
-    return TensorType(dtype, tuple(dims))
+    return described
+
+
+def _bound_ranges(name: str, dims: Sequence) -> list[DimRange]:
+    """One input's --shape (ints, DimRanges or their text) as DimRanges."""
+    if any(isinstance(d, int) and not isinstance(d, bool) and d < 0 for d in dims):
+        raise ModelError(f"input '{name}': bound shape {list(dims)} is negative")
+    return [_dim_range(f"input '{name}'", d) for d in dims]
+
+
+def _dim_range(what: str, value: DimText) -> DimRange:
+    if isinstance(value, DimRange):
+        return value
+    try:
+        return parse_size(str(int(value)) if isinstance(value, int) else str(value))
+    except (ValueError, TypeError) as error:
+        raise ModelError(f"{what}: {error}") from None
 
 
 def _topological(nodes: list[OnnxNode], available: set[str]) -> list[OnnxNode]:
@@ -199,8 +207,10 @@ def _topological(nodes: list[OnnxNode], available: set[str]) -> list[OnnxNode]:
 class _Importer:
     """One import: mutable bookkeeping in one place, used once by `import_model`."""
 
-    def __init__(self, proto: onnx.ModelProto, base_dir: str, shapes: dict):
-        self.proto, self.base_dir, self.shapes = proto, base_dir, shapes
+    def __init__(self, proto: onnx.ModelProto, base_dir: str, shapes: dict, dims: dict,
+                 shape_opts: dict, dim_opts: dict):
+        self.proto, self.base_dir, self.shapes, self.dims = proto, base_dir, shapes, dims
+        self.shape_opts, self.dim_opts = shape_opts, dim_opts
         self.types: dict[str, TensorType] = {}
         self.values: dict[str, np.ndarray] = {}
         self.constants: dict[str, np.ndarray] = {}
@@ -261,14 +271,21 @@ class _Importer:
         for tensor in graph.initializer:
             self._add_constant(tensor.name, tensor_array(tensor, self.base_dir,
                                                          f"initializer '{tensor.name}'"))
-        declared = [i for i in graph.input if i.name not in self.constants]
-        unknown = sorted(set(self.shapes) - {i.name for i in declared})
-        if unknown:
-            raise ModelError(f"a shape is given for unknown input '{unknown[0]}' (model inputs: "
-                             f"{', '.join(i.name for i in declared) or 'none'})")
-        for info in declared:
-            self.types[info.name] = _input_type(info, self.shapes.get(info.name))
-        return tuple(i.name for i in declared)
+        declared = {i.name: _declared_dims(i) for i in graph.input
+                    if i.name not in self.constants}
+        bound = resolve({n: d for n, (_, d) in declared.items()},
+                        {n: _bound_ranges(n, d) for n, d in self.shapes.items()},
+                        {s: _dim_range(f"--dim {s}", r) for s, r in self.dims.items()},
+                        self.shape_opts, self.dim_opts)
+        for name, rng in bound.symbols.items():   # (issue 36: symbolic graph dims next)
+            raise ModelError(f"dimension '{name}' is bound to the range {rng}: one artifact "
+                             f"for a range of sizes is not built yet; bind one size "
+                             f"(e.g. {rng.hi})")
+        for name, (dtype, _) in declared.items():
+            shape = tuple(bound.inputs[name])
+            _check_extent(f"input '{name}'", shape)
+            self.types[name] = TensorType(dtype, shape)
+        return tuple(declared)
 
     def _decode(self, node: onnx.NodeProto, name: str) -> OnnxNode:
         label = f"node '{name}' ({node.op_type})"
