@@ -66,6 +66,7 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     timings: dict[str, float] = {}
     clock = time.perf_counter()
     graph = load_model(model_path, **cfg.bindings)
+    _refuse_ranges(graph)
     optimized = ctx.optimize(graph)
     selection = ctx.select(optimized)
     timings["frontend_s"] = time.perf_counter() - clock
@@ -134,6 +135,18 @@ def _recover(writer: ArtifactWriter, manifest: dict, ctx: CompileContext, graph,
     return recover_artifact(writer, manifest, plan, choices, failure, build,
                             retry if ctx.cfg.layout == "auto" else None, yardstick,
                             optimized, verifier)
+
+
+def _refuse_ranges(graph) -> None:
+    """A one-line ConfigError for a graph with symbolic sizes: the graph IR carries them
+    (`hidetc.graph.symbolic`), the kernels with run-time extents and the dispatch table
+    that would compile them are not built yet (issue 36)."""
+    if not graph.symbols:
+        return
+    name, rng = next(iter(graph.symbols.items()))
+    raise ConfigError(f"dimension '{name}' is bound to the range {rng}: one artifact for a "
+                      f"range of sizes is not built yet; bind one size (e.g. --dim "
+                      f"{name}={rng.hi})")
 
 
 def _check_memory(graph, ctx: CompileContext) -> None:

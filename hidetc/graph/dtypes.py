@@ -55,8 +55,11 @@ def reference_bitcast(x: np.ndarray, dst: str) -> np.ndarray:
 
 def reference_cast(x: np.ndarray, to: str, saturate: bool = True,
                    round_mode: str = "up") -> np.ndarray:
-    """numpy Cast with the ONNX rules (onnx.reference's Cast)."""
+    """numpy Cast with the ONNX rules (onnx.reference's Cast). A symbolic shape value
+    (an object array of ints and SymDims) stays one when cast to an integer type."""
     x = np.asarray(x)
+    if x.dtype == object and np.dtype(to).kind in "iu":
+        return x.copy()
     if to == "float8_e8m0fnu":
         return _e8m0(x.astype(np.float32), saturate, round_mode)
     if to in FLOAT8 and saturate:

@@ -1,20 +1,25 @@
 """Graph IR: typed values with static shapes, nodes, and an immutable graph.
 
-Assumes: every value has a dtype (a numpy dtype name such as "float32") and a fully
-static shape. Guarantees: `Graph` is immutable; passes build new graphs with
-`Graph.replace(...)`. Node attributes are normalized to hashable Python values
+Assumes: every value has a dtype (a numpy dtype name such as "float32") and a shape
+whose dimensions are ints or symbolic sizes (`hidetc.graph.symbolic.SymDim`, ranged by
+`Graph.symbols`; a static graph has none). Guarantees: `Graph` is immutable; passes
+build new graphs with `Graph.replace(...)`. Node attributes are normalized to hashable Python values
 (int, float, str, tuples of those); tensors never live in attributes: constant
 tensors live in `Graph.constants` keyed by value name.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 import ml_dtypes  # noqa: F401  (registers the bfloat16 and narrow dtype names with numpy)
 import numpy as np
+
+from hidetc.graph.dims import DimRange
+from hidetc.graph.symbolic import Dim, SymDim, evaluate
 
 # the narrow ONNX types, named as ml_dtypes names them and stored one element per byte;
 # only Cast and data-movement ops take them (see hidetc.compute.narrow_types)
@@ -27,33 +32,52 @@ FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 @dataclass(frozen=True, slots=True)
 class TensorType:
+    """A dtype and a shape; a dimension is a non-negative int or a `SymDim` (a symbolic
+    size: `hidetc.graph.symbolic`), and `size`/`nbytes` are then SymDims too."""
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}")
-        if any((not isinstance(d, int)) or d < 0 for d in self.shape):
-            raise ValueError(f"shape must be static non-negative ints, got {self.shape}")
+        if any(not (isinstance(d, SymDim) or (isinstance(d, int) and d >= 0))
+               for d in self.shape):
+            raise ValueError(f"shape must be non-negative ints or symbolic sizes, "
+                             f"got {self.shape}")
 
     @property
     def rank(self) -> int:
         return len(self.shape)
 
     @property
-    def size(self) -> int:
+    def symbolic(self) -> bool:
+        return any(isinstance(d, SymDim) for d in self.shape)
+
+    @property
+    def size(self) -> Dim:
+        if self.symbolic:
+            return math.prod(self.shape)
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
-    def nbytes(self) -> int:
+    def nbytes(self) -> Dim:
         return self.size * np.dtype(self.dtype).itemsize
+
+    def at(self, sizes: Mapping[str, int]) -> "TensorType":
+        """The static type with the symbols at `sizes`."""
+        if not self.symbolic:
+            return self
+        return TensorType(self.dtype, tuple(evaluate(d, sizes) for d in self.shape))
 
     def __str__(self) -> str:
         return f"{self.dtype}[{','.join(map(str, self.shape))}]"
 
     @staticmethod
     def of(array: np.ndarray) -> "TensorType":
-        return TensorType(str(array.dtype), tuple(int(d) for d in array.shape))
+        """The type of a value; an object array is a shape value holding symbolic
+        sizes, int64 (`hidetc.graph.ops.misc.shape_value`)."""
+        dtype = "int64" if array.dtype == object else str(array.dtype)
+        return TensorType(dtype, tuple(int(d) for d in array.shape))
 
 
 def freeze_attr(value: Any) -> Any:
@@ -112,10 +136,13 @@ class Graph:
     types: Mapping[str, TensorType]
     constants: Mapping[str, np.ndarray] = field(default_factory=dict)
     name: str = "graph"
+    symbols: Mapping[str, DimRange] = field(default_factory=dict)   # the symbolic sizes
+                                      # the types use, each with its range (static: none)
 
     def __post_init__(self):
         object.__setattr__(self, "types", MappingProxyType(dict(self.types)))
         object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
+        object.__setattr__(self, "symbols", MappingProxyType(dict(self.symbols)))
 
     def replace(self, **changes: Any) -> "Graph":
         return dataclasses.replace(self, **changes)

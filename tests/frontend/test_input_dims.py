@@ -73,7 +73,7 @@ def test_file_sizes_stay_and_named_dims_are_shared():
 
 def test_unknown_dims_become_symbols_of_their_own():
     bound = resolve({"x": [None, 4]}, shapes={"x": [DimRange(1, 9), DimRange(4, 4)]})
-    assert bound.inputs == {"x": ("x[0]", 4)} and bound.symbols == {"x[0]": DimRange(1, 9)}
+    assert bound.inputs == {"x": ("x_0", 4)} and bound.symbols == {"x_0": DimRange(1, 9)}
     with pytest.raises(ModelError, match=r"input 'x' dim 0 is unknown .*--shape x=Nx4 "):
         resolve({"x": [None, 4]})
     with pytest.raises(ModelError, match=r"input 'x' has no shape; bind one with --shape"):

@@ -21,12 +21,14 @@ Guarantees (numpy's einsum semantics, which the ONNX spec follows):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from hidetc.errors import ModelError
 from hidetc.frontend.onnx.base import Builder, Context, Converted, OnnxNode, label
+from hidetc.graph.symbolic import shape_array
 
 ELLIPSIS = "..."
 WIDE = {"bfloat16": "float32"}
@@ -40,7 +42,7 @@ class Operand:
 
 
 def _int64(values) -> np.ndarray:
-    return np.array(list(values), dtype=np.int64)
+    return shape_array(values)
 
 
 def _split_term(node: OnnxNode, term: str, rank: int | None) -> tuple[list[str], int | None]:
@@ -115,7 +117,7 @@ def _sizes(node: OnnxNode, operands: list[Operand]) -> dict[str, int]:
             seen = sizes.get(name, 1)
             if dim != 1 and seen != 1 and dim != seen:
                 raise ModelError(f"{label(node)}: label '{name}' has sizes {seen} and {dim}")
-            sizes[name] = max(seen, dim)
+            sizes[name] = dim if seen == 1 else seen
     return sizes
 
 
@@ -200,7 +202,7 @@ class _Einsum:
         b = self.transpose(b, batch + summed + right)
         dims = a.shape[:len(batch)]
         outer = a.shape[len(batch):len(batch) + len(left)] + b.shape[len(dims) + len(summed):]
-        m, k, n = (int(np.prod(part, dtype=np.int64)) for part in (
+        m, k, n = (math.prod(part) for part in (
             outer[:len(left)], b.shape[len(dims):len(dims) + len(summed)], outer[len(left):]))
         product = self.build.add("MatMul", [self.reshape(a.value, a.shape, dims + (m, k)),
                                             self.reshape(b.value, b.shape, dims + (k, n))])

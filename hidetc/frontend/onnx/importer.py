@@ -24,12 +24,12 @@ import onnx
 import onnx.inliner
 from google.protobuf.message import DecodeError
 
-from hidetc.errors import HidetcError, ModelError, UnsupportedOpError
+from hidetc.errors import HidetcError, ModelError, ShapeError, UnsupportedOpError
 from hidetc.frontend.onnx import control_flow, functions
 from hidetc.frontend.onnx.base import label as label_of
 from hidetc.frontend.onnx.functions import has_function
 from hidetc.frontend.onnx.handlers import Context, OnnxNode, convert, supported_extra_ops
-from hidetc.frontend.onnx.input_dims import resolve
+from hidetc.frontend.onnx.input_dims import resolve, symbol_name
 from hidetc.frontend.onnx.tensors import attribute_value, tensor_array, value_info_dims
 from hidetc.frontend.onnx.versions import (
     DEFAULT_DOMAINS,
@@ -42,6 +42,7 @@ from hidetc.graph.dims import DimRange, parse_size
 from hidetc.graph.evaluate import evaluate_node, infer_node, type_values
 from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.graph.ops.registry import REGISTRY
+from hidetc.graph.symbolic import SymbolicError, SymDim, assume, evaluate
 
 __all__ = ["OPSET_RANGE", "import_model", "load_model"]
 DimText = "int | str | DimRange"   # a size, its range, or the range's text "1..512"
@@ -149,8 +150,16 @@ def _check_supported(graph: onnx.GraphProto, names: list[str], opsets: Mapping[s
 MAX_ELEMENTS = 2 ** 60
 
 
-def _check_extent(what: str, shape: Sequence[int]) -> None:
-    """ModelError unless every dim of `shape` is >= 0 and it has at most MAX_ELEMENTS."""
+def _check_extent(what: str, shape: Sequence, symbols: Mapping[str, DimRange] = {}
+                  ) -> None:
+    """ModelError unless every dim of `shape` is >= 0 and it has at most MAX_ELEMENTS; a
+    symbolic shape is checked with its symbols at the ends of their ranges."""
+    if any(isinstance(d, SymDim) for d in shape):
+        for end in ("lo", "hi"):
+            sizes = {name: getattr(r, end) for name, r in symbols.items()}
+            _check_extent(f"{what} (at {', '.join(f'{k}={v}' for k, v in sizes.items())})",
+                          [evaluate(d, sizes) for d in shape])
+        return
     for i, d in enumerate(shape):
         if d < 0:
             raise ModelError(f"{what} dim {i} is {d}; dimensions must be >= 0")
@@ -216,6 +225,7 @@ class _Importer:
         self.constants: dict[str, np.ndarray] = {}
         self.nodes: list[Node] = []
         self.node_names: set[str] = set()
+        self.symbols: dict[str, DimRange] = {}
         self.opsets = _opsets(proto)
 
     def run(self) -> Graph:
@@ -227,6 +237,11 @@ class _Importer:
         names = _node_names(graph)
         _check_supported(graph, names, self.opsets)
         inputs = self._read_inputs(graph)
+        with assume(self.symbols):   # shape decisions hold over the symbols' ranges
+            return self._convert(opset, graph, names, inputs)
+
+    def _convert(self, opset: int, graph: onnx.GraphProto, names: list[str],
+                 inputs: tuple[str, ...]) -> Graph:
         decoded = [self._decode(n, name) for n, name in zip(graph.node, names)]
         used = {i for n in decoded for i in n.inputs + n.implicit}
         used |= {o.name for o in graph.output}
@@ -253,7 +268,10 @@ class _Importer:
                 ctx.used.update(i for n in spliced for i in n.inputs + n.implicit)
                 work.extend(_topological(spliced, set(self.types))[::-1])
                 continue
-            converted = convert(node, ctx)
+            try:
+                converted = convert(node, ctx)
+            except SymbolicError as error:   # a decomposition that needs a number
+                raise ShapeError(f"{label_of(node)}: {error}") from None
             for name, array in converted.constants.items():
                 self._add_constant(name, array)
             for made in converted.nodes:
@@ -263,7 +281,7 @@ class _Importer:
             if name not in self.types:
                 raise ModelError(f"graph output '{name}' is not produced by any node")
         return Graph(inputs, outputs, tuple(self.nodes), self.types, self.constants,
-                     graph.name or "graph")
+                     graph.name or "graph", self.symbols)
 
     def _read_inputs(self, graph: onnx.GraphProto) -> tuple[str, ...]:
         if graph.sparse_initializer:
@@ -277,13 +295,11 @@ class _Importer:
                         {n: _bound_ranges(n, d) for n, d in self.shapes.items()},
                         {s: _dim_range(f"--dim {s}", r) for s, r in self.dims.items()},
                         self.shape_opts, self.dim_opts)
-        for name, rng in bound.symbols.items():   # (issue 36: symbolic graph dims next)
-            raise ModelError(f"dimension '{name}' is bound to the range {rng}: one artifact "
-                             f"for a range of sizes is not built yet; bind one size "
-                             f"(e.g. {rng.hi})")
+        self.symbols = {symbol_name(s): r for s, r in bound.symbols.items()}
         for name, (dtype, _) in declared.items():
-            shape = tuple(bound.inputs[name])
-            _check_extent(f"input '{name}'", shape)
+            shape = tuple(SymDim.symbol(symbol_name(d)) if isinstance(d, str) else d
+                          for d in bound.inputs[name])
+            _check_extent(f"input '{name}'", shape, self.symbols)
             self.types[name] = TensorType(dtype, shape)
         return tuple(declared)
 
@@ -312,10 +328,16 @@ class _Importer:
         out_types = infer_node(node, types, values)
         for name, t in zip(node.outputs, out_types):
             if name and t is not None:
-                _check_extent(f"node '{node.name}' ({node.op}) output '{name}'", t.shape)
+                _check_extent(f"node '{node.name}' ({node.op}) output '{name}'", t.shape,
+                              self.symbols)
         known = type_values(node, types)
         if known is None and self._foldable(node, out_types):
-            known = evaluate_node(node, values)
+            try:
+                known = evaluate_node(node, values)
+            except ShapeError:
+                if not any(v is not None and v.dtype == object for v in values):
+                    raise
+                known = None   # symbolic sizes it cannot compute with: left to run time
         for i, name in enumerate(node.outputs):
             if not name:
                 continue
@@ -334,6 +356,8 @@ class _Importer:
         present = [i for i in node.inputs if i]
         if not present or any(i not in self.values for i in present):
             return False
-        size = sum(self.types[i].size for i in present)
-        size += sum(t.size for t in out_types if t is not None)
-        return size <= FOLD_LIMIT
+        sizes = [self.types[i].size for i in present]
+        sizes += [t.size for t in out_types if t is not None]
+        if any(isinstance(n, SymDim) for n in sizes):
+            return False                   # a tensor of symbolic size: computed at run time
+        return sum(sizes) <= FOLD_LIMIT

@@ -6,7 +6,7 @@ Decides: a dimension the file gives a number stays that number (a binding that
 disagrees is an error); a dimension the file names (`dim_param`) is that symbol, shared
 by every input that names it, bound by `--dim NAME=...` or by a `--shape` of any input
 using it; a dimension the file leaves unknown is bound by `--shape` only, and when that
-is a range it becomes a symbol of its own, named `INPUT[K]`. A symbol bound to one size
+is a range it becomes a symbol of its own, named `INPUT_K`. A symbol bound to one size
 is that number (a static dimension).
 Guarantees: `InputDims` holds every declared input with a rank; every problem is a
 ModelError with one line naming the input, dimension, symbol and the flag that binds
@@ -14,6 +14,8 @@ it, in the syntax the CLI parser takes.
 """
 from __future__ import annotations
 
+import keyword
+import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -42,6 +44,15 @@ class InputDims:
         """The manifest's form: {symbol: {min, max, opt}} and per input its dims."""
         return {"symbols": {s: r.as_dict() for s, r in self.symbols.items()},
                 "inputs": {n: list(d) for n, d in self.inputs.items()}}
+
+
+def symbol_name(text: str) -> str:
+    """The symbol a dimension name becomes: itself when a Python identifier (what the
+    manifest's size expressions can name), else with every other character as `_`."""
+    if text.isidentifier() and not keyword.iskeyword(text):
+        return text
+    safe = re.sub(r"\W", "_", text)
+    return safe if safe.isidentifier() and not keyword.iskeyword(safe) else f"d_{safe}"
 
 
 def _example(name: str, dims: Dims) -> str:
@@ -91,7 +102,7 @@ def resolve(declared: Mapping[str, Dims | None],
                                      f"does not match the model's size {model}")
                 out.append(model)
                 continue
-            symbol = model if isinstance(model, str) else f"{name}[{k}]"
+            symbol = model if isinstance(model, str) else symbol_name(f"{name}_{k}")
             flag = f"--shape {name}=... (dim {k})"
             if symbol in ranges and (ranges[symbol].lo, ranges[symbol].hi) != (rng.lo, rng.hi):
                 raise ModelError(f"input '{name}' dim {k} is the model's dimension "

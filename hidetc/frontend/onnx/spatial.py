@@ -40,13 +40,14 @@ import numpy as np
 from hidetc.errors import ModelError, ShapeError
 from hidetc.frontend.onnx.base import Builder, Context, Converted, OnnxNode, emit, label, scalar
 from hidetc.graph.ops.conv import Window, window_geometry
+from hidetc.graph.symbolic import shape_array
 
 INT64_MIN = int(np.iinfo(np.int64).min)
 Shape = tuple[int, ...]
 
 
 def _i64(values) -> np.ndarray:
-    return np.array([int(v) for v in values], dtype=np.int64)
+    return shape_array(values)
 
 
 def _sliced(size: int, start: int, end: int, step: int) -> int:

@@ -14,6 +14,7 @@ import numpy as np
 
 from hidetc.errors import ShapeError
 from hidetc.graph.ir import DTYPES, FLOAT_DTYPES, TensorType
+from hidetc.graph.symbolic import SymDim, as_dim
 
 SIGNED_INTS = ("int8", "int16", "int32", "int64")
 UNSIGNED_INTS = ("uint8", "uint16", "uint32", "uint64")
@@ -28,7 +29,7 @@ Values = Sequence[Optional[np.ndarray]]
 
 
 def fmt(shape: Iterable[int]) -> str:
-    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+    return "[" + ",".join(str(d if isinstance(d, SymDim) else int(d)) for d in shape) + "]"
 
 
 def fail(op: str, message: str) -> None:
@@ -101,8 +102,13 @@ def need(op: str, values: Values, i: int, what: str) -> np.ndarray:
 
 
 def int_list(op: str, values: Values, i: int, what: str, rank: int = 1) -> list[int]:
-    """A constant 1-D (or scalar with rank=0 allowed) integer input as a Python list."""
+    """A constant 1-D (or scalar with rank=0 allowed) integer input as a Python list (of
+    ints, and SymDims where the value is a symbolic shape)."""
     value = need(op, values, i, what)
+    if value.dtype == object:           # a shape value with symbolic sizes (SymDims)
+        if value.ndim > rank:
+            fail(op, f"input {i} ({what}) has shape {fmt(value.shape)}, expected a 1-D tensor")
+        return [as_dim(v) for v in np.ravel(value)]
     if value.dtype.kind not in "iu":
         fail(op, f"input {i} ({what}) has dtype {value.dtype}, expected an integer dtype")
     if value.ndim > rank:

@@ -26,6 +26,7 @@ from hidetc.graph.ops.common import (
     same_dtype,
 )
 from hidetc.graph.ops.registry import OpKind, define
+from hidetc.graph.symbolic import Dim, SymDim
 
 
 def shape_range(rank: int, attrs: dict) -> tuple[int, int]:
@@ -37,11 +38,14 @@ def shape_range(rank: int, attrs: dict) -> tuple[int, int]:
 
 
 def shape_value(op: str, t: TensorType, attrs: dict) -> np.ndarray:
-    """The value of Shape or Size applied to a value of type t."""
+    """The value of Shape or Size applied to a value of type t: int64, or an object
+    array of ints and SymDims where t is symbolic (`hidetc.graph.symbolic`: a shape
+    value folded through the shape subgraph as expressions)."""
     if op == "Size":
-        return np.array(t.size, dtype=np.int64)
+        return np.array(t.size, dtype=object if t.symbolic else np.int64)
     start, end = shape_range(t.rank, attrs)
-    return np.array(t.shape[start:end], dtype=np.int64)
+    dims = t.shape[start:end]
+    return np.array(dims, dtype=object if t.symbolic else np.int64)
 
 
 def _shape_infer(types, attrs, values):
@@ -79,7 +83,20 @@ def _constant_of_shape_ref(inputs, attrs):
 RANGE_DTYPES = ("float32", "float64", "int16", "int32", "int64")
 
 
-def range_length(op: str, start, limit, delta) -> int:
+def range_length(op: str, start, limit, delta) -> Dim:
+    """max(ceil((limit - start) / delta), 0); a symbolic (integer) limit or start with
+    a positive constant delta gives a symbolic length."""
+    values = [v.item() if isinstance(v, np.ndarray) and v.dtype == object else v
+              for v in (start, limit, delta)]
+    if any(isinstance(v, SymDim) for v in values):
+        start, limit, delta = values
+        if isinstance(delta, SymDim) or int(delta) <= 0:
+            fail(op, f"a symbolic range ({start} to {limit}) needs a positive constant delta, "
+                     f"got {delta}")
+        length = (limit - start + int(delta) - 1) // int(delta)
+        if isinstance(length, SymDim) and length.lower_bound() < 0:
+            fail(op, f"the length of the range {start} to {limit} may be negative")
+        return max(length, 0) if isinstance(length, int) else length
     if delta == 0:
         fail(op, "input 2 (delta) is zero")
     return max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)

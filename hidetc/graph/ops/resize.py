@@ -31,6 +31,7 @@ import numpy as np
 from hidetc.graph.ir import TensorType
 from hidetc.graph.ops.common import arity, dtype_in, fail, fmt, norm_axes, present
 from hidetc.graph.ops.registry import OpKind, define
+from hidetc.graph.symbolic import Dim, SymDim, as_dim
 
 MODES = ("nearest", "linear", "cubic")
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
@@ -58,6 +59,16 @@ class ResizeSpec:
 
 def _given(value) -> Optional[np.ndarray]:
     return None if value is None or np.asarray(value).size == 0 else np.asarray(value)
+
+
+def _scaled(factor: float, n: Dim) -> Dim:
+    """floor(factor * n); a symbolic n only by an integer factor."""
+    if isinstance(n, SymDim):
+        if factor != int(factor):
+            fail("Resize", f"a scale of {factor} on the symbolic dimension {n} is not "
+                           f"an integer")
+        return n * int(factor)
+    return int(factor * n)
 
 
 def resize_spec(attrs: dict, shape: tuple[int, ...], roi, scales, sizes) -> ResizeSpec:
@@ -93,13 +104,13 @@ def resize_spec(attrs: dict, shape: tuple[int, ...], roi, scales, sizes) -> Resi
         factors = [1.0] * rank
         for i, d in enumerate(order):
             factors[d] = scales[i]
-        out = [int(float(f) * n) for f, n in zip(factors, shape)]
+        out = [_scaled(float(f), n) for f, n in zip(factors, shape)]
         if any(float(f) <= 0 for f in factors):
             fail("Resize", f"input 2 (scales) {scales.tolist()} must be positive")
     else:
         out = list(shape)
         for i, d in enumerate(order):
-            out[d] = int(sizes[i])
+            out[d] = as_dim(sizes[i])
         if any(n < 0 for n in out) or any(n == 0 for n in shape):
             fail("Resize", f"input 3 (sizes) {sizes.tolist()} is invalid for input 0 "
                            f"{fmt(shape)}")
@@ -113,6 +124,9 @@ def resize_spec(attrs: dict, shape: tuple[int, ...], roi, scales, sizes) -> Resi
                    for i in range(rank)]
     specs = []
     for d in order:
+        if isinstance(shape[d], SymDim) and not math.isclose(float(factors[d]), 1.0):
+            fail("Resize", f"resizing the symbolic dimension {d} ({shape[d]}) is not "
+                           f"supported")
         pair = None if roi is None else (roi[d], roi[d + rank])
         trivial = pair is None or (math.isclose(float(pair[0]), 0.0)
                                    and math.isclose(float(pair[1]), 1.0))

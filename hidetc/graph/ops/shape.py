@@ -30,6 +30,7 @@ from hidetc.graph.ops.common import (
     same_dtype,
 )
 from hidetc.graph.ops.registry import OpKind, define
+from hidetc.graph.symbolic import Dim, SymDim
 
 
 def reshape_target(op: str, shape: tuple[int, ...], spec: list[int], allowzero: bool):
@@ -113,6 +114,10 @@ def _transpose_ref(inputs, attrs):
 def _squeeze_axes(op: str, types, values) -> tuple[int, ...]:
     shape = types[0].shape
     if not present(types, 1):
+        for i, d in enumerate(shape):
+            if isinstance(d, SymDim) and d.bounds()[0] <= 1:
+                fail(op, f"without axes, whether dim {i} ({d}) is squeezed depends on its "
+                         f"size; give the axes")
         return tuple(i for i, d in enumerate(shape) if d == 1)
     axes = norm_axes(op, int_list(op, values, 1, "axes"), len(shape))
     for a in axes:
@@ -231,8 +236,25 @@ def _slice_infer(types, attrs, values):
         if present(types, i):
             dtype_in("Slice", types, i, INDEX)
     slices = slice_params("Slice", types, values)
-    shape = tuple(len(range(*s.indices(d))) for s, d in zip(slices, types[0].shape))
+    shape = tuple(_slice_length(s, d) for s, d in zip(slices, types[0].shape))
     return [TensorType(types[0].dtype, shape)]
+
+
+def _slice_length(s: slice, dim: Dim) -> Dim:
+    """The length of a clamped slice of a dimension; with symbolic bounds, a forward
+    slice's length as an expression (its sign decided over the symbols' ranges)."""
+    if not any(isinstance(v, SymDim) for v in (s.start, s.stop, dim)):
+        return len(range(*s.indices(dim)))
+    step = 1 if s.step is None else s.step
+    if step > 0:
+        start = 0 if s.start is None else s.start
+        stop = dim if s.stop is None else s.stop
+        length = (stop - start + step - 1) // step
+    else:                                  # (_clamped: stop None is before the first)
+        start = dim - 1 if s.start is None else s.start
+        stop = -1 if s.stop is None else s.stop
+        length = (start - stop - step - 1) // -step
+    return max(length, 0)
 
 
 def _slice_ref(inputs, attrs):
