@@ -34,7 +34,19 @@ from hidetc.compute.nn import NN
 from hidetc.compute.resize import RESIZE
 from hidetc.compute.roi_align import ROI_ALIGN
 from hidetc.compute.task import Task
-from hidetc.tir.ir import Expr, as_expr, cast, eq, logical_and, maximum, minimum, select
+from hidetc.errors import UnsupportedOpError
+from hidetc.tir.ir import (
+    INTS,
+    Expr,
+    as_expr,
+    cast,
+    const,
+    eq,
+    logical_and,
+    maximum,
+    minimum,
+    select,
+)
 
 _load_broadcast = load_broadcast
 _normalize = normalize
@@ -236,6 +248,24 @@ def _scalar(value) -> int:
     return int(value)
 
 
+def _range(task: Task, idx, load) -> Expr:
+    """Range of integers, computed (a Range whose limit is a symbolic size is not
+    folded at compile time): out[i] = start + i * delta. (A float Range accumulates as
+    ONNX Runtime does; it is folded when its limit is known, and refused here.)"""
+    dtype = task.outputs[0].dtype
+    if dtype not in INTS:
+        raise UnsupportedOpError(f"Range: a {dtype} range of symbolic length is not "
+                                 f"supported (integer ranges are)")
+    start, delta = _number(task.param(0)), _number(task.param(2))
+    return const(start, dtype) + cast(idx[0], dtype) * const(delta, dtype)
+
+
+def _number(value):
+    while isinstance(value, tuple):
+        (value,) = value
+    return value
+
+
 def _unary_table() -> dict[str, Compute]:
     return {op: _unary for op in UNARY}
 
@@ -262,6 +292,7 @@ COMPUTE: dict[str, Compute] = {
     "DepthToSpace": _depth_to_space,
     "SpaceToDepth": _space_to_depth,
     "OneHot": _one_hot,
+    "Range": _range,
     **{op: _binary_attr for op in BINARY_ATTR},
     **NN,
     **RESIZE,

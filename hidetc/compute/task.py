@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from hidetc.errors import UnsupportedOpError
 from hidetc.graph.ir import Graph, Node, TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
+from hidetc.graph.symbolic import Dim, SymDim, as_dim, current_hint, evaluate
 from hidetc.tir.ir import Function
 
 
@@ -42,10 +43,39 @@ class Task:
         return tuple(i for i, (t, p) in enumerate(zip(self.inputs, self.params))
                      if t is not None and p is None)
 
+    @property
+    def symbolic(self) -> bool:
+        return any(t is not None and t.symbolic for t in (*self.inputs, *self.outputs))
+
+    def at(self, sizes: Mapping[str, int]) -> "Task":
+        """The static task with the symbolic sizes at `sizes` (types and parameters)."""
+        if not self.symbolic:
+            return self
+        return Task(self.op, tuple(None if t is None else t.at(sizes) for t in self.inputs),
+                    tuple(t.at(sizes) for t in self.outputs), self.attrs,
+                    tuple(_param_at(p, sizes) for p in self.params))
+
+    def hinted(self) -> "Task":
+        """The task a heuristic plans with: itself when static, else at the enclosing
+        build's hint sizes (`symbolic.guarded`); the kernel keeps the symbolic sizes."""
+        if not self.symbolic:
+            return self
+        hint = current_hint()
+        if hint is None:
+            raise UnsupportedOpError(f"{self.op}: a task with symbolic sizes is planned "
+                                     f"only inside a guarded build")
+        return self.at(hint)
+
     def signature(self) -> str:
         ins = ", ".join(str(t) if t is not None else "-" for t in self.inputs)
         outs = ", ".join(map(str, self.outputs))
         return f"{self.op}({ins}) -> {outs}"
+
+
+def _param_at(value: Any, sizes: Mapping[str, int]) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_param_at(v, sizes) for v in value)
+    return evaluate(value, sizes) if isinstance(value, SymDim) else value
 
 
 @dataclass(frozen=True)
@@ -81,16 +111,16 @@ REDUCING = ("Softmax", "LogSoftmax", "LayerNormalization", "GlobalAveragePool",
             "GlobalMaxPool")
 
 
-def task_flops(task: Task) -> int:
+def task_flops(task: Task) -> Dim:
     """Floating-point operations of one run of `task`'s anchor op, a multiply-add
     counted as 2 (the fused neighbours are not counted): MatMul 2 M N K per batch entry,
     FusedAttention its two products,
     Conv/ConvNHWC 2 x output elements x the weights per output channel; pools one per
     window element of each output; reductions one per input element; other ops one per
-    output element."""
+    output element. Symbolic sizes give a symbolic count."""
     out = sum(t.size for t in task.outputs if t is not None)
     if task.op == "MatMul":
-        return 2 * out * int(task.inputs[0].shape[-1])
+        return 2 * out * as_dim(task.inputs[0].shape[-1])
     if task.op == "FusedAttention":         # Q Kt and P V: 2 Sq Sk (D + Dv) per entry
         q, kt, v = task.inputs[0], task.inputs[1], task.inputs[2]
         entries = out // max(1, q.shape[-2] * v.shape[-1])

@@ -46,6 +46,7 @@ from hidetc.errors import UnsupportedOpError
 from hidetc.fusion.graft import FusedKernel, GraftError, graft
 from hidetc.fusion.partition import FusionGroup
 from hidetc.graph.ir import Graph, Node, TensorType
+from hidetc.graph.symbolic import upper_bound
 from hidetc.schedules.template import base_template
 from hidetc.target import Target
 from hidetc.tir import scratch
@@ -88,7 +89,8 @@ def _lifetimes(graph: Graph, steps: list[tuple[tuple[str, ...], tuple[str, ...]]
             if value and value not in outputs:
                 first.setdefault(value, step)
                 last[value] = step
-    return [PlanValue(v, graph.types[v].nbytes, first[v], last[v]) for v in first]
+    return [PlanValue(v, upper_bound(graph.types[v].nbytes), first[v], last[v])
+            for v in first]   # (symbolic sizes: planned at their largest, offsets fixed)
 
 
 def _output_sources(graph: Graph, produced: set[str]) -> tuple[dict[str, int], list[dict]]:
@@ -332,7 +334,7 @@ def _in_place(built: list[_Built], nodes: dict[str, Node], graph: Graph,
         for value in fused.in_place:
             v = life.get(value)
             if (v is not None and v.last == step and fused.args.count(value) == 1
-                    and v.nbytes == life[out].nbytes
+                    and graph.types[value].nbytes == graph.types[out].nbytes
                     and graph.types[value].dtype == graph.types[out].dtype):
                 reuse[out] = value
                 break

@@ -90,8 +90,8 @@ def freeze_attr(value: Any) -> Any:
         return value.item()
     if isinstance(value, bytes):
         return value.decode()
-    if isinstance(value, (int, float, str, bool)) or value is None:
-        return value
+    if isinstance(value, (int, float, str, bool, SymDim)) or value is None:
+        return value     # (a SymDim: a symbolic size in a shape parameter, immutable)
     raise TypeError(f"attribute value of type {type(value).__name__} is not supported")
 
 

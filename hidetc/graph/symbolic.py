@@ -32,7 +32,7 @@ import contextlib
 import contextvars
 import math
 from dataclasses import dataclass
-from typing import Mapping, Union
+from typing import Mapping, Optional, Union
 
 import numpy as np
 
@@ -110,6 +110,8 @@ class SymDim:
     # ---------------------------------------------------------------- arithmetic
 
     def __add__(self, other: Dim) -> Dim:
+        if not _sizelike(other):
+            return NotImplemented
         acc = self._items()
         for mono, coef in _terms(other):
             acc[mono] = acc.get(mono, 0) + coef
@@ -121,12 +123,18 @@ class SymDim:
         return SymDim._make({m: -c for m, c in self.terms})
 
     def __sub__(self, other: Dim) -> Dim:
+        if not _sizelike(other):
+            return NotImplemented
         return self + (-as_dim(other))
 
     def __rsub__(self, other: Dim) -> Dim:
+        if not _sizelike(other):
+            return NotImplemented
         return as_dim(other) + (-self)
 
     def __mul__(self, other: Dim) -> Dim:
+        if not _sizelike(other):
+            return NotImplemented
         acc: dict[Monomial, int] = {}
         for m1, c1 in self.terms:
             for m2, c2 in _terms(other):
@@ -137,6 +145,8 @@ class SymDim:
     __rmul__ = __mul__
 
     def __floordiv__(self, other: Dim) -> Dim:
+        if not _sizelike(other):
+            return NotImplemented
         if isinstance(other, SymDim):
             return self._divide_by(other)
         k = _positive(other, f"({self}) // {other}")
@@ -157,6 +167,8 @@ class SymDim:
         raise SymbolicError(f"{other} // ({self}) depends on the size of a symbolic dimension")
 
     def __mod__(self, other: Dim) -> Dim:
+        if not _sizelike(other):
+            return NotImplemented
         if isinstance(other, SymDim):
             quotient = self._divide_by(other)
             return self - quotient * other
@@ -232,6 +244,9 @@ class SymDim:
             return True
         if decided[1]:
             return False
+        guarding = _GUARDING.get()
+        if guarding is not None:
+            return guarding.decide(diff, op)
         raise SymbolicError(f"whether {self} {op} {other} depends on the sizes "
                             f"({_ranges_text(diff)})")
 
@@ -288,6 +303,10 @@ class SymDim:
         return str(self)
 
 
+def _sizelike(value: object) -> bool:
+    return isinstance(value, (int, SymDim, np.integer)) and not isinstance(value, bool)
+
+
 def as_dim(value: object) -> Dim:
     """An int or SymDim from an int-like (numpy ints included)."""
     if isinstance(value, SymDim):
@@ -295,6 +314,28 @@ def as_dim(value: object) -> Dim:
     if isinstance(value, bool):
         raise TypeError("a size is not a bool")
     return int(value)  # type: ignore[arg-type]
+
+
+def samples(ranges: Mapping[str, object]) -> list[dict[str, int]]:
+    """A few size bindings over the symbols' ranges (name -> object with `lo`, `hi`):
+    all at their minimum, at 2, at a prime inside, at their maximum (clamped into each
+    range; duplicates dropped). What a pass checks by simulating at sizes holds where
+    it holds at each of these, the ends and the degenerate size included."""
+    def prime_in(lo: int, hi: int) -> int:
+        for n in range(max(lo, (lo + hi) // 2 + 1), hi + 1):
+            if n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1)):
+                return n
+        return hi
+    picks = []
+    for pick in ("lo", 2, "prime", "hi"):
+        sizes = {}
+        for name, r in ranges.items():
+            lo, hi = r.lo, r.hi  # type: ignore[attr-defined]
+            sizes[name] = (lo if pick == "lo" else hi if pick == "hi" else
+                           min(max(2, lo), hi) if pick == 2 else prime_in(lo, hi))
+        if sizes not in picks:
+            picks.append(sizes)
+    return picks
 
 
 def shape_array(values) -> "np.ndarray":
@@ -346,6 +387,100 @@ def assume(ranges: Mapping[str, object]):
         yield
     finally:
         _RANGES.reset(token)
+
+
+NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+@dataclass(frozen=True)
+class Guard:
+    """`expr OP 0`, a fact a build decided at its hint sizes and relies on."""
+    expr: "SymDim"
+    op: str
+
+    def holds(self, sizes: Mapping[str, int]) -> bool:
+        value = self.expr.evaluate(sizes)
+        return {"<": value < 0, "<=": value <= 0, ">": value > 0, ">=": value >= 0}[self.op]
+
+    def __str__(self) -> str:
+        return f"{self.expr} {self.op} 0"
+
+    @staticmethod
+    def parse(text: str) -> "Guard":
+        expr, op, zero = text.rsplit(" ", 2)
+        if op not in NEGATED or zero != "0":
+            raise ValueError(f"{text!r} is not a guard")
+        parsed = parse(expr)
+        if not isinstance(parsed, SymDim):
+            raise ValueError(f"{text!r} is not a guard on a symbolic size")
+        return Guard(parsed, op)
+
+
+class Guarding:
+    """Decides the comparisons the ranges leave open by the sizes `hint`, recording
+    each decision as a Guard: what is built inside `guarded(hint)` is right for every
+    size where all its guards hold (the dispatch picks it only there)."""
+
+    def __init__(self, hint: Mapping[str, int]):
+        self.hint = dict(hint)
+        self.guards: list[Guard] = []
+
+    def decide(self, diff: "SymDim", op: str) -> bool:
+        guard = Guard(diff, op)
+        result = guard.holds(self.hint)
+        guard = guard if result else Guard(diff, NEGATED[op])
+        if guard not in self.guards:
+            self.guards.append(guard)
+        return result
+
+    def holds(self, sizes: Mapping[str, int]) -> bool:
+        return all(g.holds(sizes) for g in self.guards)
+
+
+_GUARDING: contextvars.ContextVar[Optional[Guarding]] = \
+    contextvars.ContextVar("symbol_guarding", default=None)
+
+
+@contextlib.contextmanager
+def guarded(hint: Mapping[str, int]):
+    """Inside the block, comparisons the ranges do not decide are decided at `hint`
+    and recorded (yields the Guarding)."""
+    guarding = Guarding(hint)
+    token = _GUARDING.set(guarding)
+    try:
+        yield guarding
+    finally:
+        _GUARDING.reset(token)
+
+
+def upper_bound(value: Dim) -> int:
+    """The most `value` can be over the symbols' ranges (`assume`): an int stays itself;
+    what memory is planned at (a buffer sized for the largest size serves them all)."""
+    if not isinstance(value, SymDim):
+        return int(value)
+    high = value.bounds()[1]
+    if math.isinf(high):
+        raise SymbolicError(f"the size {value} has no upper bound ({_ranges_text(value)})")
+    return int(high)
+
+
+def current_hint() -> Optional[dict[str, int]]:
+    """The hint sizes of the enclosing `guarded`, else None."""
+    guarding = _GUARDING.get()
+    return None if guarding is None else dict(guarding.hint)
+
+
+def hint_value(value: Dim) -> int:
+    """A size as the number a performance heuristic should see: itself when an int, a
+    symbolic size at the hint of the enclosing `guarded` (no guard: a heuristic picks
+    among choices that are all correct at every size, e.g. the tiles of a predicated
+    schedule); SymbolicError outside one."""
+    if not isinstance(value, SymDim):
+        return int(value)
+    guarding = _GUARDING.get()
+    if guarding is None:
+        raise SymbolicError(f"the size {value} has no hint to plan with")
+    return value.evaluate(guarding.hint)
 
 
 def _ranges_text(value: "SymDim") -> str:

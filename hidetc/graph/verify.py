@@ -23,6 +23,7 @@ from hidetc.errors import HidetcError
 from hidetc.graph.evaluate import infer_node
 from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.graph.passes.fold_constants import FOLD_ELEMENT_LIMIT, SHAPE_OPS, fold_node
+from hidetc.graph.symbolic import SymDim
 
 
 class GraphVerifyError(AssertionError):
@@ -73,7 +74,10 @@ def check_types(graph: Graph) -> None:
     for name, array in graph.constants.items():
         if not isinstance(array, np.ndarray):
             fail(graph, f"constant {name!r} is a {type(array).__name__}, not a numpy array")
-        actual = TensorType(str(array.dtype), tuple(int(d) for d in array.shape))
+        if array.dtype == object and not all(isinstance(v, (int, SymDim))
+                                             for v in array.ravel()):
+            fail(graph, f"constant {name!r} is an object array that is not a shape value")
+        actual = TensorType.of(array)
         if actual != graph.types[name]:
             fail(graph, f"constant {name!r} is {actual} but typed {graph.types[name]}")
 

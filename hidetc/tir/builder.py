@@ -15,6 +15,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
+from hidetc.graph.symbolic import SymDim
+from hidetc.tir.functor import collect
 from hidetc.tir.ir import (
     INDEX_DTYPE,
     Alloc,
@@ -32,6 +34,7 @@ from hidetc.tir.ir import (
     Store,
     Var,
     as_expr,
+    is_size_var,
     seq,
 )
 from hidetc.tir.mapping import TaskMapping
@@ -52,7 +55,7 @@ class KernelBuilder:
 
     # parameters and declarations -------------------------------------------------
     def buffer(self, name: str, dtype: str, shape: Sequence[Any]) -> Buffer:
-        buf = Buffer(self.fresh(name), dtype, tuple(shape), "global")
+        buf = Buffer(self.fresh(name), dtype, _dims(shape), "global")
         self.params.append(buf)
         return buf
 
@@ -62,7 +65,7 @@ class KernelBuilder:
         return var
 
     def alloc(self, name: str, dtype: str, shape: Sequence[Any], scope: str = "local") -> Buffer:
-        buf = Buffer(self.fresh(name), dtype, tuple(shape), scope)
+        buf = Buffer(self.fresh(name), dtype, _dims(shape), scope)
         self.emit(Alloc(buf))
         return buf
 
@@ -132,5 +135,28 @@ class KernelBuilder:
         if len(self._stack) != 1:
             raise ValueError("finish() inside an open block")
         attrs.setdefault("target", self.target)
-        return Function(self.name, tuple(self.params), seq(*self._stack[0]),
+        body = seq(*self._stack[0])
+        draft = Function(self.name, tuple(self.params), body, ())
+        sizes = size_params(draft)
+        return Function(self.name, tuple(self.params) + sizes, body,
                         tuple(sorted(attrs.items())))
+
+
+def _dims(shape: Sequence[Any]) -> tuple:
+    """A buffer shape with symbolic sizes as their int64 expressions."""
+    return tuple(as_expr(d) if isinstance(d, SymDim) else d for d in shape)
+
+
+def size_params(fn: Function) -> tuple[Var, ...]:
+    """The symbolic sizes `fn` uses (in its body or its buffers' shapes) and does not
+    take yet, sorted by name: the scalar parameters that follow its buffers."""
+    found = {v for v in collect(fn).free_vars if is_size_var(v)}
+    usage = collect(fn)
+    buffers = [p for p in fn.params if isinstance(p, Buffer)]
+    buffers += list(usage.allocs + usage.loads + usage.stores)
+    for buf in buffers:
+        for d in buf.shape:
+            if isinstance(d, Expr):
+                found |= {v for v in collect(Evaluate(d)).free_vars if is_size_var(v)}
+    taken = {p for p in fn.params if isinstance(p, Var)}
+    return tuple(sorted(found - taken, key=lambda v: v.name))

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
+from hidetc.graph.symbolic import SymDim
+
 INDEX_DTYPE = "int32"
 ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
 CMP_OPS = ("<", "<=", ">", ">=", "==", "!=")
@@ -222,10 +224,49 @@ class Function:
         return dict(self.attrs).get(key, default)
 
 
+SIZE_PREFIX = "sym_"      # a symbolic size's variable: `sym_seq`, an int64 kernel parameter
+SIZE_DTYPE = "int64"
+
+
+def size_var(symbol: str) -> Var:
+    """The kernel variable holding the symbolic size `symbol` at run time."""
+    return Var(SIZE_PREFIX + symbol, SIZE_DTYPE)
+
+
+def is_size_var(var: Var) -> bool:
+    return var.name.startswith(SIZE_PREFIX) and var.dtype == SIZE_DTYPE
+
+
+def size_expr(dim: SymDim) -> Expr:
+    """A symbolic size (`hidetc.graph.symbolic.SymDim`) as an int64 expression of its
+    size variables: the kernel computes its extents from the sizes it is passed."""
+    total: Expr | None = None
+    for mono, coef in dim.terms:
+        term: Expr = Const(coef, SIZE_DTYPE)
+        for atom in mono:
+            factor = size_var(atom) if isinstance(atom, str) else \
+                BinOp("//", size_expr(atom.num), Const(atom.den, SIZE_DTYPE))
+            term = factor if coef == 1 and term == Const(1, SIZE_DTYPE) else \
+                BinOp("*", term, factor)
+        total = term if total is None else BinOp("+", total, term)
+    return total if total is not None else Const(0, SIZE_DTYPE)
+
+
+def index_const(value: Any, dtype: str = INDEX_DTYPE) -> Expr:
+    """A size as an index expression of `dtype`: a Const, or a symbolic size's
+    expression cast to it."""
+    if isinstance(value, SymDim):
+        return cast(size_expr(value), dtype)
+    return Const(value, dtype)
+
+
 def as_expr(value: ExprLike, like: Expr | None = None) -> Expr:
-    """Wrap a Python scalar as a Const; ints take the index dtype or `like`'s int dtype."""
+    """Wrap a Python scalar as a Const; ints take the index dtype or `like`'s int dtype;
+    a symbolic size becomes its int64 expression (`size_expr`)."""
     if isinstance(value, Expr):
         return value
+    if isinstance(value, SymDim):
+        return size_expr(value)
     if isinstance(value, bool):
         return Const(value, "bool")
     if isinstance(value, int):

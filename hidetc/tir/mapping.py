@@ -11,7 +11,9 @@ doing 4 tasks of a 64x8 grid, rows `w // 8 + 16 * r`.
 A mapping is an immutable value: `num_workers`, `task_shape`, `tasks_of(w)` (Python,
 for tests and reasoning) and `emit(worker)` (symbolic: the loops and index expressions
 that `lower_mappings` puts in place of `for ... in m.on(worker)`). `tasks_of` and
-`emit` agree by construction and by test.
+`emit` agree by construction and by test. A task shape may hold symbolic sizes
+(`hidetc.graph.symbolic.SymDim`): `emit`'s loops and indices then compute with the
+run-time sizes, and `tasks_of` needs the shape's numbers.
 """
 from __future__ import annotations
 
@@ -19,12 +21,14 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from hidetc.graph.symbolic import SymDim
 from hidetc.tir.ir import Const, Expr, Var, as_expr
 
 
 @dataclass(frozen=True, slots=True)
 class Loop:
-    """One loop `emit` asks for: the variable and its constant extent."""
+    """One loop `emit` asks for: the variable and its extent (a constant, or a symbolic
+    size computed at run time)."""
     var: Var
     extent: int
 
@@ -185,5 +189,6 @@ def repeat(*shape: int) -> Repeat:
 
 
 def _check_shape(shape: tuple[int, ...]) -> None:
-    if not shape or any((not isinstance(e, int)) or e < 1 for e in shape):
-        raise ValueError(f"a task shape needs positive ints, got {shape}")
+    if not shape or any(not isinstance(e, SymDim) and (not isinstance(e, int) or e < 1)
+                        for e in shape):   # (a symbolic extent may be 0 at some size)
+        raise ValueError(f"a task shape needs positive ints or symbolic sizes, got {shape}")

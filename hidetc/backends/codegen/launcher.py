@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from hidetc.tir.ir import Buffer, Function
+from hidetc.tir.ir import Buffer, Function, is_size_var
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,18 @@ class Launch:
 
 
 def entry_wrapper(fn: Function) -> str:
-    n = len(fn.params)
-    if any(not isinstance(p, Buffer) for p in fn.params):
-        raise ValueError(f"kernel {fn.name}: launcher supports buffer parameters only")
-    args = ", ".join(f"args[{i}]" for i in range(n))
+    """`NAME_entry(void **args)`: every parameter by pointer -- a buffer's data, or a
+    symbolic size's int64 (`tir.ir.size_var`: the launcher's `sizes` array)."""
+    args = []
+    for i, p in enumerate(fn.params):
+        if isinstance(p, Buffer):
+            args.append(f"args[{i}]")
+        elif is_size_var(p):
+            args.append(f"*(const long long *)args[{i}]")
+        else:
+            raise ValueError(f"kernel {fn.name}: the launcher passes buffers and sizes only, "
+                             f"not the scalar {p.name}")
+    args = ", ".join(args)
     return (f"\n__attribute__((visibility(\"default\")))\n"
             f"void {fn.name}_entry(void **args) {{ {fn.name}({args}); }}\n")
 

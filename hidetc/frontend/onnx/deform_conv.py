@@ -24,6 +24,7 @@ import numpy as np
 
 from hidetc.errors import ModelError
 from hidetc.frontend.onnx.base import Builder, Context, Converted, OnnxNode, ints_attr, label
+from hidetc.graph.symbolic import shape_array
 
 WORK_DTYPE = {"float16": "float32", "bfloat16": "float32"}
 
@@ -67,7 +68,7 @@ def deform_conv(node: OnnxNode, ctx: Context) -> Converted:
         return name if ctx.types[name].dtype == work else build.add("Cast", [name], to=work)
 
     def reshape(name: str, shape) -> str:
-        return build.add("Reshape", [name, build.const("shape", np.array(shape, np.int64))])
+        return build.add("Reshape", [name, build.const("shape", shape_array(shape))])
 
     def const(what: str, array: np.ndarray) -> str:
         return build.const(what, array.astype(np.dtype(work)))

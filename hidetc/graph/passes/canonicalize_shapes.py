@@ -31,6 +31,7 @@ import numpy as np
 from hidetc.graph.ir import Graph, Node
 from hidetc.graph.passes import remove_identity
 from hidetc.graph.passes.common import Rewriter, node_base
+from hidetc.graph.symbolic import shape_array
 
 Sources = dict[str, str]  # output of an emitted Reshape -> that Reshape's data input
 
@@ -61,7 +62,7 @@ def to_reshape(rw: Rewriter, node: Node, sources: Sources) -> None:
     if is_canonical_reshape(rw, node, root):
         rw.emit(node)
         return
-    shape_const = rw.const(f"{node_base(node)}_shape", np.array(shape, dtype=np.int64))
+    shape_const = rw.const(f"{node_base(node)}_shape", shape_array(shape))
     attrs = {"allowzero": 1} if 0 in shape else {}
     rw.emit(Node.make("Reshape", (root, shape_const), (out,), name=node.name, **attrs),
             changed=True)

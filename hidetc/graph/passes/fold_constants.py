@@ -24,6 +24,7 @@ from typing import Mapping
 
 import numpy as np
 
+from hidetc.errors import ShapeError
 from hidetc.graph.evaluate import TYPE_VALUED_OPS, evaluate_node, type_values
 from hidetc.graph.ir import Graph, Node, TensorType
 from hidetc.graph.passes.common import NONDETERMINISTIC_OPS, contiguous
@@ -59,11 +60,19 @@ def fold_node(node: Node, types: Mapping[str, TensorType],
         return None
     if not small_enough(node, types, constants):
         return None
-    return evaluate_node(node, [constants[v] if v else None for v in node.inputs])
+    inputs = [constants[v] if v else None for v in node.inputs]
+    try:
+        return evaluate_node(node, inputs)
+    except ShapeError:
+        if any(x is not None and x.dtype == object for x in inputs):
+            return None    # a computation on symbolic sizes: left to run time
+        raise
 
 
 def small_enough(node: Node, types: Mapping[str, TensorType],
                  constants: Mapping[str, np.ndarray]) -> bool:
+    if any(types[out].symbolic for out in node.outputs if out):
+        return False       # a tensor of symbolic size has no value to fold to
     out_elements = sum(types[out].size for out in node.outputs if out)
     in_elements = sum(int(constants[v].size) for v in node.inputs if v)
     return out_elements <= max(in_elements, FOLD_ELEMENT_LIMIT)
@@ -72,6 +81,8 @@ def small_enough(node: Node, types: Mapping[str, TensorType],
 def as_declared(value: np.ndarray, ttype: TensorType) -> np.ndarray:
     """The folded value as a contiguous array with the dtype the graph declares."""
     array = np.asarray(value)
+    if array.dtype == object:     # a shape value holding symbolic sizes (int64 declared)
+        return array
     if str(array.dtype) != ttype.dtype:
         array = array.astype(ttype.dtype)
     return contiguous(array)

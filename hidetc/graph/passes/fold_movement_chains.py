@@ -27,26 +27,33 @@ import numpy as np
 from hidetc.graph.ir import Graph, Node
 from hidetc.graph.passes import remove_identity
 from hidetc.graph.passes.common import Rewriter
+from hidetc.graph.symbolic import samples, shape_array
 
 MOVEMENT = ("Transpose", "Reshape")
 CHECK_LIMIT = 1 << 24
 
 
-def _apply(index: np.ndarray, node: Node, graph: Graph) -> np.ndarray:
+def _apply(index: np.ndarray, node: Node, graph: Graph, sizes: dict) -> np.ndarray:
     if node.op == "Transpose":
         perm = node.attr("perm")
         return np.transpose(index, tuple(perm) if perm is not None else None)
-    return index.reshape(graph.types[node.outputs[0]].shape)
+    return index.reshape(graph.types[node.outputs[0]].at(sizes).shape)
 
 
 def keeps_order(graph: Graph, chain: list[Node]) -> bool:
-    """Whether the chain moves no element (its composite is a reshape)."""
-    source = graph.types[chain[0].inputs[0]]
+    """Whether the chain moves no element (its composite is a reshape); with symbolic
+    sizes, whether it moves none at each of `symbolic.samples` of the ranges."""
+    return all(_keeps_order_at(graph, chain, sizes) for sizes in
+               (samples(graph.symbols) if graph.symbols else [{}]))
+
+
+def _keeps_order_at(graph: Graph, chain: list[Node], sizes: dict) -> bool:
+    source = graph.types[chain[0].inputs[0]].at(sizes)
     if source.size > CHECK_LIMIT:
         return False
     index = np.arange(source.size, dtype=np.int32).reshape(source.shape)
     for node in chain:
-        index = _apply(index, node, graph)
+        index = _apply(index, node, graph, sizes)
     return bool(np.array_equal(np.ascontiguousarray(index).reshape(-1),
                                np.arange(source.size, dtype=np.int32)))
 
@@ -95,7 +102,7 @@ def run(graph: Graph) -> Graph:
             if graph.types[source].shape == shape:
                 rw.emit(Node("Identity", (source,), (out,), name=node.name), changed=True)
             else:
-                const = rw.const(f"{node.name or out}_shape", np.array(shape, np.int64))
+                const = rw.const(f"{node.name or out}_shape", shape_array(shape))
                 attrs = {"allowzero": 1} if 0 in shape else {}
                 rw.emit_typed(Node.make("Reshape", (source, const), (out,), name=node.name,
                                         **attrs))

@@ -34,6 +34,7 @@ from hidetc.tir.ir import (
     as_expr,
     cast,
     eq,
+    index_const,
     logical_and,
     logical_not,
     logical_or,
@@ -105,11 +106,11 @@ def cumsum_axis(kb: KernelBuilder, axis_buf, shape: tuple[int, ...]) -> tuple[Va
     rank = len(shape)
     a = kb.declare("axis", "int32", cast(axis_buf[tuple(0 for _ in axis_buf.shape)], "int32"))
     kb.assign(a, select(a < 0, a + rank, a))
-    n_expr: Expr = Const(shape[-1], "int32")
+    n_expr: Expr = index_const(shape[-1], "int32")
     inner_expr: Expr = Const(1, "int32")
     for d in range(rank - 2, -1, -1):
-        n_expr = select(eq(a, d), Const(shape[d], "int32"), n_expr)
-        inner_expr = select(eq(a, d), Const(math.prod(shape[d + 1:]), "int32"), inner_expr)
+        n_expr = select(eq(a, d), index_const(shape[d], "int32"), n_expr)
+        inner_expr = select(eq(a, d), index_const(math.prod(shape[d + 1:]), "int32"), inner_expr)
     return kb.declare("n", "int32", n_expr), kb.declare("inner", "int32", inner_expr)
 
 

@@ -116,6 +116,7 @@ def finish_kernel(fn: Function, target: CpuTarget, task: Task) -> Function:
     marked ("serial", True) -- the C printer then prints its parallel loops as plain
     loops, so the launch pays no fork and join. Single-core targets need no mark (one
     thread forks nothing)."""
+    task = task.hinted()              # (symbolic sizes: decided at the build's hint)
     moved = sum(t.size for t in (*task.inputs, *task.outputs) if t is not None)
     if target.cores > 1 and max(task_flops(task), moved) < SERIAL_WORK:
         return replace(fn, attrs=tuple(sorted({**dict(fn.attrs), "serial": True}.items())))
@@ -192,4 +193,4 @@ def kernel_choice(task: Task, target: CpuTarget) -> tuple[Template | None, Any]:
     if template is None or matmul_integer.is_integer_matmul(task):
         return None, None
     check_dtypes(task)
-    return template, template.default(task, target)
+    return template, template.default(task.hinted(), target)

@@ -13,6 +13,7 @@ import math
 
 from hidetc.compute.injective import COMPUTE
 from hidetc.compute.task import Task
+from hidetc.graph.symbolic import hint_value
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function, Load, as_expr
 from hidetc.tir.mapping import repeat, spatial
@@ -35,7 +36,7 @@ def build(task: Task, name: str) -> Function:
         return kb.finish()
     lead, last = shape[:-1] or (1,), shape[-1]
     pieces = _last_axis_pieces(task)
-    if pieces is None and _short_rows(shape):
+    if pieces is None and _short_rows(tuple(hint_value(d) for d in shape)):
         _build_short_rows(kb, task, out, shape, compute, load)
         return kb.finish()
     with kb.for_range(math.prod(lead), kind="parallel", name="r") as r:

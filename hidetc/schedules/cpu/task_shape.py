@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hidetc.graph.symbolic import hint_value
 from hidetc.target import CpuTarget
 
 if TYPE_CHECKING:
@@ -83,6 +84,8 @@ def blocking(cfg: GemmConfig, m: int, n: int, k: int, batch: int, target: CpuTar
     tasks run the row tiles outermost (one problem, or the same row split for every
     problem), so a row split keeps each core on its own part of the activations from
     kernel to kernel)."""
+    sizes = m, n, k
+    m, n, k, batch = (hint_value(v) for v in (m, n, k, batch))   # (tiles: at the hint)
     mr, nr = max(1, min(cfg.mr, m)), cfg.nr  # M < MR: no rows computed twice
     unit = n_unit or nr
     mc = max(mr, min(round_up(cfg.mc, mr), round_up(max(m, 1), mr)))
@@ -90,6 +93,7 @@ def blocking(cfg: GemmConfig, m: int, n: int, k: int, batch: int, target: CpuTar
     kc = max(k_unit, min(cfg.kc // k_unit * k_unit, k))
     shape = _Shape(m, n, max(k, 1), batch, target.cores, mr, nr, mc, unit, gather,
                    local_rows, target.vector_lanes)
+    m, n, k = sizes
     mt, nc = shape.best(nc)
     return Blocking(m, n, k, mr, nr, mc, nc, kc, mt, cfg.pack_a, cfg.pack_b,
                     target.vector_lanes)

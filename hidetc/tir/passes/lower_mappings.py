@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import math
 
+from hidetc.graph.symbolic import SymDim, upper_bound
 from hidetc.target import simt
 from hidetc.tir.functor import Rewriter, all_names, substitute
-from hidetc.tir.ir import Const, For, Function, If, MapFor, Stmt, Var, cast
+from hidetc.tir.ir import Const, For, Function, If, MapFor, Stmt, Var, as_expr, cast
 from hidetc.tir.passes.simplify import effects
 
 UNROLL_MAX_EXTENT = 16
@@ -67,7 +68,8 @@ class _LowerMappings(Rewriter):
         body = self.stmt(s.body)
         hint = s.vars[0].name if s.vars else "m"
         worker = s.worker
-        if math.prod(s.mapping.task_shape) >= 2 ** 31 and worker.dtype != "int64":
+        if upper_bound(math.prod(s.mapping.task_shape)) >= 2 ** 31 and \
+                worker.dtype != "int64":
             worker = cast(worker, "int64")      # task indices past int32: index in int64
         loops, indices = s.mapping.emit(worker, "r")
         renames = {lp.var: Var(self.names.fresh(f"{hint}_{lp.var.name}"), lp.var.dtype)
@@ -78,9 +80,14 @@ class _LowerMappings(Rewriter):
         out = substitute(body, dict(zip(s.vars, indices)))
         for lp in reversed(loops):
             var = renames[lp.var]
+            if isinstance(lp.extent, SymDim):    # a run-time extent: never unrolled
+                out = For(var, as_expr(lp.extent), out, "serial")
+                continue
             kind = "unroll" if self.unroll and lp.extent <= UNROLL_MAX_EXTENT else "serial"
             out = For(var, Const(lp.extent, var.dtype), out, kind)
-        return If(s.worker < Const(s.mapping.num_workers, s.worker.dtype), out)
+        count = s.mapping.num_workers
+        return If(s.worker < (as_expr(count) if isinstance(count, SymDim) else
+                              Const(count, s.worker.dtype)), out)
 
 
 def lower_mappings(fn: Function) -> Function:
