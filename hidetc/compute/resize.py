@@ -26,6 +26,7 @@ import numpy as np
 from hidetc.compute.indexing import Compute, Load, present
 from hidetc.compute.task import Task
 from hidetc.graph.ops.resize import AxisSpec, axis_coords, resize_spec, tap_count
+from hidetc.graph.symbolic import SymDim
 from hidetc.tir.ir import (
     Const,
     Expr,
@@ -127,8 +128,12 @@ def _params(task: Task) -> list:
     out = []
     for i in (1, 2, 3):
         value = task.param(i)
-        out.append(None if value is None or not present(task, i)
-                   else np.asarray(value, dtype=task.inputs[i].dtype))
+        if value is None or not present(task, i):
+            out.append(None)
+        elif any(isinstance(v, SymDim) for v in np.ravel(np.asarray(value, dtype=object))):
+            out.append(np.asarray(value, dtype=object))   # sizes holding symbolic ones
+        else:
+            out.append(np.asarray(value, dtype=task.inputs[i].dtype))
     return out
 
 

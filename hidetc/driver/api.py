@@ -30,12 +30,14 @@ from typing import Any, Callable, Optional
 from hidetc.backends.runtime.artifact import ArtifactWriter, check_output_dir
 from hidetc.driver.config import CompileConfig, make_config
 from hidetc.driver.context import CompileContext, environment_options
+from hidetc.driver.dynamic import plan_variants, static_shapes, verification_sizes
 from hidetc.driver.emit import write_artifact
 from hidetc.driver.model import Model, load, profile_rows  # noqa: F401 (the API)
 from hidetc.driver.tune.records import RecordStore
 from hidetc.driver.verification import Verifier, Yardstick, recover_artifact, verify_artifact
 from hidetc.errors import ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
+from hidetc.graph.symbolic import assume
 from hidetc.target import host_memory_bytes
 
 
@@ -66,7 +68,8 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     timings: dict[str, float] = {}
     clock = time.perf_counter()
     graph = load_model(model_path, **cfg.bindings)
-    _refuse_ranges(graph)
+    if graph.symbols:
+        return _compile_ranges(model_path, out_dir, ctx, graph, verifier, timings, clock)
     optimized = ctx.optimize(graph)
     selection = ctx.select(optimized)
     timings["frontend_s"] = time.perf_counter() - clock
@@ -137,16 +140,66 @@ def _recover(writer: ArtifactWriter, manifest: dict, ctx: CompileContext, graph,
                             optimized, verifier)
 
 
-def _refuse_ranges(graph) -> None:
-    """A one-line ConfigError for a graph with symbolic sizes: the graph IR carries them
-    (`hidetc.graph.symbolic`), the kernels with run-time extents and the dispatch table
-    that would compile them are not built yet (issue 36)."""
-    if not graph.symbols:
-        return
+def _compile_ranges(model_path: Path, out_dir, ctx: CompileContext, graph,
+                    verifier: Verifier, timings: dict, clock: float) -> CompileResult:
+    """The compile of a graph with symbolic sizes (`hidetc.driver.dynamic`): the
+    dispatch variants covering the ranges, written as one artifact, verified against
+    the reference at each of `verification_sizes`. The configs are the defaults planned
+    at each variant's hint (tuning at the tuning sizes is not built yet)."""
+    cfg = ctx.cfg
+    if not ctx.backend.builds_ranges:
+        raise ConfigError(f"--target {ctx.backend.kind}: an artifact for a range of sizes "
+                          f"is not built yet (the cpu target builds one); bind one size "
+                          f"({_bind_hint(graph)})")
+
+    def build(g):
+        return ctx.plan(ctx.select(ctx.optimize(g)), {})
+
+    with assume(graph.symbols):
+        variants = plan_variants(graph, build)
+        timings["frontend_s"] = time.perf_counter() - clock
+        timings["tune_s"] = 0.0
+        with ArtifactWriter(out_dir) as writer:
+            clock = time.perf_counter()
+            manifest = write_artifact(writer, variants[0].plan, ctx, model_path, variants)
+            manifest["tuning"] = {"enabled": False, "reason": "a range of sizes: each "
+                                  "variant's defaults planned at its hint sizes"}
+            timings["build_s"] = time.perf_counter() - clock
+            clock = time.perf_counter()
+            if ctx.skip_verify:
+                manifest["verification"] = {"status": "skipped", "reason": ctx.skip_verify}
+            else:
+                writer.stage_manifest({**manifest, "verification": {"status": "pending"}})
+                manifest["verification"] = _verify_sizes(writer.path, manifest, graph,
+                                                         model_path, cfg, verifier,
+                                                         variants)
+            timings["verify_s"] = time.perf_counter() - clock
+            writer.finish(manifest)
+    return CompileResult(Path(out_dir), manifest, timings)
+
+
+def _verify_sizes(path: Path, manifest: dict, graph, model_path: Path, cfg: CompileConfig,
+                  verifier: Verifier, variants) -> dict:
+    """The artifact verified at each of `verification_sizes` against a static import of
+    the model at those sizes: the record of the first, with every size's result."""
+    records = []
+    for sizes in verification_sizes(graph.symbols, variants):
+        static = load_model(model_path, shapes=static_shapes(graph, sizes))
+        where = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        try:
+            report = verifier(path, manifest, Yardstick(model_path, static, cfg), cfg)
+        except VerificationError as error:
+            raise VerificationError(f"at {where}: {error}") from None
+        records.append((sizes, report))
+    first = dict(records[0][1])
+    first["sizes"] = [{"sizes": dict(sizes), "status": r["status"],
+                       "outputs": r.get("outputs", {})} for sizes, r in records]
+    return first
+
+
+def _bind_hint(graph) -> str:
     name, rng = next(iter(graph.symbols.items()))
-    raise ConfigError(f"dimension '{name}' is bound to the range {rng}: one artifact for a "
-                      f"range of sizes is not built yet; bind one size (e.g. --dim "
-                      f"{name}={rng.hi})")
+    return f"e.g. --dim {name}={rng.hi}"
 
 
 def _check_memory(graph, ctx: CompileContext) -> None:

@@ -28,7 +28,7 @@ A backend owns:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from hidetc import cpu_isa
 from hidetc.backends.runtime.cuda.context import staged_bytes
@@ -59,6 +59,7 @@ from hidetc.target import (
 
 class CpuBackend:
     kind = "cpu"
+    builds_ranges = True       # artifacts for ranges of sizes (`driver.dynamic`)
     schedules = cpu_schedules
     # the cpu candidates are gcc builds on a few cores: a short list by default
     default_space = 1
@@ -113,13 +114,18 @@ class CpuBackend:
             f"this CPU lacks {machine.isa} (cross-compiled)"
 
     def build(self, plan: ExecutionPlan, entries: Mapping, root: Path, cfg: CompileConfig,
-              dump_dir: Optional[str]) -> dict:
-        """Build the kernels under `root`/kernels: the manifest keys they need, and
-        `resources` per kernel (its scratch bytes per thread)."""
+              dump_dir: Optional[str], more: Sequence[ExecutionPlan] = ()) -> dict:
+        """Build the kernels under `root`/kernels (of `plan` and of the dispatch variants
+        `more`): the manifest keys they need (`cpu.launches`, and per further variant
+        `cpu.variant_launches`), and `resources` per kernel (its scratch bytes per
+        thread)."""
         library, launches, resources = build_cpu_library(plan, entries, root / "kernels",
-                                                         dump_dir=dump_dir)
-        return {"library": str(library.relative_to(root)),
-                "cpu": {"launches": launch_table(launches)}, "resources": resources}
+                                                         dump_dir=dump_dir, more=more)
+        cpu = {"launches": launch_table(launches[0])}
+        if more:
+            cpu["variant_launches"] = [launch_table(v) for v in launches[1:]]
+        return {"library": str(library.relative_to(root)), "cpu": cpu,
+                "resources": resources}
 
     def manifest_facts(self, machine: CpuTarget) -> dict:
         return {"cpu_isa": machine.isa}
@@ -142,6 +148,7 @@ class CpuBackend:
 
 class CudaBackend:
     kind = "cuda"
+    builds_ranges = False      # artifacts for ranges of sizes: not on cuda yet
     schedules = cuda_schedules
     default_space = 2          # the whole hardware-centric space: measured on the GPU
     refusals = NO_GATHERING_PROLOGUES
@@ -200,7 +207,10 @@ class CudaBackend:
         return None if gpu_available() else "no CUDA GPU here (cross-compiled)"
 
     def build(self, plan: ExecutionPlan, entries: Mapping, root: Path, cfg: CompileConfig,
-              dump_dir: Optional[str]) -> dict:
+              dump_dir: Optional[str], more: Sequence[ExecutionPlan] = ()) -> dict:
+        if more:
+            raise ConfigError("cuda: an artifact for a range of sizes is not built yet "
+                              "(the cpu target builds one); bind one size")
         section, resources = build_cuda_modules(plan, entries, root / "kernels",
                                                 self.archs(cfg), dump_dir=dump_dir)
         return {"library": None, "cuda": section, "resources": resources}

@@ -5,7 +5,7 @@ across models), print the launcher, and let gcc build one shared library.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from hidetc.backends.codegen.c import print_c_module
 from hidetc.backends.codegen.c_scratch import heap_scratch_bytes
@@ -20,15 +20,21 @@ def resolve_weight_args(plan: ExecutionPlan, entries: Mapping) -> list[Launch]:
     return [record.resolved(entries) for record in plan.launches]
 
 
-def kernel_sources(plan: ExecutionPlan, dump_dir: str | None = None
+def kernel_sources(plan: ExecutionPlan, dump_dir: str | None = None,
+                   more: Sequence[ExecutionPlan] = ()
                    ) -> tuple[dict[str, str], dict[str, dict]]:
-    """Each kernel's C translation unit, and its resources: `scratch_bytes`, the most it
-    takes from a thread's scratch stack in one call (`heap_scratch_bytes`)."""
+    """Each kernel's C translation unit (of `plan` and of the further dispatch variants
+    `more`: a kernel name is its content, built once), and its resources:
+    `scratch_bytes`, the most it takes from a thread's scratch stack in one call
+    (`heap_scratch_bytes`)."""
     sources, resources = {}, {}
-    for name, fn in plan.functions.items():
-        lowered = lower(fn, dump_dir=dump_dir)
-        sources[name] = print_c_module([lowered]) + entry_wrapper(lowered)
-        resources[name] = {"scratch_bytes": heap_scratch_bytes(lowered)}
+    for each in (plan, *more):
+        for name, fn in each.functions.items():
+            if name in sources:
+                continue
+            lowered = lower(fn, dump_dir=dump_dir)
+            sources[name] = print_c_module([lowered]) + entry_wrapper(lowered)
+            resources[name] = {"scratch_bytes": heap_scratch_bytes(lowered)}
     return sources, resources
 
 
@@ -39,13 +45,14 @@ def launch_table(launches: list[Launch]) -> list[list[list]]:
 
 
 def build_cpu_library(plan: ExecutionPlan, entries: Mapping, out_dir: Path,
-                      dump_dir: str | None = None
-                      ) -> tuple[Path, list[Launch], dict[str, dict]]:
-    """The library (kernels, their `NAME_entry`, the launcher), its launches and the
-    kernels' resources (`kernel_sources`)."""
-    sources, resources = kernel_sources(plan, dump_dir)
-    launches = resolve_weight_args(plan, entries)
-    sources["launcher"] = launcher_source(launches)
+                      dump_dir: str | None = None, more: Sequence[ExecutionPlan] = ()
+                      ) -> tuple[Path, list[list[Launch]], dict[str, dict]]:
+    """The library (kernels, their `NAME_entry`, the launcher of `plan` and of each
+    dispatch variant in `more`), the launches of each, and the kernels' resources
+    (`kernel_sources`)."""
+    sources, resources = kernel_sources(plan, dump_dir, more)
+    launches = [resolve_weight_args(p, entries) for p in (plan, *more)]
+    sources["launcher"] = launcher_source(launches[0], launches[1:])
     src_dir = out_dir / "src"
     src_dir.mkdir(parents=True, exist_ok=True)
     for name, text in sources.items():

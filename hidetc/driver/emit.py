@@ -7,8 +7,12 @@ Returns the manifest without its verification record (the verification stage add
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
+
+import numpy as np
 
 from hidetc import __version__
+from hidetc.backends.codegen.launcher import forward_name
 from hidetc.backends.runtime.artifact import (
     FORMAT_VERSION,
     ArtifactWriter,
@@ -16,20 +20,79 @@ from hidetc.backends.runtime.artifact import (
     utc_now,
 )
 from hidetc.backends.runtime.weights import write_weights
+from hidetc.driver.dynamic import Variant
 from hidetc.driver.launch import ExecutionPlan
+from hidetc.graph.symbolic import SymDim
 
 
-def write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, ctx, model_path: Path) -> dict:
+def write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, ctx, model_path: Path,
+                   variants: Sequence[Variant] = ()) -> dict:
     """Write `plan`'s weights and kernels under `writer.path` for `ctx` (a
-    `CompileContext`); the manifest (see `hidetc.backends.runtime.artifact`)."""
+    `CompileContext`); the manifest (see `hidetc.backends.runtime.artifact`). A compile
+    for ranges of sizes passes its dispatch `variants` (`plan` is the first's): their
+    weights share one file, their kernels one library, each variant a launcher, and
+    the manifest's `dynamic` section says which sizes each serves."""
     backend, cfg = ctx.backend, ctx.cfg
-    entries = write_weights(writer.path / "weights.bin", plan.weights)
-    built = backend.build(plan, entries, writer.path, cfg, ctx.dump("tir"))
+    entries = write_weights(writer.path / "weights.bin", _weights(plan, variants))
+    built = backend.build(plan, entries, writer.path, cfg, ctx.dump("tir"),
+                          **({"more": [v.plan for v in variants[1:]]} if variants else {}))
     resources = built.pop("resources", {})      # per kernel name
     plan = plan.with_resources(resources)
     graph = plan.graph
     inputs = [_spec(graph, v) for v in graph.inputs]
     outputs = [_spec(graph, v) for v in graph.outputs]
+    manifest = _manifest(plan, ctx, model_path, entries, built, resources, inputs, outputs)
+    if variants:
+        manifest["memory"]["arena_bytes"] = max(int(v.plan.memory.arena_bytes)
+                                                for v in variants)
+        manifest["memory"]["context_bytes"] = manifest["memory"]["arena_bytes"]
+        manifest["memory"]["at_sizes"] = _bytes_at_sizes(graph, manifest["memory"]
+                                                         ["arena_bytes"])
+        manifest["dynamic"] = {
+            "symbols": {s: r.as_dict() for s, r in graph.symbols.items()},
+            "order": sorted(graph.symbols),
+            "variants": [v.as_dict(forward_name(k)) for k, v in enumerate(variants)]}
+    return plain(manifest)
+
+
+def _bytes_at_sizes(graph, arena: int) -> dict:
+    """What one pass holds at the ranges' minimum, middle tuning size and maximum: the
+    arena (sized once, at the maximum) and the inputs and outputs at those sizes."""
+    picks = {"min": {s: r.lo for s, r in graph.symbols.items()},
+             "opt": {s: r.opts[len(r.opts) // 2] for s, r in graph.symbols.items()},
+             "max": {s: r.hi for s, r in graph.symbols.items()}}
+    io = (*graph.inputs, *graph.outputs)
+    return {k: int(arena) + sum(int(graph.types[v].at(sizes).nbytes) for v in io)
+            for k, sizes in picks.items()}
+
+
+def _weights(plan: ExecutionPlan, variants: Sequence[Variant]) -> dict:
+    """The weights of the plan and of every variant (one copy of each name)."""
+    weights = dict(plan.weights)
+    for variant in variants:
+        for name, array in variant.plan.weights.items():
+            if name not in weights:
+                weights[name] = array
+            elif not np.array_equal(np.asarray(weights[name]), np.asarray(array)):
+                raise ValueError(f"two dispatch variants hold different weights "
+                                 f"named {name!r}")
+    return weights
+
+
+def plain(value):
+    """The manifest with symbolic sizes as their texts (YAML writes no SymDim)."""
+    if isinstance(value, SymDim):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def _manifest(plan: ExecutionPlan, ctx, model_path: Path, entries, built: dict,
+              resources: dict, inputs: list, outputs: list) -> dict:
+    backend, cfg, graph = ctx.backend, ctx.cfg, plan.graph
     return {
         "format_version": FORMAT_VERSION,
         "hidetc_version": __version__,
@@ -72,4 +135,5 @@ def _entry_dict(entry) -> dict:
 
 def _spec(graph, value: str) -> dict:
     t = graph.types[value]
-    return {"name": value, "dtype": t.dtype, "shape": list(t.shape)}
+    return {"name": value, "dtype": t.dtype,
+            "shape": [d if isinstance(d, int) else str(d) for d in t.shape]}

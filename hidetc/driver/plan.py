@@ -50,8 +50,11 @@ from hidetc.graph.symbolic import upper_bound
 from hidetc.schedules.template import base_template
 from hidetc.target import Target
 from hidetc.tir import scratch
-from hidetc.tir.ir import Function
+from hidetc.tir.builder import size_params
+from hidetc.tir.ir import SIZE_PREFIX, Function, Var, is_size_var
 from hidetc.tir.printer import format_function
+
+SIZE_VALUE = "@size:"    # a launch argument that is a symbolic size, not a graph value
 
 ZEROED_SCRATCH = scratch.ZEROED_REGION
 
@@ -273,15 +276,18 @@ def plan(selection: Selection, backend, machine: Target,
     for b in built:
         task = b.item.task
         if b.name not in finished:
-            fn = schedules.finish_kernel(b.fused.function, machine, task)
+            fn = with_size_params(schedules.finish_kernel(b.fused.function, machine, task))
             finished[b.name] = (fn, {"flops": task_flops(task),
                                      **schedules.kernel_facts(fn, machine, task)})
         fn, facts = finished[b.name]
         used_constants.update(v for v in b.fused.args if v in graph.constants)
         anchor = b.item.anchor
-        args = tuple(_arg(v, graph, memory, slot_of) for v in b.fused.args)
+        sizes = [size_value(p.name) for p in fn.params if isinstance(p, Var) and is_size_var(p)]
+        cut = len(b.fused.args) - len(fn.attr("scratch", ()))
+        values = tuple(b.fused.args[:cut]) + tuple(sizes) + tuple(b.fused.args[cut:])
+        args = tuple(_arg(v, graph, memory, slot_of) for v in values)
         launches.append(LaunchRecord(b.name, fn, task, b.item.group, anchor.name, anchor.op,
-                                     tuple(b.fused.args), args,
+                                     values, args,
                                      written_values(b.item.group, nodes), b.choice, facts))
     weights = {name: graph.constants[name] for name in graph.constants if name in used_constants}
     return ExecutionPlan(graph, machine, tuple(launches), weights, memory,
@@ -341,7 +347,23 @@ def _in_place(built: list[_Built], nodes: dict[str, Node], graph: Graph,
     return reuse
 
 
+def with_size_params(fn: Function) -> Function:
+    """`fn` with the symbolic sizes it uses as parameters after its buffers and before
+    its scratch buffers (which stay last), sorted by name."""
+    kept = tuple(p for p in fn.params if not (isinstance(p, Var) and is_size_var(p)))
+    bare = replace(fn, params=kept)
+    cut = len(kept) - len(fn.attr("scratch", ()))        # (scratch buffers stay last)
+    return replace(fn, params=kept[:cut] + size_params(bare) + kept[cut:])
+
+
+def size_value(param: str) -> str:
+    """The launch-argument name of a size parameter (`sym_seq` -> `@size:seq`)."""
+    return SIZE_VALUE + param[len(SIZE_PREFIX):]
+
+
 def _arg(value: str, graph: Graph, memory: MemoryPlan, slot_of: dict[str, int]) -> Arg:
+    if value.startswith(SIZE_VALUE):    # a symbolic size: its place in the sizes array
+        return Arg("size", sorted(graph.symbols).index(value[len(SIZE_VALUE):]))
     if value in slot_of:
         return Arg("output", slot_of[value])
     if value in graph.inputs:

@@ -61,6 +61,7 @@ from hidetc.compute.injective import COMPUTE, linearize, unravel
 from hidetc.compute.task import task_of
 from hidetc.fusion.partition import FusionGroup
 from hidetc.graph.ir import Graph, Node
+from hidetc.graph.symbolic import SymDim
 from hidetc.tir import intrinsics, scratch
 from hidetc.tir.functor import Rewriter, all_names
 from hidetc.tir.ir import (
@@ -101,6 +102,21 @@ class FusedKernel:
 
 def _shape(graph: Graph, value: str) -> tuple[int, ...]:
     return tuple(graph.types[value].shape)
+
+
+REGROUPING = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+
+
+def _regroups_symbolic(graph: Graph, node) -> bool:
+    """Whether a reshape merges or splits dimensions of symbolic size: computed inside a
+    prologue, its div/mod chains over run-time extents nest without simplifying (each
+    level repeats the one below), so such a node is not fused -- it runs as its own
+    kernel, and the kernels reading it see a materialized value (a view)."""
+    shapes = [_shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])]
+    if not any(isinstance(d, SymDim) for shape in shapes for d in shape):
+        return False
+    kept = [tuple(d for d in shape if not (isinstance(d, int) and d == 1)) for shape in shapes]
+    return kept[0] != kept[1]
 
 
 def to_logical(idx: Sequence[Expr], view: Sequence[int], shape: Sequence[int]) -> list[Expr]:
@@ -213,6 +229,9 @@ class _Graft(Rewriter):
             # through a buffer of the reshaped shape (no div/mod per element)
             return Load(self._input(source, _shape(self.graph, value)),
                         tuple(as_expr(i) for i in idx))
+        if node.op in REGROUPING and _regroups_symbolic(self.graph, node):
+            raise GraftError(f"{node.name} ({node.op}) regroups symbolic sizes inside a "
+                             f"prologue (its index arithmetic would not simplify)")
         task = self.tasks[node.name]
         load: Callable = lambda i, index: widen(  # noqa: E731
             self.value_at(node.inputs[i], list(index)))

@@ -278,7 +278,8 @@ class SymDim:
     # ----------------------------------------------------------------- reading
 
     def evaluate(self, sizes: Mapping[str, int]) -> int:
-        """The value with every symbol at `sizes` (KeyError for a missing one)."""
+        """The value with every symbol at `sizes` (KeyError for a missing one); sizes
+        given as numpy int64 arrays give the values at every point at once."""
         total = 0
         for mono, coef in self.terms:
             total += coef * math.prod(_atom_value(a, sizes) for a in mono)
@@ -405,6 +406,12 @@ class Guard:
     def __str__(self) -> str:
         return f"{self.expr} {self.op} 0"
 
+    def display(self) -> str:
+        """For people: the constant on the right (`seq >= 16`)."""
+        const = dict(self.expr.terms).get((), 0)
+        rest = self.expr - const
+        return f"{rest} {self.op} {-const}"
+
     @staticmethod
     def parse(text: str) -> "Guard":
         expr, op, zero = text.rsplit(" ", 2)
@@ -500,7 +507,8 @@ def _atom_bounds(atom: Atom) -> tuple[float, float]:
 
 def _atom_value(atom: Atom, sizes: Mapping[str, int]) -> int:
     if isinstance(atom, str):
-        return int(sizes[atom])
+        value = sizes[atom]
+        return value if isinstance(value, np.ndarray) else int(value)  # (arrays: many)
     return atom.num.evaluate(sizes) // atom.den
 
 

@@ -135,10 +135,7 @@ class KernelBuilder:
         if len(self._stack) != 1:
             raise ValueError("finish() inside an open block")
         attrs.setdefault("target", self.target)
-        body = seq(*self._stack[0])
-        draft = Function(self.name, tuple(self.params), body, ())
-        sizes = size_params(draft)
-        return Function(self.name, tuple(self.params) + sizes, body,
+        return Function(self.name, tuple(self.params), seq(*self._stack[0]),
                         tuple(sorted(attrs.items())))
 
 
@@ -149,14 +146,16 @@ def _dims(shape: Sequence[Any]) -> tuple:
 
 def size_params(fn: Function) -> tuple[Var, ...]:
     """The symbolic sizes `fn` uses (in its body or its buffers' shapes) and does not
-    take yet, sorted by name: the scalar parameters that follow its buffers."""
-    found = {v for v in collect(fn).free_vars if is_size_var(v)}
+    take yet, sorted by name: the scalar parameters a kernel with run-time extents
+    takes (the plan adds them: `driver.plan.with_size_params`)."""
     usage = collect(fn)
+    found = {v for v in usage.free_vars if is_size_var(v)}
     buffers = [p for p in fn.params if isinstance(p, Buffer)]
     buffers += list(usage.allocs + usage.loads + usage.stores)
     for buf in buffers:
         for d in buf.shape:
-            if isinstance(d, Expr):
-                found |= {v for v in collect(Evaluate(d)).free_vars if is_size_var(v)}
+            if isinstance(d, (Expr, SymDim)):
+                found |= {v for v in collect(Evaluate(as_expr(d))).free_vars
+                          if is_size_var(v)}
     taken = {p for p in fn.params if isinstance(p, Var)}
     return tuple(sorted(found - taken, key=lambda v: v.name))

@@ -131,6 +131,11 @@ class Buffer:
     shape: tuple[Any, ...]  # ints or index Exprs
     scope: str = "global"
 
+    def __post_init__(self):
+        if any(isinstance(d, SymDim) for d in self.shape):   # symbolic sizes: their Exprs
+            object.__setattr__(self, "shape", tuple(
+                size_expr(d) if isinstance(d, SymDim) else d for d in self.shape))
+
     def __getitem__(self, idx) -> "Load":
         idx = idx if isinstance(idx, tuple) else (idx,)
         return Load(self, tuple(as_expr(i) for i in idx))

@@ -139,6 +139,11 @@ def compile_cmd(model, out_dir, target, precision, arch, gpu, cpu_isa, cpu_cores
                f"{len({k['name'] for k in m['kernels']})} distinct kernels)")
     if m.get("machine"):
         click.echo(f"  for: {_machine_line(m['machine'])}")
+    if m.get("dynamic"):
+        d = m["dynamic"]
+        ranges = ", ".join(f"{k} {r['min']}..{r['max']}" for k, r in d["symbols"].items())
+        click.echo(f"  sizes: {ranges} ({len(d['variants'])} dispatch variant"
+                   f"{'s' if len(d['variants']) != 1 else ''})")
     click.echo(f"  time: frontend+plan {t['frontend_s']:.1f}s, tune {t.get('tune_s', 0):.1f}s, "
                f"build {t['build_s']:.1f}s, verify {t['verify_s']:.1f}s")
     if m.get("tuning"):
@@ -233,6 +238,8 @@ class _TuneProgress:
 
 
 def _tuning_line(t: dict, seconds: float) -> str:
+    if "tasks" not in t:
+        return f"  tuning: off ({t.get('reason', 'defaults')})"
     mode = f"space {t['space']}" if t.get("enabled") else "off (defaults and records)"
     failed = f", {t['failures']} dropped" if t.get("failures") else ""
     return (f"  tuning: {mode}; {t['tasks']} anchor signatures, {t['from_records']} from "
@@ -249,7 +256,8 @@ def _verification_line(v: dict) -> str:
             for o in v["outputs"].values() if "rel_error" in o]
     error, bound = max(errs, key=lambda e: e[0] / e[1], default=(None, v["tolerance"]))
     worst = f", max relative error {error:.2e}" if error is not None else ""
-    return f"verification: passed against {v['reference']} ({v['sample']}{worst}, " \
+    sizes = f" at {len(v['sizes'])} sizes of the ranges" if v.get("sizes") else ""
+    return f"verification: passed against {v['reference']}{sizes} ({v['sample']}{worst}, " \
            f"tolerance {bound})"
 
 

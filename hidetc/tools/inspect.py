@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hidetc.graph.symbolic import Guard
+
 
 def _spec(s: dict) -> str:
     return f"{s['name']}: {s['dtype']}{list(s['shape'])}"
@@ -53,6 +55,29 @@ def context_line(memory: dict) -> str:
     return text
 
 
+def dynamic_lines(manifest: dict) -> list[str]:
+    """A dynamic artifact's ranges, its dispatch variants (where each serves: its
+    guards) and the memory a pass needs at the ranges' minimum, tuning and maximum
+    sizes."""
+    d = manifest.get("dynamic")
+    if not d:
+        return []
+    ranges = "; ".join(f"{n} {r['min']}..{r['max']} (tuning {', '.join(map(str, r['opt']))})"
+                       for n, r in d["symbols"].items())
+    lines = [f"sizes:   {ranges}; {len(d['variants'])} dispatch variant"
+             f"{'s' if len(d['variants']) != 1 else ''}, the first whose guards hold serves:"]
+    for k, v in enumerate(d["variants"]):
+        where = " and ".join(Guard.parse(g).display() for g in v["guards"]) or "every size"
+        hint = ", ".join(f"{n}={x}" for n, x in v["hint"].items())
+        lines.append(f"  v{k} ({v['forward']}): {where}; planned at {hint}, "
+                     f"{v['kernels']} launches")
+    at = manifest["memory"].get("at_sizes")
+    if at:
+        lines.append("memory by size (arena + inputs + outputs): " + ", ".join(
+            f"{k} {b / 2**20:.2f} MiB" for k, b in at.items()))
+    return lines
+
+
 def describe(manifest: dict) -> str:
     kernels = manifest["kernels"]
     ops = Counter(k["op"] for k in kernels)
@@ -71,6 +96,7 @@ def describe(manifest: dict) -> str:
         f" ({len(memory.get('in_place', {}))} written in place); "
         f"weights {weights / 2**20:.2f} MiB",
         context_line(memory),
+        *dynamic_lines(manifest),
     ]
     v = manifest["verification"]
     line = f"verification: {v.get('status')}"

@@ -22,6 +22,7 @@ import numpy as np
 
 from hidetc.backends.runtime import wait_policy
 from hidetc.backends.runtime.contexts import Executor
+from hidetc.backends.runtime.sizes import read_dynamic
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.backends.toolchain.cache import default_cache_dir
 from hidetc.errors import ArtifactError, InputError
@@ -117,6 +118,8 @@ def load_library(path: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(target))
 
 
+_NO_SIZES = np.zeros(1, np.int64)     # the sizes array of a static artifact's pass
+
 # the OpenMP thread count last set on each OS thread (OpenMP keeps one per thread and
 # process, whichever library set it)
 _OMP_THREADS = threading.local()
@@ -146,18 +149,44 @@ class CpuExecutor(Executor):
             self._lib = load_library(path / manifest["library"])
         except OSError as exc:
             raise ArtifactError(f"{path / manifest['library']}: cannot load ({exc})") from None
-        self._lib.hidetc_forward.restype = None
-        self._lib.hidetc_forward.argtypes = [ctypes.c_void_p] * 4
+        self.dynamic = read_dynamic(manifest)
+        names = [v.forward for v in self.dynamic.variants] if self.dynamic else \
+            ["hidetc_forward"]
+        self._forwards = [self._function(name, 5) for name in names]
         self._lib.hidetc_set_threads.argtypes = [ctypes.c_int]
-        self._profiled = getattr(self._lib, "hidetc_forward_profiled", None)
-        if self._profiled is not None:
-            self._profiled.restype = None
-            self._profiled.argtypes = [ctypes.c_void_p] * 5
+        self._profiles = [self._function(name + "_profiled", 6, optional=True)
+                          for name in names]
+        self._profiled = self._profiles[0]
         self.arena_bytes = max(int(manifest["memory"]["arena_bytes"]), 64)
         cores = runtime_cores()
         # twice the cores: chosen from measurements on one 2-core machine
         # (bench/results/2026-12-07-concurrency.md), not checked on bigger ones
         self._init_pool(max_contexts or 2 * cores, cores)
+
+    def _function(self, name: str, args: int, optional: bool = False):
+        fn = getattr(self._lib, name, None)
+        if fn is None:
+            if optional:
+                return None
+            raise ArtifactError(f"{self.manifest['library']}: no launcher {name} (compiled "
+                                f"by an older hidetc: recompile it)")
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * args
+        return fn
+
+    def sizes_of(self, inputs: Mapping[str, np.ndarray]) -> tuple[list[dict], list[dict],
+                                                                  int, np.ndarray]:
+        """The pass's input and output specs at its sizes, its dispatch variant and the
+        sizes array (a static artifact: the manifest's specs, variant 0, no sizes)."""
+        specs_in, specs_out = self.manifest["inputs"], self.manifest["outputs"]
+        if self.dynamic is None:
+            return specs_in, specs_out, 0, _NO_SIZES
+        sizes = self.dynamic.bind(inputs)
+        shapes = self.dynamic.shapes(sizes)
+        specs_in = [{**s, "shape": shapes[s["name"]]} for s in specs_in]
+        specs_out = [{**s, "shape": shapes[s["name"]]} for s in specs_out]
+        return specs_in, specs_out, self.dynamic.choose(sizes).index, \
+            self.dynamic.array(sizes)
 
     def new_context(self, threads: int) -> "CpuContext":
         return CpuContext(self, threads)
@@ -179,6 +208,9 @@ class CpuExecutor(Executor):
         in this pass). What the per-kernel comparison and the verification recovery
         drive; ArtifactError for an artifact without the table (an older hidetc)."""
         table = (self.manifest.get("cpu") or {}).get("launches")
+        if self.dynamic is not None:
+            raise ArtifactError("a launch-by-launch run of an artifact for a range of sizes "
+                                "is not supported yet")
         if table is None or len(table) != len(self.manifest["kernels"]):
             raise ArtifactError("this artifact has no launch table (compiled by an older "
                                 "hidetc): recompile it to run it launch by launch")
@@ -206,40 +238,45 @@ class CpuContext:
         self._arena = None
 
     def _begin(self, inputs: Mapping[str, np.ndarray], fill: Callable = np.empty
-               ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The checked inputs and fresh outputs of a pass; the calling thread's OpenMP
-        team set to this pass's thread count."""
-        manifest = self._ex.manifest
-        arrays = check_inputs(manifest["inputs"], inputs)
-        outs = [fill(o["shape"], o["dtype"]) for o in manifest["outputs"]]
+               ) -> tuple[list[np.ndarray], list[np.ndarray], int, np.ndarray]:
+        """The checked inputs and fresh outputs of a pass, its dispatch variant and
+        sizes array (`CpuExecutor.sizes_of`); the calling thread's OpenMP team set to
+        this pass's thread count."""
+        specs_in, specs_out, variant, sizes = self._ex.sizes_of(inputs)
+        arrays = check_inputs(specs_in, inputs)
+        outs = [fill(o["shape"], o["dtype"]) for o in specs_out]
         omp = _OMP_THREADS
         if getattr(omp, "n", None) != self.threads:     # set only when it changes
             self._ex._lib.hidetc_set_threads(int(self.threads))
             omp.n = self.threads
-        return arrays, outs
+        return arrays, outs, variant, sizes
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        arrays, outs = self._begin(inputs)
+        arrays, outs, variant, sizes = self._begin(inputs)
         in_ptrs, out_ptrs = _pointers(arrays), _pointers(outs)
         start = time.perf_counter()
-        self._ex._lib.hidetc_forward(in_ptrs, out_ptrs, self._arena.ctypes.data,
-                                     self._ex._blob.ctypes.data)
+        self._ex._forwards[variant](in_ptrs, out_ptrs, self._arena.ctypes.data,
+                                    self._ex._blob.ctypes.data, sizes.ctypes.data)
         self.last_latency_ms = (time.perf_counter() - start) * 1e3
         return collect_outputs(self._ex.manifest, arrays, outs, self._ex.constants)
 
     def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 10) -> list[float]:
-        arrays, outs = self._begin(inputs)
+        arrays, outs, variant, sizes = self._begin(inputs)
+        if variant:
+            raise ArtifactError("profiling a dispatch variant other than the first is not "
+                                "supported yet")
         in_ptrs, out_ptrs = _pointers(arrays), _pointers(outs)
         seconds = np.zeros((repeat + 1, max(len(self._ex.manifest["kernels"]), 1)), np.float64)
         for r in range(repeat + 1):
-            self._ex._profiled(in_ptrs, out_ptrs, self._arena.ctypes.data,
-                               self._ex._blob.ctypes.data, seconds[r].ctypes.data)
+            self._ex._profiles[variant](in_ptrs, out_ptrs, self._arena.ctypes.data,
+                                        self._ex._blob.ctypes.data, sizes.ctypes.data,
+                                        seconds[r].ctypes.data)
         return [float(v) for v in np.median(seconds[1:], axis=0) * 1e3]
 
     def run_with_hook(self, inputs: Mapping[str, np.ndarray],
                       hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
         manifest, lib, arena, blob = self._ex.manifest, self._ex._lib, self._arena, self._ex._blob
-        arrays, outs = self._begin(inputs, np.zeros)
+        arrays, outs, _, _ = self._begin(inputs, np.zeros)
 
         def place(value: str) -> Optional[np.ndarray]:
             return value_bytes(manifest, value, arena, arrays, outs)

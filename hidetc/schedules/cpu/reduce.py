@@ -15,6 +15,7 @@ from typing import Callable
 
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
+from hidetc.graph.symbolic import SymDim
 from hidetc.schedules.common.reducers import (
     HALF_ACC,
     INF,
@@ -177,6 +178,10 @@ def _row_max(kb: KernelBuilder, n: int, row: Buffer) -> Var:
     top = kb.declare("top", "float32", lanes[0])
     for lane in range(1, LANES):
         kb.assign(top, maximum(top, lanes[lane]))
+    if isinstance(n, SymDim):            # the tail as a loop of run-time extent
+        with kb.for_range(n % LANES, name="t") as t:
+            kb.assign(top, maximum(top, row[n // LANES * LANES + t]))
+        return top
     for t in range(n // LANES * LANES, n):
         kb.assign(top, maximum(top, row[t]))
     return top
@@ -202,7 +207,7 @@ def lane_reduce(kb: KernelBuilder, n: int, dtype: str, init: float, combine,
         kb.store(part, (lane,), Const(init, dtype))
     with kb.for_range(n // LANES, name="kk") as kk, kb.for_range(LANES, name="l") as lane:
         kb.store(part, (lane,), combine(part[lane], term(kk * LANES + lane)))
-    if n % LANES:
+    if isinstance(n, SymDim) or n % LANES:     # (symbolic: a tail of 0 to 7 at run time)
         with kb.for_range(n % LANES, name="t") as t:
             kb.store(part, (t,), combine(part[t], term(n // LANES * LANES + t)))
     acc = kb.declare(name, dtype, part[0])

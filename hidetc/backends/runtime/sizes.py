@@ -1,0 +1,138 @@
+"""The symbolic sizes of one pass of a dynamic artifact: bound from the inputs' shapes,
+checked against their ranges, and the dispatch variant they select.
+
+A dynamic artifact's manifest writes a symbolic dimension as its expression's text
+("seq", "2*batch") in `inputs[*].shape` / `outputs[*].shape`, and adds `dynamic`:
+`symbols` (name -> {min, max, opt}), `order` (the sizes array's order, what the
+kernels' size arguments index) and `variants` (each with its `guards`, the facts its
+kernels rely on, as "EXPR OP 0" texts, and its launcher `forward`).
+
+Guarantees: `bind` returns every symbol's size or raises a one-line InputError naming
+the input, dimension, value and range (or the input that bound the symbol first);
+`choose` picks the first variant whose guards all hold -- deterministic, nothing is
+measured or written at run time -- and the compile made sure one does at every size of
+the ranges (`hidetc.driver.dynamic`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import numpy as np
+
+from hidetc.errors import ArtifactError, InputError
+from hidetc.graph.symbolic import Dim, Guard, SymDim, evaluate, parse
+
+
+def parse_dims(dims: list, where: str) -> tuple[Dim, ...]:
+    """A manifest shape (ints, and expression texts for symbolic sizes)."""
+    out = []
+    for d in dims:
+        if isinstance(d, int) and not isinstance(d, bool):
+            out.append(d)
+            continue
+        try:
+            out.append(parse(str(d)))
+        except (ValueError, SyntaxError):
+            raise ArtifactError(f"{where}: dimension {d!r} is not a size") from None
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Variant:
+    guards: tuple[Guard, ...]
+    forward: str               # its launcher function
+    index: int
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    """A dynamic artifact's sizes: symbols with ranges, the inputs' and outputs' dims."""
+    order: tuple[str, ...]
+    ranges: Mapping[str, tuple[int, int]]
+    inputs: tuple[tuple[str, tuple[Dim, ...]], ...]
+    outputs: tuple[tuple[str, tuple[Dim, ...]], ...]
+    variants: tuple[Variant, ...]
+
+    def bind(self, arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
+        """Each symbol's size in this pass (see the module docstring)."""
+        sizes: dict[str, int] = {}
+        bound_at: dict[str, str] = {}
+        for name, dims in self.inputs:
+            if name not in arrays:
+                raise InputError(f"missing input {name!r} ({_text(dims)})")
+            shape = np.shape(arrays[name])
+            if len(shape) != len(dims):
+                raise InputError(f"input {name!r}: expected {len(dims)} dimensions "
+                                 f"({_text(dims)}), got shape {list(shape)}")
+            for k, (dim, got) in enumerate(zip(dims, shape)):
+                symbol = _plain_symbol(dim)
+                if symbol is None:
+                    continue
+                lo, hi = self.ranges[symbol]
+                if symbol in sizes:
+                    if got != sizes[symbol]:
+                        raise InputError(f"input {name!r} dim {k} is {got}, but '{symbol}' is "
+                                         f"{sizes[symbol]} ({bound_at[symbol]})")
+                    continue
+                if not lo <= got <= hi:
+                    raise InputError(f"input {name!r} dim {k} ('{symbol}') is {got}, outside "
+                                     f"its range {lo}..{hi}")
+                sizes[symbol] = int(got)
+                bound_at[symbol] = f"input {name!r} dim {k}"
+        missing = [s for s in self.order if s not in sizes]
+        if missing:     # (every symbol is some input's dimension: a malformed artifact)
+            raise ArtifactError(f"no input gives the size '{missing[0]}'")
+        return sizes
+
+    def shapes(self, sizes: Mapping[str, int]) -> dict[str, list[int]]:
+        """Every input's and output's shape at `sizes`."""
+        return {name: [evaluate(d, sizes) for d in dims]
+                for name, dims in (*self.inputs, *self.outputs)}
+
+    def choose(self, sizes: Mapping[str, int]) -> Variant:
+        for variant in self.variants:
+            if all(g.holds(sizes) for g in variant.guards):
+                return variant
+        text = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        raise ArtifactError(f"no dispatch variant of this artifact covers {text} "
+                            f"(the compile checked every size of the ranges: the artifact "
+                            f"was changed)")
+
+    def array(self, sizes: Mapping[str, int]) -> np.ndarray:
+        """The sizes array the kernels read (the manifest's symbol order)."""
+        return np.array([sizes[s] for s in self.order] or [0], dtype=np.int64)
+
+
+def read_dynamic(manifest: dict) -> Optional[Dynamic]:
+    """The manifest's `dynamic` section read, or None for a static artifact."""
+    section = manifest.get("dynamic")
+    if not section:
+        return None
+    try:
+        ranges = {name: (int(r["min"]), int(r["max"]))
+                  for name, r in section["symbols"].items()}
+        variants = tuple(Variant(tuple(Guard.parse(g) for g in v.get("guards", [])),
+                                 str(v["forward"]), k)
+                         for k, v in enumerate(section["variants"]))
+        order = tuple(section["order"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ArtifactError(f"manifest: the dynamic section is malformed ({error})") from None
+    inputs = tuple((s["name"], parse_dims(s["shape"], f"input {s['name']!r}"))
+                   for s in manifest["inputs"])
+    outputs = tuple((s["name"], parse_dims(s["shape"], f"output {s['name']!r}"))
+                    for s in manifest["outputs"])
+    return Dynamic(order, ranges, inputs, outputs, variants)
+
+
+def _plain_symbol(dim: Dim) -> Optional[str]:
+    """The symbol a dimension is exactly (`seq`), else None (a number, an expression)."""
+    if isinstance(dim, SymDim) and len(dim.terms) == 1:
+        mono, coef = dim.terms[0]
+        if coef == 1 and len(mono) == 1 and isinstance(mono[0], str):
+            return mono[0]
+    return None
+
+
+def _text(dims: tuple[Dim, ...]) -> str:
+    return "x".join(str(d) for d in dims)

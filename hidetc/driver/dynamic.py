@@ -1,0 +1,159 @@
+"""A compile for ranges of sizes: the dispatch variants that cover them, and the sizes
+the artifact is verified at.
+
+A graph with symbolic sizes (`hidetc.graph.symbolic`) is planned like a static one,
+inside `assume(ranges)` (what holds over the whole ranges is decided once) and
+`guarded(hint)`: the passes, the selection and the templates plan their heuristics at
+the hint sizes, the kernels take the sizes at run time, and every decision the ranges
+leave open and that changes the code is recorded as a guard. Such a build -- a
+*variant* -- is right wherever its guards hold. `plan_variants` builds the first at the
+largest tuning sizes and then one at the first size no variant covers, until every size
+of the ranges is covered (checked over the whole grid of sizes, vectorized, up to
+`GRID_LIMIT` points; beyond that over a grid of `coverage_points` per symbol);
+`MAX_VARIANTS` bounds it. The runtime picks the first variant whose guards hold
+(`hidetc.backends.runtime.sizes`): deterministic, nothing measured at run time.
+
+Decided here: the configs are the templates' defaults planned at each variant's hint
+(tuning at the tuning sizes and the dispatch table's measured loss are not built yet),
+memory is planned at the largest sizes (one arena serves every size), and the artifact
+is verified at `verification_sizes`: each range's minimum, 2, a prime inside, its
+maximum, and the tuning sizes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from hidetc.driver.launch import ExecutionPlan
+from hidetc.errors import ConfigError
+from hidetc.graph.dims import DimRange
+from hidetc.graph.ir import Graph
+from hidetc.graph.symbolic import Guard, assume, guarded, samples
+
+MAX_VARIANTS = 8
+GRID_LIMIT = 1 << 22          # points of the size grid checked exhaustively
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One build: right wherever its guards hold (`hint`: the sizes it planned at)."""
+    hint: Mapping[str, int]
+    guards: tuple[Guard, ...]
+    plan: ExecutionPlan
+
+    def as_dict(self, forward: str) -> dict:
+        return {"hint": dict(self.hint), "guards": [str(g) for g in self.guards],
+                "forward": forward, "kernels": len(self.plan.launches),
+                "arena_bytes": int(self.plan.memory.arena_bytes)}
+
+
+def plan_variants(graph: Graph, build: Callable[[Graph], ExecutionPlan]) -> list[Variant]:
+    """The variants covering every size of `graph.symbols` (see the module docstring);
+    `build(graph)` plans one (optimize, select, configs, plan), called inside
+    `assume` and `guarded`. ConfigError when MAX_VARIANTS do not cover the ranges."""
+    symbols = dict(graph.symbols)
+    variants: list[Variant] = []
+    hint: Optional[dict[str, int]] = {s: r.opts[-1] for s, r in symbols.items()}
+    with assume(symbols):
+        while hint is not None:
+            if len(variants) == MAX_VARIANTS:
+                text = ", ".join(f"{k}={v}" for k, v in hint.items())
+                raise ConfigError(f"{MAX_VARIANTS} builds do not cover the ranges "
+                                  f"({_ranges(symbols)}; not covered: {text}): narrow a "
+                                  f"range")
+            with guarded(hint) as guarding:
+                plan = build(graph)
+            plan = _distinct_kernels(plan, variants, len(variants))
+            variants.append(Variant(dict(hint), tuple(guarding.guards), plan))
+            hint = uncovered(symbols, [v.guards for v in variants])
+    return variants
+
+
+def _distinct_kernels(plan: ExecutionPlan, variants: list[Variant], index: int
+                      ) -> ExecutionPlan:
+    """`plan` with every kernel whose name an earlier variant uses for other code
+    renamed `<name>_v<index>`: a kernel's name stands for its task and config, and the
+    code planned at another hint (its tiles) may differ -- the variants share one
+    library, where a name is one function."""
+    seen = {name: fn for v in variants for name, fn in v.plan.functions.items()}
+    clash = {name for name, fn in plan.functions.items()
+             if name in seen and seen[name] != fn}
+    if not clash:
+        return plan
+    renamed = tuple(
+        replace(r, kernel=f"{r.kernel}_v{index}",
+                function=replace(r.function, name=f"{r.kernel}_v{index}"))
+        if r.kernel in clash else r for r in plan.launches)
+    return replace(plan, launches=renamed)
+
+
+def uncovered(symbols: Mapping[str, DimRange], guard_sets: list[tuple[Guard, ...]]
+              ) -> Optional[dict[str, int]]:
+    """The first size (in grid order) where no guard set holds entirely, else None."""
+    names = list(symbols)
+    axes = [_axis(symbols[n]) for n in names]
+    grids = np.meshgrid(*axes, indexing="ij")
+    sizes = {n: g.reshape(-1) for n, g in zip(names, grids)}
+    covered = np.zeros(grids[0].size, dtype=bool)
+    for guards in guard_sets:
+        holds = np.ones_like(covered)
+        for guard in guards:
+            holds &= np.asarray(guard.holds(sizes), dtype=bool)
+        covered |= holds
+    missing = np.flatnonzero(~covered)
+    if missing.size == 0:
+        return None
+    k = int(missing[0])
+    return {n: int(sizes[n][k]) for n in names}
+
+
+def _axis(rng: DimRange) -> np.ndarray:
+    """Every size of a range when the grid stays small, else the ends, the tuning sizes,
+    powers of two and their neighbours, and evenly spread sizes."""
+    count = rng.hi - rng.lo + 1
+    if count <= coverage_points():
+        return np.arange(rng.lo, rng.hi + 1, dtype=np.int64)
+    picks = {rng.lo, rng.hi, *rng.opts}
+    p = 1
+    while p <= rng.hi:
+        picks |= {p - 1, p, p + 1}
+        p *= 2
+    picks |= {int(x) for x in np.linspace(rng.lo, rng.hi, 257)}
+    return np.array(sorted(x for x in picks if rng.lo <= x <= rng.hi), dtype=np.int64)
+
+
+def coverage_points() -> int:
+    """Sizes per symbol checked exhaustively: every size while the grid of two symbols
+    stays within GRID_LIMIT."""
+    return int(math.isqrt(GRID_LIMIT))
+
+
+def verification_sizes(symbols: Mapping[str, DimRange],
+                       variants: Sequence[Variant] = ()) -> list[dict[str, int]]:
+    """The sizes a dynamic artifact is verified at: `symbolic.samples` (minimum, 2, a
+    prime, maximum), each tuning size (the others at their largest tuning size), and
+    each variant's hint (so every variant runs at least once)."""
+    picks = samples(symbols)
+    for variant in variants:
+        if dict(variant.hint) not in picks:
+            picks.append(dict(variant.hint))
+    top = {s: r.opts[-1] for s, r in symbols.items()}
+    for name, rng in symbols.items():
+        for opt in rng.opts:
+            sizes = {**top, name: opt}
+            if sizes not in picks:
+                picks.append(sizes)
+    return picks
+
+
+def _ranges(symbols: Mapping[str, DimRange]) -> str:
+    return ", ".join(f"{n} in {r}" for n, r in symbols.items())
+
+
+def static_shapes(graph: Graph, sizes: Mapping[str, int]) -> dict[str, list[int]]:
+    """Every input's shape at `sizes` (what a static import at those sizes binds)."""
+    return {v: list(graph.types[v].at(sizes).shape) for v in graph.inputs}
+

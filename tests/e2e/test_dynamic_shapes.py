@@ -1,0 +1,135 @@
+"""One artifact for a range of sizes (issue 36): compiled with `--dim NAME=lo..hi`,
+verified against ONNX Runtime at several sizes of each range, and run at any size in
+the ranges -- every size agreeing with ONNX Runtime; a size outside its range, or
+inputs disagreeing on a shared size, is a one-line error."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import hidetc
+from hidetc.driver.api import compile_model
+from hidetc.errors import ConfigError, InputError
+from hidetc.tools.cli import main
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "exporters"
+RTOL = 1e-4        # the f32 verification bound (norm-wise relative error)
+
+
+def _reference(stem: str, feeds: dict) -> dict:
+    sess = ort.InferenceSession(str(DATA / f"{stem}.onnx"), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def _assert_matches(got: dict, ref: dict) -> None:
+    assert set(got) == set(ref)
+    for name, want in ref.items():
+        have = got[name]
+        assert have.shape == want.shape and have.dtype == want.dtype, name
+        if want.dtype.kind == "f":
+            err = np.linalg.norm((have - want).astype(np.float64).ravel())
+            assert err <= RTOL * max(np.linalg.norm(want.astype(np.float64).ravel()), 1e-30), name
+        else:
+            np.testing.assert_array_equal(have, want, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cnn") / "out"
+    result = CliRunner().invoke(main, ["compile", str(DATA / "cnn_ts.onnx"), "-o", str(out),
+                                       "--target", "cpu", "--dim", "batch=1..8"])
+    assert result.exit_code == 0, result.output + str(result.exception)
+    assert "verification: passed" in result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("encoder") / "out"
+    compile_model(DATA / "encoder_dynamo.onnx", out, target="cpu",
+                  dims={"batch": "1..3", "seq": "1..40"})
+    return out
+
+
+def test_the_manifest_says_the_ranges_and_every_verified_size(cnn):
+    manifest = yaml.safe_load((cnn / "manifest.yaml").read_text())
+    assert manifest["inputs"] == [{"name": "x", "dtype": "float32",
+                                   "shape": ["batch", 3, 16, 16]}]
+    assert manifest["outputs"][0]["shape"][0] == "batch"
+    dynamic = manifest["dynamic"]
+    assert dynamic["symbols"] == {"batch": {"min": 1, "max": 8, "opt": [2, 4, 8]}}
+    assert dynamic["order"] == ["batch"] and dynamic["variants"]
+    verified = manifest["verification"]["sizes"]
+    assert {v["sizes"]["batch"] for v in verified} >= {1, 2, 8} and \
+        all(v["status"] == "passed" for v in verified)
+    assert any(v["sizes"]["batch"] not in (1, 2, 4, 8) for v in verified)   # a prime
+
+
+@pytest.mark.parametrize("batch", [1, 3, 6, 8])
+def test_every_size_in_the_range_matches_onnx_runtime(cnn, batch):
+    x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)
+    with hidetc.load(cnn) as model:
+        _assert_matches(model.run({"x": x}), _reference("cnn_ts", {"x": x}))
+
+
+def test_sizes_outside_the_range_are_one_line_errors(cnn):
+    with hidetc.load(cnn) as model:
+        for bad, fragments in (((9, 3, 16, 16), ["input 'x' dim 0 ('batch') is 9",
+                                                 "outside its range 1..8"]),
+                               ((2, 3, 16, 15), ["input 'x'", "expected shape [2, 3, 16, 16]"]),
+                               ((2, 3, 16), ["expected 4 dimensions"])):
+            with pytest.raises(InputError) as info:
+                model.run({"x": np.zeros(bad, np.float32)})
+            message = str(info.value)
+            assert "\n" not in message
+            for fragment in fragments:
+                assert fragment in message, message
+
+
+def test_two_symbols_dispatch_over_variants_and_match_everywhere(encoder):
+    manifest = yaml.safe_load((encoder / "manifest.yaml").read_text())
+    variants = manifest["dynamic"]["variants"]
+    assert len(variants) >= 1 and all("forward" in v for v in variants)
+    with hidetc.load(encoder) as model:
+        for batch, seq in ((1, 1), (2, 13), (3, 40), (1, 16), (2, 15), (3, 29)):
+            ids = np.random.default_rng(seq).integers(0, 32, (batch, seq)).astype(np.int64)
+            _assert_matches(model.run({"ids": ids}), _reference("encoder_dynamo", {"ids": ids}))
+
+
+def test_a_shared_size_must_agree_across_inputs(tmp_path):
+    out = tmp_path / "gpt"
+    compile_model(DATA / "gpt_dynamo.onnx", out, target="cpu",
+                  dims={"batch": "1..2", "seq": "1..32"})
+    ids = np.zeros((2, 5), np.int64)
+    with hidetc.load(out) as model:
+        with pytest.raises(InputError, match=r"^input 'mask' dim 1 is 6, but 'seq' is 5 "
+                                             r"\(input 'ids' dim 1\)$"):
+            model.run({"ids": ids, "mask": np.ones((2, 6), np.int64)})
+        got = model.run({"ids": ids, "mask": np.ones((2, 5), np.int64)})
+    _assert_matches(got, _reference("gpt_dynamo", {"ids": ids, "mask": np.ones((2, 5),
+                                                                              np.int64)}))
+
+
+def test_hidetc_run_takes_any_size_in_the_range(cnn, tmp_path):
+    for batch in (2, 5):
+        x = np.random.default_rng(7).standard_normal((batch, 3, 16, 16)).astype(np.float32)
+        np.save(tmp_path / "x.npy", x)
+        result = CliRunner().invoke(main, ["run", str(cnn), "--input", str(tmp_path / "x.npy"),
+                                           "--output", str(tmp_path / "y.npz"),
+                                           "--repeat", "1"])
+        assert result.exit_code == 0, result.output + str(result.exception)
+        with np.load(tmp_path / "y.npz") as saved:
+            _assert_matches(dict(saved), _reference("cnn_ts", {"x": x}))
+
+
+def test_a_range_on_the_cuda_target_is_a_one_line_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"^--target cuda: an artifact for a range of sizes "
+                                          r"is not built yet .*--dim batch=8\)$"):
+        compile_model(DATA / "cnn_ts.onnx", tmp_path / "out", target="cuda",
+                      dims={"batch": "1..8"}, verify=False)
+    assert not (tmp_path / "out").exists()
