@@ -16,11 +16,20 @@ LN_EPS = 1e-12
 EMB_STD = 0.02  # HF initializer_range
 
 
-def _embeddings(b: GraphBuilder, ids: str, cfg: dict) -> str:
+def _embeddings(b: GraphBuilder, ids: str, cfg: dict, dynamic: bool = False) -> str:
     S, H = cfg["seq"], cfg["hidden"]
-    # Constant buffers as the exporter folds them: position_ids[:, :S] and zero token types.
-    pos_ids = b.param("position_ids", np.arange(S, dtype=np.int64)[None, :])
-    type_ids = b.const(np.zeros((1, S), dtype=np.int64))
+    if dynamic:
+        # torch.onnx with a dynamic sequence axis: the registered position_ids buffer
+        # sliced to the input's length, zero token types expanded to the input's shape.
+        shape = b.op("Shape", [ids])
+        length = b.op("Gather", [shape, b.i64(1)])
+        table = b.param("position_ids", np.arange(cfg["max_pos"], dtype=np.int64)[None, :])
+        pos_ids = b.op("Slice", [table, b.i64(0), length, b.i64(1)])
+        type_ids = b.op("Expand", [b.const(np.zeros((1, 1), dtype=np.int64)), shape])
+    else:
+        # Constant buffers as the exporter folds them: position_ids[:, :S], zero types.
+        pos_ids = b.param("position_ids", np.arange(S, dtype=np.int64)[None, :])
+        type_ids = b.const(np.zeros((1, S), dtype=np.int64))
     with b.scope("word_embeddings"):
         words = b.op("Gather", [b.param("weight", b.randn((cfg["vocab"], H), EMB_STD)), ids])
     with b.scope("token_type_embeddings"):
@@ -98,14 +107,19 @@ def _layer(b: GraphBuilder, x: str, ext_mask: str, cfg: dict, out: str | None) -
         return _add_norm(b, h, x, cfg["ffn"], H, out)
 
 
-def build_bert_base(tiny: bool = False, seed: int = 0) -> onnx.ModelProto:
+def build_bert_base(tiny: bool = False, seed: int = 0, dynamic: bool = False
+                    ) -> onnx.ModelProto:
+    """BERT-base (or its tiny twin); `dynamic`: the sequence axis is the symbolic
+    dimension "seq" (up to the position table's max_pos), as torch.onnx exports it
+    with dynamic axes."""
     cfg = TINY if tiny else FULL
     b = GraphBuilder("bert_base", seed)
     S, H = cfg["seq"], cfg["hidden"]
+    S = "seq" if dynamic else S
     ids = b.input("input_ids", INT64, [1, S])
     mask = b.input("attention_mask", INT64, [1, S])
     with b.scope("embeddings"):
-        x = _embeddings(b, ids, cfg)
+        x = _embeddings(b, ids, cfg, dynamic)
     ext_mask = _extended_mask(b, mask)
     with b.scope("encoder"):
         for i in range(cfg["layers"]):
