@@ -2,7 +2,7 @@
 ONNX Runtime, side by side in one process (issue 36's targets).
 
     python bench/dynamic_shapes.py [--tiny] [--range 1..512] [--lengths 16,64,128,384]
-                                   [--work DIR] [--out RESULT.json] [--no-tune]
+                                   [--work DIR] [--out RESULT.json] [--no-tune] [--opts 16,128,384]
 
 Builds BERT with a dynamic sequence axis (`models.bert.build_bert_base(dynamic=True)`,
 as torch.onnx exports it), compiles it once for the whole range (`--dim seq=LO..HI`)
@@ -34,10 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import bert  # noqa: E402  (the repository's model builders)
 
 
-def _compile(model: Path, out: Path, seq: str, tune: bool) -> float:
+def _compile(model: Path, out: Path, seq: str, tune: bool, opts=None) -> float:
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
-    hidetc.compile_model(model, out, target="cpu", dims={"seq": seq}, tune=tune)
+    hidetc.compile_model(model, out, target="cpu", dims={"seq": seq}, tune=tune,
+                         dim_opts={"seq": opts} if opts else None)
     return time.perf_counter() - start
 
 
@@ -52,6 +53,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--no-tune", action="store_true")
+    p.add_argument("--opts", default=None, help="the range's tuning sizes (--dim-opt); "
+                   "default: hidetc's")
     args = p.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -60,7 +63,9 @@ def main() -> None:
     tune = not args.no_tune
     rows = {"model": "bert_base" + ("_tiny" if args.tiny else ""), "range": args.range,
             "tune": tune, "lengths": []}
-    rows["dynamic_compile_s"] = _compile(model, work / "dynamic", args.range, tune)
+    opts = [int(x) for x in args.opts.split(",")] if args.opts else None
+    rows["opts"] = opts
+    rows["dynamic_compile_s"] = _compile(model, work / "dynamic", args.range, tune, opts)
     print(f"dynamic artifact (seq {args.range}): {rows['dynamic_compile_s']:.1f} s",
           flush=True)
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])

@@ -40,12 +40,15 @@ def _bottleneck(b: GraphBuilder, x: str, cin: int, width: int, stride: int, fold
     return _relu(b, out), m2_out
 
 
-def build_resnet50(tiny: bool = False, seed: int = 0, fold_bn: bool = False) -> onnx.ModelProto:
+def build_resnet50(tiny: bool = False, seed: int = 0, fold_bn: bool = False,
+                   dynamic: bool = False) -> onnx.ModelProto:
     """ResNet-50; ``fold_bn=False`` keeps BatchNormalization after bias-less Convs
-    (the compiler has to fold them), ``fold_bn=True`` emits Convs with folded biases."""
+    (the compiler has to fold them), ``fold_bn=True`` emits Convs with folded biases;
+    ``dynamic``: the batch axis is the symbolic dimension "batch"."""
     cfg = TINY if tiny else FULL
     b = GraphBuilder("resnet50", seed)
-    x = b.input("input", FLOAT, [1, 3, cfg["image"], cfg["image"]])
+    batch = "batch" if dynamic else 1
+    x = b.input("input", FLOAT, [batch, 3, cfg["image"], cfg["image"]])
     x = _relu(b, b.conv_bn(x, 3, cfg["stem"], 7, 2, 3, names=("conv1", "bn1"), fold=fold_bn,
                            in_m2=1.0))
     with b.scope("maxpool"):
@@ -64,6 +67,6 @@ def build_resnet50(tiny: bool = False, seed: int = 0, fold_bn: bool = False) -> 
     x = b.op("Flatten", [x], axis=1)
     with b.scope("fc"):
         b.gemm(x, cin, cfg["classes"], outputs=["output"])
-    b.output("output", FLOAT, [1, cfg["classes"]])
+    b.output("output", FLOAT, [batch, cfg["classes"]])
     meta = dict(model="resnet50", tiny=int(tiny), seed=seed, fold_bn=int(fold_bn))
     return b.make_model(meta, doc="ResNet-50 (torchvision layout), random weights")

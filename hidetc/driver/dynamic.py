@@ -2,16 +2,19 @@
 the artifact is verified at.
 
 A graph with symbolic sizes (`hidetc.graph.symbolic`) is planned like a static one,
-inside `assume(ranges)` (what holds over the whole ranges is decided once) and
+inside `assume(ranges)` (what holds over the ranges is decided once) and
 `guarded(hint)`: the passes, the selection and the templates plan their heuristics at
 the hint sizes, the kernels take the sizes at run time, and every decision the ranges
 leave open and that changes the code is recorded as a guard. Such a build -- a
-*variant* -- is right wherever its guards hold. `plan_variants` builds the first at the
-largest tuning sizes and then one at the first size no variant covers, until every size
-of the ranges is covered (checked over the whole grid of sizes, vectorized, up to
-`GRID_LIMIT` points; beyond that over a grid of `coverage_points` per symbol);
-`MAX_VARIANTS` bounds it. The runtime picks the first variant whose guards hold
-(`hidetc.backends.runtime.sizes`): deterministic, nothing measured at run time.
+*variant* -- is right wherever its guards hold. `plan_variants` splits each range into
+intervals around its tuning sizes (`intervals`: cut at the geometric midpoints) and
+builds one variant per cell of intervals, at its tuning sizes and assuming the cell's
+ranges (the cell's bounds are guards); then one more at the first size no variant
+covers, until every size of the ranges is covered (checked over the whole grid of
+sizes, vectorized, up to `GRID_LIMIT` points; beyond that over a grid of
+`coverage_points` per symbol); `MAX_VARIANTS` bounds it. The runtime picks the first
+variant whose guards hold (`hidetc.backends.runtime.sizes`): deterministic, nothing
+measured at run time.
 
 Decided here: the configs are the templates' defaults planned at each variant's hint
 (tuning at the tuning sizes and the dispatch table's measured loss are not built yet),
@@ -21,6 +24,7 @@ maximum, and the tuning sizes.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional, Sequence
@@ -31,9 +35,9 @@ from hidetc.driver.launch import ExecutionPlan
 from hidetc.errors import ConfigError
 from hidetc.graph.dims import DimRange
 from hidetc.graph.ir import Graph
-from hidetc.graph.symbolic import Guard, assume, guarded, samples
+from hidetc.graph.symbolic import Guard, SymDim, assume, guarded, samples
 
-MAX_VARIANTS = 8
+MAX_VARIANTS = 16
 GRID_LIMIT = 1 << 22          # points of the size grid checked exhaustively
 
 
@@ -47,29 +51,63 @@ class Variant:
     def as_dict(self, forward: str) -> dict:
         return {"hint": dict(self.hint), "guards": [str(g) for g in self.guards],
                 "forward": forward, "kernels": len(self.plan.launches),
-                "arena_bytes": int(self.plan.memory.arena_bytes)}
+                "arena_bytes": int(self.plan.memory.arena_bytes),
+                "output_sources": self.plan.output_sources}
 
 
 def plan_variants(graph: Graph, build: Callable[[Graph], ExecutionPlan]) -> list[Variant]:
     """The variants covering every size of `graph.symbols` (see the module docstring);
     `build(graph)` plans one (optimize, select, configs, plan), called inside
-    `assume` and `guarded`. ConfigError when MAX_VARIANTS do not cover the ranges."""
+    `assume` (its cell's ranges) and `guarded`. ConfigError when MAX_VARIANTS do not
+    cover the ranges."""
     symbols = dict(graph.symbols)
+    cells = list(itertools.product(*(intervals(r) for r in symbols.values())))
+    names = list(symbols)
     variants: list[Variant] = []
-    hint: Optional[dict[str, int]] = {s: r.opts[-1] for s, r in symbols.items()}
-    with assume(symbols):
-        while hint is not None:
-            if len(variants) == MAX_VARIANTS:
-                text = ", ".join(f"{k}={v}" for k, v in hint.items())
-                raise ConfigError(f"{MAX_VARIANTS} builds do not cover the ranges "
-                                  f"({_ranges(symbols)}; not covered: {text}): narrow a "
-                                  f"range")
-            with guarded(hint) as guarding:
-                plan = build(graph)
-            plan = _distinct_kernels(plan, variants, len(variants))
-            variants.append(Variant(dict(hint), tuple(guarding.guards), plan))
-            hint = uncovered(symbols, [v.guards for v in variants])
+    pending = [{n: c[0] for n, c in zip(names, cell)} for cell in cells]
+    hint: Optional[dict[str, int]] = pending.pop(0)
+    while hint is not None:
+        if len(variants) == MAX_VARIANTS:
+            text = ", ".join(f"{k}={v}" for k, v in hint.items())
+            raise ConfigError(f"{MAX_VARIANTS} builds do not cover the ranges "
+                              f"({_ranges(symbols)}; not covered: {text}): narrow a "
+                              f"range")
+        cell = {n: next(c for c in intervals(symbols[n]) if c[1] <= hint[n] <= c[2])
+                for n in names}
+        narrowed = {n: DimRange(lo, hi, (hint[n],)) for n, (_, lo, hi) in cell.items()}
+        bounds = [g for n, (_, lo, hi) in cell.items() for g in _interval_guards(
+            n, lo, hi, symbols[n])]
+        with assume(narrowed), guarded(hint) as guarding:
+            plan = build(graph)
+        plan = _distinct_kernels(plan, variants, len(variants))
+        variants.append(Variant(dict(hint), tuple(bounds + guarding.guards), plan))
+        with assume(symbols):
+            pending = [h for h in pending if not any(
+                all(g.holds(h) for g in v.guards) for v in variants)]
+            hint = pending.pop(0) if pending else \
+                uncovered(symbols, [v.guards for v in variants])
     return variants
+
+
+def intervals(rng: DimRange) -> list[tuple[int, int, int]]:
+    """(tuning size, lo, hi) per tuning size: the range split at the geometric midpoints
+    between consecutive tuning sizes (1..512 at 8, 64, 512: 1..22, 23..181, 182..512),
+    so a size is planned with the tiles of the tuning size nearest it in ratio."""
+    opts = list(rng.opts)
+    cuts = [math.isqrt(a * b) for a, b in zip(opts, opts[1:])]
+    los = [rng.lo] + [c + 1 for c in cuts]
+    his = cuts + [rng.hi]
+    return list(zip(opts, los, his))
+
+
+def _interval_guards(name: str, lo: int, hi: int, rng: DimRange) -> list[Guard]:
+    size = SymDim.symbol(name)
+    out = []
+    if lo > rng.lo:
+        out.append(Guard(size - lo, ">="))
+    if hi < rng.hi:
+        out.append(Guard(size - hi, "<="))
+    return out
 
 
 def _distinct_kernels(plan: ExecutionPlan, variants: list[Variant], index: int

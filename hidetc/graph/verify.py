@@ -103,7 +103,9 @@ def check_inference(graph: Graph) -> None:
 def propagate_values(node: Node, types: Mapping[str, TensorType],
                      values: dict[str, np.ndarray]) -> None:
     """Record the node's output values when they are cheap to know (see module doc)."""
-    small = sum(types[out].size for out in node.outputs if out) <= FOLD_ELEMENT_LIMIT
+    outs = [types[out] for out in node.outputs if out]
+    small = not any(t.symbolic for t in outs) and \
+        sum(t.size for t in outs) <= FOLD_ELEMENT_LIMIT    # (symbolic: not a guard)
     if node.op not in SHAPE_OPS and not small:
         return
     outputs = fold_node(node, types, values)

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from hidetc.backends.runtime.sizes import read_dynamic
 from hidetc.driver import api
 from hidetc.driver.config import TOLERANCES
 from hidetc.driver.verify import (
@@ -31,13 +32,20 @@ def load_inputs(model: api.Model, path: Path | None, seed: int) -> dict[str, np.
     if path is not None:
         return load_sample(path, names)
     rng = np.random.default_rng(seed)
-    click.echo(f"no --input: using random inputs (seed {seed})", err=True)
+    dynamic = read_dynamic(model.manifest)
+    shapes, at = {s["name"]: s["shape"] for s in model.inputs}, ""
+    if dynamic is not None:     # a range of sizes: each at its largest tuning size
+        sizes = {n: r["opt"][-1] for n, r in model.manifest["dynamic"]["symbols"].items()}
+        shapes = dynamic.shapes(sizes)
+        at = " at " + ", ".join(f"{k}={v}" for k, v in sizes.items())
+    click.echo(f"no --input: using random inputs (seed {seed}){at}", err=True)
     out = {}
     for s in model.inputs:
+        shape = shapes[s["name"]]
         if s["dtype"].startswith("float"):
-            out[s["name"]] = rng.standard_normal(s["shape"]).astype(s["dtype"])
+            out[s["name"]] = rng.standard_normal(shape).astype(s["dtype"])
         else:
-            out[s["name"]] = np.zeros(s["shape"], s["dtype"])
+            out[s["name"]] = np.zeros(shape, s["dtype"])
     return out
 
 
@@ -70,8 +78,8 @@ def compare_with_ort(model_path: Path, model, inputs, outputs, target: str,
 
     def graph():
         if not imported:
-            imported.append(load_model(model_path, {s["name"]: s["shape"]
-                                                    for s in model.inputs}))
+            imported.append(load_model(model_path, {name: list(np.shape(a))
+                                                    for name, a in inputs.items()}))
         return imported[0]
     rtol = artifact_tolerances(model.manifest) or output_tolerances(
         graph(), artifact_tolerance(model.manifest))

@@ -133,3 +133,21 @@ def test_a_range_on_the_cuda_target_is_a_one_line_error(tmp_path):
         compile_model(DATA / "cnn_ts.onnx", tmp_path / "out", target="cuda",
                       dims={"batch": "1..8"}, verify=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_hidetc_run_without_input_and_with_compare(cnn, tmp_path):
+    """No --input: random inputs at each range's largest tuning size; --compare runs
+    ONNX Runtime on the same size."""
+    result = CliRunner().invoke(main, ["run", str(cnn), "--repeat", "1", "--compare",
+                                       str(DATA / "cnn_ts.onnx")])
+    assert result.exit_code == 0, result.output + str(result.exception)
+    assert "at batch=8" in result.stderr and "vs onnxruntime" in result.output
+
+
+def test_inspect_shows_the_variants_and_memory_by_size(cnn):
+    result = CliRunner().invoke(main, ["inspect", str(cnn)])
+    assert result.exit_code == 0, result.output
+    assert "sizes:   batch 1..8 (tuning 2, 4, 8)" in result.output
+    assert "v0 (hidetc_forward): batch <= 2; planned at batch=2" in result.output
+    assert "v2 (hidetc_forward_v2): batch >= 6; planned at batch=8" in result.output
+    assert "memory by size (arena + inputs + outputs): min " in result.output

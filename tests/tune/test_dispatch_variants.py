@@ -31,15 +31,18 @@ class _FakePlan:
 
 def test_guards_split_the_range_until_every_size_is_covered():
     """A build that takes one path below 16 and another from 16 (as the short-row
-    reductions do), and one more below 4: three variants, and every size of 1..512 is
-    served by exactly the first variant whose guards hold there."""
+    reductions do), and one more below 4: one variant per interval around each tuning
+    size (8, 64, 512: 1..22, 23..181, 182..512), the first split where its decisions
+    split it, and every size of 1..512 served by the first variant whose guards hold
+    there, built at a hint that took the same path."""
     def build(graph):
         (seq < 16) and (seq < 4)     # noqa: B015  (decisions a template makes)
         return _FakePlan()
 
     seq = S
     variants = dynamic.plan_variants(_graph(seq=DimRange(1, 512)), build)
-    assert len(variants) == 3 and variants[0].hint == {"seq": 512}
+    assert [v.hint for v in variants[:3]] == [{"seq": 8}, {"seq": 64}, {"seq": 512}]
+    assert len(variants) == 5      # 1..22 split at 4 and 16: 4..15, then 1..3, 16..22
     for size in range(1, 513):
         holding = [k for k, v in enumerate(variants)
                    if all(g.holds({"seq": size}) for g in v.guards)]
@@ -54,12 +57,12 @@ def test_guards_split_the_range_until_every_size_is_covered():
 def test_too_many_variants_is_a_one_line_error():
     def build(graph):
         with assume({"seq": (1, 512)}):
-            for k in range(2, 40, 2):
+            for k in range(2, 80, 2):
                 if S < k:          # a guard per even size: more variants than allowed
                     break
         return _FakePlan()
 
-    with pytest.raises(ConfigError, match=r"^8 builds do not cover the ranges \(seq in "
+    with pytest.raises(ConfigError, match=r"^16 builds do not cover the ranges \(seq in "
                                           r"1..512; not covered: seq=\d+\): narrow a range$"):
         dynamic.plan_variants(_graph(seq=DimRange(1, 512)), build)
 

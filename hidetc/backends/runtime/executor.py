@@ -51,9 +51,14 @@ def check_inputs(specs: list[dict], inputs: Mapping[str, np.ndarray]) -> list[np
 
 
 def collect_outputs(manifest: dict, inputs: list[np.ndarray], outputs: list[np.ndarray],
-                    constants: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Fill the outputs no kernel writes (see `output_sources`) and name them all."""
-    for k, source in enumerate(manifest.get("output_sources", ())):
+                    constants: Mapping[str, np.ndarray], variant: int = 0
+                    ) -> dict[str, np.ndarray]:
+    """Fill the outputs no kernel writes (see `output_sources`: a dynamic artifact's
+    dispatch `variant` has its own) and name them all."""
+    sources = manifest.get("output_sources", ())
+    if variant:
+        sources = manifest["dynamic"]["variants"][variant].get("output_sources", sources)
+    for k, source in enumerate(sources):
         if source["kind"] == "input":
             outputs[k][...] = inputs[source["index"]]
         elif source["kind"] == "output":
@@ -258,7 +263,7 @@ class CpuContext:
         self._ex._forwards[variant](in_ptrs, out_ptrs, self._arena.ctypes.data,
                                     self._ex._blob.ctypes.data, sizes.ctypes.data)
         self.last_latency_ms = (time.perf_counter() - start) * 1e3
-        return collect_outputs(self._ex.manifest, arrays, outs, self._ex.constants)
+        return collect_outputs(self._ex.manifest, arrays, outs, self._ex.constants, variant)
 
     def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 10) -> list[float]:
         arrays, outs, variant, sizes = self._begin(inputs)
