@@ -154,6 +154,8 @@ class SymDim:
             return self
         if all(c % k == 0 for _, c in self.terms):
             return SymDim._make({m: c // k for m, c in self.terms})
+        if all(c < 0 for m, c in self.terms if m):   # floor(-p / k) == -ceil(p / k)
+            return -(((-self) + (k - 1)) // k)       # (a ceil-division stays one)
         # pull out the whole multiples of k: (k*a + r) // k == a + r // k
         whole = {m: c // k for m, c in self.terms}
         rest = SymDim._make({m: c % k for m, c in self.terms})

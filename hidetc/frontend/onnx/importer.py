@@ -1,9 +1,13 @@
-"""ONNX model -> graph IR with static shapes.
+"""ONNX model -> graph IR with static shapes, or symbolic sizes where a range binds a
+dimension (`input_dims.resolve`: `shapes` per input, `dims` per named dimension).
 
 Assumes: default-domain opsets `OPSET_RANGE` (1..28), each op in a schema version the
 handlers read (`versions.py`: the forms in force from opset 7 on); other domains and
 unknown ops are unsupported; every graph input has a static shape, or one is bound
-through `shapes`.
+through `shapes` / `dims`. Symbolic sizes (`hidetc.graph.symbolic`) are decided over
+their ranges while importing (`assume`); shape values holding them fold as object
+arrays, and what cannot be one expression over the range is a ShapeError naming the
+node.
 Guarantees: every user-caused problem is a `ModelError` (or `UnsupportedOpError`, or a
 `ShapeError` from inference) with a one-line message starting with "<file>: ". The graph
 keeps ONNX value names, graph input/output order, and every node (Constant nodes and
@@ -271,7 +275,9 @@ class _Importer:
             try:
                 converted = convert(node, ctx)
             except SymbolicError as error:   # a decomposition that needs a number
-                raise ShapeError(f"{label_of(node)}: {error}") from None
+                raise ShapeError(f"{label_of(node)}: {error} (its decomposition needs the "
+                                 f"number at compile time: bind that size to one value)"
+                                 ) from None
             for name, array in converted.constants.items():
                 self._add_constant(name, array)
             for made in converted.nodes:
