@@ -91,7 +91,8 @@ def plan_variants(graph: Graph, build: Callable[[Graph], ExecutionPlan]) -> list
 
 def intervals(rng: DimRange) -> list[tuple[int, int, int]]:
     """(tuning size, lo, hi) per tuning size: the range split at the geometric midpoints
-    between consecutive tuning sizes (1..512 at 8, 64, 512: 1..22, 23..181, 182..512),
+    between consecutive tuning sizes (1..512 at 1, 8, 64, 512: 1..2, 3..22, 23..181,
+    182..512),
     so a size is planned with the tiles of the tuning size nearest it in ratio."""
     opts = list(rng.opts)
     cuts = [math.isqrt(a * b) for a, b in zip(opts, opts[1:])]

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-DEFAULT_OPT_COUNT = 3   # tuning sizes picked when none are given: spread in log scale
+DEFAULT_OPT_COUNT = 4   # tuning sizes picked when none are given: spread in log scale,
+                        # the range's minimum (batch 1: the latency case) and maximum too
 
 
 @dataclass(frozen=True)
@@ -58,14 +59,14 @@ class DimRange:
 
 
 def default_opts(lo: int, hi: int, count: int = DEFAULT_OPT_COUNT) -> tuple[int, ...]:
-    """A few tuning sizes spread over `lo..hi` in log scale, the largest `hi` (the size
-    whose kernels cost most): 1..512 -> (8, 64, 512), 1..32 -> (3, 10, 32); one size
-    when the range is one."""
+    """A few tuning sizes spread over `lo..hi` in log scale from `lo` (the smallest
+    request, the latency case) to `hi` (the size whose kernels cost most): 1..512 ->
+    (1, 8, 64, 512), 1..32 -> (1, 3, 10, 32); one size when the range is one."""
     if lo == hi:
         return (lo,)
     span = math.log(hi) - math.log(lo)
-    picks = {min(hi, max(lo, round(math.exp(math.log(lo) + span * k / count))))
-             for k in range(1, count + 1)}
+    picks = {min(hi, max(lo, round(math.exp(math.log(lo) + span * k / (count - 1)))))
+             for k in range(count)}
     return tuple(sorted(picks))
 
 

@@ -62,7 +62,7 @@ def test_the_manifest_says_the_ranges_and_every_verified_size(cnn):
                                    "shape": ["batch", 3, 16, 16]}]
     assert manifest["outputs"][0]["shape"][0] == "batch"
     dynamic = manifest["dynamic"]
-    assert dynamic["symbols"] == {"batch": {"min": 1, "max": 8, "opt": [2, 4, 8]}}
+    assert dynamic["symbols"] == {"batch": {"min": 1, "max": 8, "opt": [1, 2, 4, 8]}}
     assert dynamic["order"] == ["batch"] and dynamic["variants"]
     verified = manifest["verification"]["sizes"]
     assert {v["sizes"]["batch"] for v in verified} >= {1, 2, 8} and \
@@ -147,7 +147,7 @@ def test_hidetc_run_without_input_and_with_compare(cnn, tmp_path):
 def test_inspect_shows_the_variants_and_memory_by_size(cnn):
     result = CliRunner().invoke(main, ["inspect", str(cnn)])
     assert result.exit_code == 0, result.output
-    assert "sizes:   batch 1..8 (tuning 2, 4, 8)" in result.output
-    assert "v0 (hidetc_forward): batch <= 2; planned at batch=2" in result.output
-    assert "v2 (hidetc_forward_v2): batch >= 6; planned at batch=8" in result.output
+    assert "sizes:   batch 1..8 (tuning 1, 2, 4, 8)" in result.output
+    assert "v0 (hidetc_forward): batch <= 1; planned at batch=1" in result.output
+    assert "v3 (hidetc_forward_v3): batch >= 6; planned at batch=8" in result.output
     assert "memory by size (arena + inputs + outputs): min " in result.output

@@ -44,9 +44,9 @@ def test_size_texts():
 def test_default_tuning_sizes_spread_over_the_range(lo, hi):
     opts = default_opts(lo, hi)
     assert list(opts) == sorted(set(opts)) and all(lo <= o <= hi for o in opts)
-    assert opts[-1] == hi and 1 <= len(opts) <= 3
-    if hi >= 8 * lo:                  # a wide range: sizes in different octaves
-        assert len(opts) == 3 and opts[0] < opts[1] < opts[2]
+    assert opts[0] == lo and opts[-1] == hi and 1 <= len(opts) <= 4
+    if hi >= 27 * lo:                 # a wide range: sizes in different octaves
+        assert len(opts) == 4 and opts[0] < opts[1] < opts[2] < opts[3]
     assert DimRange(lo, hi).opts == opts
 
 

@@ -32,17 +32,17 @@ class _FakePlan:
 def test_guards_split_the_range_until_every_size_is_covered():
     """A build that takes one path below 16 and another from 16 (as the short-row
     reductions do), and one more below 4: one variant per interval around each tuning
-    size (8, 64, 512: 1..22, 23..181, 182..512), the first split where its decisions
-    split it, and every size of 1..512 served by the first variant whose guards hold
-    there, built at a hint that took the same path."""
+    size (1, 8, 64, 512: 1..2, 3..22, 23..181, 182..512), the second split where its
+    decisions split it, and every size of 1..512 served by the first variant whose
+    guards hold there, built at a hint that took the same path."""
     def build(graph):
         (seq < 16) and (seq < 4)     # noqa: B015  (decisions a template makes)
         return _FakePlan()
 
     seq = S
     variants = dynamic.plan_variants(_graph(seq=DimRange(1, 512)), build)
-    assert [v.hint for v in variants[:3]] == [{"seq": 8}, {"seq": 64}, {"seq": 512}]
-    assert len(variants) == 5      # 1..22 split at 4 and 16: 4..15, then 1..3, 16..22
+    assert [v.hint["seq"] for v in variants[:4]] == [1, 8, 64, 512]
+    assert len(variants) == 6      # 3..22 split at 4 and 16: 4..15, then 3, 16..22
     for size in range(1, 513):
         holding = [k for k, v in enumerate(variants)
                    if all(g.holds({"seq": size}) for g in v.guards)]
