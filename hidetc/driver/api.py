@@ -161,7 +161,8 @@ def _compile_ranges(model_path: Path, out_dir, ctx: CompileContext, graph,
         timings["tune_s"] = 0.0
         with ArtifactWriter(out_dir) as writer:
             clock = time.perf_counter()
-            manifest = write_artifact(writer, variants[0].plan, ctx, model_path, variants)
+            manifest = write_artifact(writer, variants[0].plan, ctx, model_path, variants,
+                                      graph)
             manifest["tuning"] = {"enabled": False, "reason": "a range of sizes: each "
                                   "variant's defaults planned at its hint sizes"}
             timings["build_s"] = time.perf_counter() - clock

@@ -9,7 +9,9 @@ leave open and that changes the code is recorded as a guard. Such a build -- a
 *variant* -- is right wherever its guards hold. `plan_variants` splits each range into
 intervals around its tuning sizes (`intervals`: cut at the geometric midpoints) and
 builds one variant per cell of intervals, at its tuning sizes and assuming the cell's
-ranges (the cell's bounds are guards); then one more at the first size no variant
+ranges (the cell's bounds are guards) -- a cell of one size (a range's minimum, often
+batch 1) is built from the graph at that size, static code with constant extents --;
+then one more at the first size no variant
 covers, until every size of the ranges is covered (checked over the whole grid of
 sizes, vectorized, up to `GRID_LIMIT` points; beyond that over a grid of
 `coverage_points` per symbol); `MAX_VARIANTS` bounds it. The runtime picks the first
@@ -52,6 +54,7 @@ class Variant:
         return {"hint": dict(self.hint), "guards": [str(g) for g in self.guards],
                 "forward": forward, "kernels": len(self.plan.launches),
                 "arena_bytes": int(self.plan.memory.arena_bytes),
+                "static": not self.plan.graph.symbols,
                 "output_sources": self.plan.output_sources}
 
 
@@ -77,9 +80,11 @@ def plan_variants(graph: Graph, build: Callable[[Graph], ExecutionPlan]) -> list
         narrowed = {n: DimRange(lo, hi, (hint[n],)) for n, (_, lo, hi) in cell.items()}
         bounds = [g for n, (_, lo, hi) in cell.items() for g in _interval_guards(
             n, lo, hi, symbols[n])]
+        single = all(lo == hi for _, lo, hi in cell.values())   # one size: static code
         with assume(narrowed), guarded(hint) as guarding:
-            plan = build(graph)
-        plan = _distinct_kernels(plan, variants, len(variants))
+            plan = build(graph.at(hint) if single else graph)
+        plan = _distinct_weights(_distinct_kernels(plan, variants, len(variants)), variants,
+                                 len(variants))
         variants.append(Variant(dict(hint), tuple(bounds + guarding.guards), plan))
         with assume(symbols):
             pending = [h for h in pending if not any(
@@ -87,6 +92,24 @@ def plan_variants(graph: Graph, build: Callable[[Graph], ExecutionPlan]) -> list
             hint = pending.pop(0) if pending else \
                 uncovered(symbols, [v.guards for v in variants])
     return variants
+
+
+def _distinct_weights(plan: ExecutionPlan, variants: list[Variant], index: int
+                      ) -> ExecutionPlan:
+    """`plan` with every weight whose name an earlier variant uses for other contents
+    renamed `<name>@v<index>` (a static build folds constants of its own size)."""
+    seen = {name: a for v in variants for name, a in v.plan.weights.items()}
+    clash = {name for name, a in plan.weights.items() if name in seen and not (
+        np.shape(seen[name]) == np.shape(a) and np.array_equal(seen[name], a))}
+    if not clash:
+        return plan
+    new = {name: f"{name}@v{index}" for name in clash}
+    launches = tuple(replace(r, values=tuple(new.get(v, v) for v in r.values))
+                     for r in plan.launches)
+    sources = [{**s, "name": new.get(s["name"], s["name"])} if s.get("kind") == "constant"
+               else s for s in plan.output_sources]
+    return replace(plan, launches=launches, output_sources=sources,
+                   weights={new.get(k, k): a for k, a in plan.weights.items()})
 
 
 def intervals(rng: DimRange) -> list[tuple[int, int, int]]:

@@ -7,7 +7,7 @@ Returns the manifest without its verification record (the verification stage add
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -22,23 +22,26 @@ from hidetc.backends.runtime.artifact import (
 from hidetc.backends.runtime.weights import write_weights
 from hidetc.driver.dynamic import Variant
 from hidetc.driver.launch import ExecutionPlan
+from hidetc.graph.ir import Graph
 from hidetc.graph.symbolic import SymDim
 
 
 def write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, ctx, model_path: Path,
-                   variants: Sequence[Variant] = ()) -> dict:
+                   variants: Sequence[Variant] = (), symbolic: Optional[Graph] = None
+                   ) -> dict:
     """Write `plan`'s weights and kernels under `writer.path` for `ctx` (a
     `CompileContext`); the manifest (see `hidetc.backends.runtime.artifact`). A compile
     for ranges of sizes passes its dispatch `variants` (`plan` is the first's): their
     weights share one file, their kernels one library, each variant a launcher, and
-    the manifest's `dynamic` section says which sizes each serves."""
+    the manifest's `dynamic` section says which sizes each serves (the inputs and
+    outputs as the `symbolic` graph types them: a variant may be a static build)."""
     backend, cfg = ctx.backend, ctx.cfg
     entries = write_weights(writer.path / "weights.bin", _weights(plan, variants))
     built = backend.build(plan, entries, writer.path, cfg, ctx.dump("tir"),
                           **({"more": [v.plan for v in variants[1:]]} if variants else {}))
     resources = built.pop("resources", {})      # per kernel name
     plan = plan.with_resources(resources)
-    graph = plan.graph
+    graph = symbolic if symbolic is not None else plan.graph
     inputs = [_spec(graph, v) for v in graph.inputs]
     outputs = [_spec(graph, v) for v in graph.outputs]
     manifest = _manifest(plan, ctx, model_path, entries, built, resources, inputs, outputs)

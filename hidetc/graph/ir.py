@@ -147,6 +147,17 @@ class Graph:
     def replace(self, **changes: Any) -> "Graph":
         return dataclasses.replace(self, **changes)
 
+    def at(self, sizes: Mapping[str, int]) -> "Graph":
+        """The static graph with every symbolic size at `sizes`: types, and the shape
+        values (object arrays) among the constants."""
+        if not self.symbols:
+            return self
+        constants = {k: (np.array([evaluate(v, sizes) for v in a.ravel()], np.int64)
+                         .reshape(a.shape) if a.dtype == object else a)
+                     for k, a in self.constants.items()}
+        return dataclasses.replace(self, types={k: t.at(sizes) for k, t in self.types.items()},
+                                   constants=constants, symbols={})
+
     def type_of(self, value: str) -> TensorType:
         return self.types[value]
 

@@ -17,6 +17,8 @@ S, B = SymDim.symbol("seq"), SymDim.symbol("batch")
 
 
 def _graph(**ranges: DimRange) -> Graph:
+    """A graph whose only value is its input of the symbolic shape (a build receives it,
+    or at a cell of one size the graph at that size)."""
     return Graph(("x",), ("x",), (), {"x": TensorType("float32", tuple(
         SymDim.symbol(n) for n in ranges))}, {}, "g", ranges)
 
@@ -27,6 +29,7 @@ class _FakePlan:
     def __init__(self, functions=None):
         self.functions = functions or {}
         self.launches = ()
+        self.weights = {}
 
 
 def test_guards_split_the_range_until_every_size_is_covered():
