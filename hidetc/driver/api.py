@@ -69,7 +69,8 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     clock = time.perf_counter()
     graph = load_model(model_path, **cfg.bindings)
     if graph.symbols:
-        return _compile_ranges(model_path, out_dir, ctx, graph, verifier, timings, clock)
+        return _compile_ranges(model_path, out_dir, ctx, graph, verifier, timings, clock,
+                               measure, progress)
     optimized = ctx.optimize(graph)
     selection = ctx.select(optimized)
     timings["frontend_s"] = time.perf_counter() - clock
@@ -141,30 +142,39 @@ def _recover(writer: ArtifactWriter, manifest: dict, ctx: CompileContext, graph,
 
 
 def _compile_ranges(model_path: Path, out_dir, ctx: CompileContext, graph,
-                    verifier: Verifier, timings: dict, clock: float) -> CompileResult:
+                    verifier: Verifier, timings: dict, clock: float,
+                    measure: Optional[Callable], progress: Optional[Callable]
+                    ) -> CompileResult:
     """The compile of a graph with symbolic sizes (`hidetc.driver.dynamic`): the
     dispatch variants covering the ranges, written as one artifact, verified against
-    the reference at each of `verification_sizes`. The configs are the defaults planned
-    at each variant's hint (tuning at the tuning sizes is not built yet)."""
+    the reference at each of `verification_sizes`. Each variant's anchors are tuned
+    (or taken from the records) at its hint sizes -- the static tasks there; their
+    configs are valid at every size."""
     cfg = ctx.cfg
     if not ctx.backend.builds_ranges:
         raise ConfigError(f"--target {ctx.backend.kind}: an artifact for a range of sizes "
                           f"is not built yet (the cpu target builds one); bind one size "
                           f"({_bind_hint(graph)})")
 
+    tunings: list[dict] = []
+
     def build(g):
-        return ctx.plan(ctx.select(ctx.optimize(g)), {})
+        selection = ctx.select(ctx.optimize(g))
+        choices, tuning = _tune(ctx, selection, measure, progress)
+        tunings.append(tuning)
+        return ctx.plan(selection, choices)
 
     with assume(graph.symbols):
         variants = plan_variants(graph, build)
         timings["frontend_s"] = time.perf_counter() - clock
-        timings["tune_s"] = 0.0
+        timings["tune_s"] = sum(t.get("seconds", 0.0) for t in tunings)
         with ArtifactWriter(out_dir) as writer:
             clock = time.perf_counter()
             manifest = write_artifact(writer, variants[0].plan, ctx, model_path, variants,
                                       graph)
-            manifest["tuning"] = {"enabled": False, "reason": "a range of sizes: each "
-                                  "variant's defaults planned at its hint sizes"}
+            manifest["tuning"] = {**tunings[0], "variants": [
+                {k: t.get(k) for k in ("tasks", "from_records", "tuned", "candidates",
+                                       "seconds")} for t in tunings]}
             timings["build_s"] = time.perf_counter() - clock
             clock = time.perf_counter()
             if ctx.skip_verify:

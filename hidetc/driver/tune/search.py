@@ -55,11 +55,18 @@ class Choice:
 
 @dataclass(frozen=True)
 class _Pending:
-    """A task to measure: its template, its records key and its candidates."""
+    """A task to measure: its template, its records key and its candidates; `owner`,
+    the selection's task the choice is for (itself, or the symbolic task it is the
+    hint-size instance of)."""
     task: Task
     template: Any
     key: Any
     configs: list
+    owner: Optional[Task] = None
+
+    def __post_init__(self):
+        if self.owner is None:
+            self.owner = self.task
 
 
 @dataclass
@@ -197,15 +204,18 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
         backend, arch, lambda task: numerics_budget(tolerance, task, kernels))
     pending: list[_Pending] = []
     for task, template, default in work:
-        key = key_for(task, template.name, device, arch, toolchain,
-                      space_digest(template, task, limits))
-        choice = _from_records(records, key, template, task, limits, exact=tune)
+        # a task with symbolic sizes is tuned (and its records kept) at the build's hint
+        # sizes, the static task there: its configs are valid at every size
+        static = task.hinted()
+        key = key_for(static, template.name, device, arch, toolchain,
+                      space_digest(template, static, limits))
+        choice = _from_records(records, key, template, static, limits, exact=tune)
         if choice is not None:
             choices[task] = choice
             summary.from_records += 1
         elif tune:
-            pending.append(_Pending(task, template, key,
-                                    candidates(template, task, limits, level)))
+            pending.append(_Pending(static, template, key,
+                                    candidates(template, static, limits, level), task))
         else:
             choices[task] = Choice(template, default, "default")
     total = sum(len(p.configs) for p in pending)
@@ -236,10 +246,10 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
         winner = best(results)
         records.save(p.key, results, winner.config if winner else None)
         if winner is None:
-            choices[task] = Choice(template, configs[0], "default (all failed)")
+            choices[p.owner] = Choice(template, configs[0], "default (all failed)")
         else:   # one result per config, in order (the measurer's contract)
             config = configs[results.index(winner)]
-            choices[task] = Choice(template, config, "tuned", winner.time_ms)
+            choices[p.owner] = Choice(template, config, "tuned", winner.time_ms)
     summary.seconds = time.perf_counter() - clock
     return choices, summary
 
