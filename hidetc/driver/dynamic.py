@@ -18,9 +18,10 @@ sizes, vectorized, up to `GRID_LIMIT` points; beyond that over a grid of
 variant whose guards hold (`hidetc.backends.runtime.sizes`): deterministic, nothing
 measured at run time.
 
-Decided here: the configs are the templates' defaults planned at each variant's hint
-(tuning at the tuning sizes and the dispatch table's measured loss are not built yet),
-memory is planned at the largest sizes (one arena serves every size), and the artifact
+Decided here: each variant's configs come from tuning (or the records) at its hint
+sizes, the static tasks there (the compile's `build`; the loss against the best
+per-size config at sizes other than the hint is not measured yet), memory is planned at
+the largest sizes (one arena serves every size), and the artifact
 is verified at `verification_sizes`: each range's minimum, 2, a prime inside, its
 maximum, and the tuning sizes.
 """
