@@ -15,9 +15,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from hidetc.errors import UnsupportedOpError
+from hidetc.graph.guards import current_hint
 from hidetc.graph.ir import Graph, Node, TensorType, freeze_attr
 from hidetc.graph.ops.registry import get_op
-from hidetc.graph.symbolic import Dim, SymDim, as_dim, current_hint, evaluate
+from hidetc.graph.symbolic import Dim, SymDim, as_dim, evaluate
 from hidetc.tir.ir import Function
 
 
@@ -57,7 +58,7 @@ class Task:
 
     def hinted(self) -> "Task":
         """The task a heuristic plans with: itself when static, else at the enclosing
-        build's hint sizes (`symbolic.guarded`); the kernel keeps the symbolic sizes."""
+        build's hint sizes (`guards.guarded`); the kernel keeps the symbolic sizes."""
         if not self.symbolic:
             return self
         hint = current_hint()

@@ -30,14 +30,14 @@ from typing import Any, Callable, Optional
 from hidetc.backends.runtime.artifact import ArtifactWriter, check_output_dir
 from hidetc.driver.config import CompileConfig, make_config
 from hidetc.driver.context import CompileContext, environment_options
-from hidetc.driver.dynamic import plan_variants, static_shapes, verification_sizes
+from hidetc.driver.dynamic import plan_variants, verification_sizes
 from hidetc.driver.emit import write_artifact
 from hidetc.driver.model import Model, load, profile_rows  # noqa: F401 (the API)
 from hidetc.driver.tune.records import RecordStore
 from hidetc.driver.verification import Verifier, Yardstick, recover_artifact, verify_artifact
 from hidetc.errors import ConfigError, VerificationError
 from hidetc.frontend.onnx.importer import load_model
-from hidetc.graph.symbolic import assume
+from hidetc.graph.symbolic import assume, upper_bound
 from hidetc.target import host_memory_bytes
 
 
@@ -79,25 +79,38 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     choices, tuning = _tune(ctx, selection, measure, progress)
     timings["tune_s"] = time.perf_counter() - clock
     plan = ctx.plan(selection, choices)
+    def verified(writer: ArtifactWriter, manifest: dict) -> dict:
+        yardstick = Yardstick(model_path, graph, cfg)
+        try:
+            return {**manifest, "verification": verifier(writer.path, manifest, yardstick,
+                                                         cfg)}
+        except VerificationError as failure:
+            return _recover(writer, manifest, ctx, graph, optimized, selection, choices,
+                            tuning, plan, model_path, yardstick, failure, measure, verifier)
+
     with ArtifactWriter(out_dir) as writer:
         clock = time.perf_counter()
         manifest = _written(writer, ctx, plan, tuning, model_path)
         timings["build_s"] = time.perf_counter() - clock
-        clock = time.perf_counter()
-        if ctx.skip_verify:
-            manifest["verification"] = {"status": "skipped", "reason": ctx.skip_verify}
-        else:
-            writer.stage_manifest({**manifest, "verification": {"status": "pending"}})
-            yardstick = Yardstick(model_path, graph, cfg)
-            try:
-                manifest["verification"] = verifier(writer.path, manifest, yardstick, cfg)
-            except VerificationError as failure:
-                manifest = _recover(writer, manifest, ctx, graph, optimized, selection,
-                                    choices, tuning, plan, model_path, yardstick, failure,
-                                    measure, verifier)
-        timings["verify_s"] = time.perf_counter() - clock
-        writer.finish(manifest)
+        manifest = _finish(writer, manifest, ctx, verified, timings)
     return CompileResult(Path(out_dir), manifest, timings)
+
+
+def _finish(writer: ArtifactWriter, manifest: dict, ctx: CompileContext,
+            verified: Callable[[ArtifactWriter, dict], dict], timings: dict) -> dict:
+    """The verification stage of a written artifact, then its rename into place:
+    skipped where the context says so, else the staged artifact checked by `verified`
+    (the manifest with its verification record, or what a recovery rebuilt)."""
+    clock = time.perf_counter()
+    if ctx.skip_verify:
+        manifest = {**manifest, "verification": {"status": "skipped",
+                                                 "reason": ctx.skip_verify}}
+    else:
+        writer.stage_manifest({**manifest, "verification": {"status": "pending"}})
+        manifest = verified(writer, manifest)
+    timings["verify_s"] = time.perf_counter() - clock
+    writer.finish(manifest)
+    return manifest
 
 
 def _tune(ctx: CompileContext, selection, measure: Optional[Callable],
@@ -165,6 +178,7 @@ def _compile_ranges(model_path: Path, out_dir, ctx: CompileContext, graph,
         return ctx.plan(selection, choices)
 
     with assume(graph.symbols):
+        _check_memory(graph, ctx)
         variants = plan_variants(graph, build)
         timings["frontend_s"] = time.perf_counter() - clock
         timings["tune_s"] = sum(t.get("seconds", 0.0) for t in tunings)
@@ -176,29 +190,22 @@ def _compile_ranges(model_path: Path, out_dir, ctx: CompileContext, graph,
                 {k: t.get(k) for k in ("tasks", "from_records", "tuned", "candidates",
                                        "seconds")} for t in tunings]}
             timings["build_s"] = time.perf_counter() - clock
-            clock = time.perf_counter()
-            if ctx.skip_verify:
-                manifest["verification"] = {"status": "skipped", "reason": ctx.skip_verify}
-            else:
-                writer.stage_manifest({**manifest, "verification": {"status": "pending"}})
-                manifest["verification"] = _verify_sizes(writer.path, manifest, graph,
-                                                         model_path, cfg, verifier,
-                                                         variants)
-            timings["verify_s"] = time.perf_counter() - clock
-            writer.finish(manifest)
+            manifest = _finish(writer, manifest, ctx, lambda w, m: {
+                **m, "verification": _verify_sizes(w.path, m, graph, model_path, cfg,
+                                                   verifier, variants)}, timings)
     return CompileResult(Path(out_dir), manifest, timings)
 
 
 def _verify_sizes(path: Path, manifest: dict, graph, model_path: Path, cfg: CompileConfig,
                   verifier: Verifier, variants) -> dict:
-    """The artifact verified at each of `verification_sizes` against a static import of
-    the model at those sizes: the record of the first, with every size's result."""
+    """The artifact verified at each of `verification_sizes` against the imported graph
+    at those sizes (`Graph.at`): the record of the first, with every size's result."""
     records = []
     for sizes in verification_sizes(graph.symbols, variants):
-        static = load_model(model_path, shapes=static_shapes(graph, sizes))
         where = ", ".join(f"{k}={v}" for k, v in sizes.items())
         try:
-            report = verifier(path, manifest, Yardstick(model_path, static, cfg), cfg)
+            report = verifier(path, manifest, Yardstick(model_path, graph.at(sizes), cfg),
+                              cfg)
         except VerificationError as error:
             raise VerificationError(f"at {where}: {error}") from None
         records.append((sizes, report))
@@ -216,16 +223,17 @@ def _bind_hint(graph) -> str:
 def _check_memory(graph, ctx: CompileContext) -> None:
     """A one-line ConfigError, before any work, when the compile would run the model on
     this host (tuning or verification) and its tensors cannot fit this host's memory:
-    at least the inputs, outputs and weights plus the largest intermediate value."""
+    at least the inputs, outputs and weights plus the largest intermediate value (with
+    symbolic sizes: at the largest sizes of their ranges, under `assume`)."""
     if ctx.skip_verify is not None and not ctx.tunes:
         return
     memory = host_memory_bytes()
     if memory is None:
         return
-    io = sum(graph.types[v].nbytes for v in (*graph.inputs, *graph.outputs))
+    io = sum(upper_bound(graph.types[v].nbytes) for v in (*graph.inputs, *graph.outputs))
     weights = sum(int(a.nbytes) for a in graph.constants.values())
-    inner = [(graph.types[o].nbytes, n.name, o) for n in graph.nodes for o in n.outputs
-             if o and o not in graph.outputs]
+    inner = [(upper_bound(graph.types[o].nbytes), n.name, o) for n in graph.nodes
+             for o in n.outputs if o and o not in graph.outputs]
     largest = max(inner, default=(0, "", ""))
     need = io + weights + largest[0]
     if need <= memory:

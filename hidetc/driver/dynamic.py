@@ -37,8 +37,9 @@ import numpy as np
 from hidetc.driver.launch import ExecutionPlan
 from hidetc.errors import ConfigError
 from hidetc.graph.dims import DimRange
+from hidetc.graph.guards import Guard, guarded
 from hidetc.graph.ir import Graph
-from hidetc.graph.symbolic import Guard, SymDim, assume, guarded, samples
+from hidetc.graph.symbolic import SymDim, assume, samples
 
 MAX_VARIANTS = 16
 GRID_LIMIT = 1 << 22          # points of the size grid checked exhaustively
@@ -214,9 +215,3 @@ def verification_sizes(symbols: Mapping[str, DimRange],
 
 def _ranges(symbols: Mapping[str, DimRange]) -> str:
     return ", ".join(f"{n} in {r}" for n, r in symbols.items())
-
-
-def static_shapes(graph: Graph, sizes: Mapping[str, int]) -> dict[str, list[int]]:
-    """Every input's shape at `sizes` (what a static import at those sizes binds)."""
-    return {v: list(graph.types[v].at(sizes).shape) for v in graph.inputs}
-

@@ -32,7 +32,7 @@ import contextlib
 import contextvars
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional, Union
+from typing import Callable, Mapping, Optional, Union
 
 import numpy as np
 
@@ -246,9 +246,9 @@ class SymDim:
             return True
         if decided[1]:
             return False
-        guarding = _GUARDING.get()
-        if guarding is not None:
-            return guarding.decide(diff, op)
+        decide = DECIDER.get()
+        if decide is not None:
+            return decide(diff, op)
         raise SymbolicError(f"whether {self} {op} {other} depends on the sizes "
                             f"({_ranges_text(diff)})")
 
@@ -350,10 +350,6 @@ def shape_array(values) -> "np.ndarray":
     return np.array([int(v) for v in values], dtype=np.int64)
 
 
-def is_symbolic(value: object) -> bool:
-    return isinstance(value, SymDim)
-
-
 def symbols_of(value: object) -> frozenset[str]:
     return value.symbols if isinstance(value, SymDim) else frozenset()
 
@@ -392,74 +388,10 @@ def assume(ranges: Mapping[str, object]):
         _RANGES.reset(token)
 
 
-NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
-
-
-@dataclass(frozen=True)
-class Guard:
-    """`expr OP 0`, a fact a build decided at its hint sizes and relies on."""
-    expr: "SymDim"
-    op: str
-
-    def holds(self, sizes: Mapping[str, int]) -> bool:
-        value = self.expr.evaluate(sizes)
-        return {"<": value < 0, "<=": value <= 0, ">": value > 0, ">=": value >= 0}[self.op]
-
-    def __str__(self) -> str:
-        return f"{self.expr} {self.op} 0"
-
-    def display(self) -> str:
-        """For people: the constant on the right (`seq >= 16`)."""
-        const = dict(self.expr.terms).get((), 0)
-        rest = self.expr - const
-        return f"{rest} {self.op} {-const}"
-
-    @staticmethod
-    def parse(text: str) -> "Guard":
-        expr, op, zero = text.rsplit(" ", 2)
-        if op not in NEGATED or zero != "0":
-            raise ValueError(f"{text!r} is not a guard")
-        parsed = parse(expr)
-        if not isinstance(parsed, SymDim):
-            raise ValueError(f"{text!r} is not a guard on a symbolic size")
-        return Guard(parsed, op)
-
-
-class Guarding:
-    """Decides the comparisons the ranges leave open by the sizes `hint`, recording
-    each decision as a Guard: what is built inside `guarded(hint)` is right for every
-    size where all its guards hold (the dispatch picks it only there)."""
-
-    def __init__(self, hint: Mapping[str, int]):
-        self.hint = dict(hint)
-        self.guards: list[Guard] = []
-
-    def decide(self, diff: "SymDim", op: str) -> bool:
-        guard = Guard(diff, op)
-        result = guard.holds(self.hint)
-        guard = guard if result else Guard(diff, NEGATED[op])
-        if guard not in self.guards:
-            self.guards.append(guard)
-        return result
-
-    def holds(self, sizes: Mapping[str, int]) -> bool:
-        return all(g.holds(sizes) for g in self.guards)
-
-
-_GUARDING: contextvars.ContextVar[Optional[Guarding]] = \
-    contextvars.ContextVar("symbol_guarding", default=None)
-
-
-@contextlib.contextmanager
-def guarded(hint: Mapping[str, int]):
-    """Inside the block, comparisons the ranges do not decide are decided at `hint`
-    and recorded (yields the Guarding)."""
-    guarding = Guarding(hint)
-    token = _GUARDING.set(guarding)
-    try:
-        yield guarding
-    finally:
-        _GUARDING.reset(token)
+# Who decides a comparison the ranges leave open: nobody (SymbolicError), or the
+# enclosing `guards.guarded` build, which decides it at its hint and records a guard.
+DECIDER: contextvars.ContextVar[Optional[Callable[["SymDim", str], bool]]] = \
+    contextvars.ContextVar("symbol_decider", default=None)
 
 
 def upper_bound(value: Dim) -> int:
@@ -471,25 +403,6 @@ def upper_bound(value: Dim) -> int:
     if math.isinf(high):
         raise SymbolicError(f"the size {value} has no upper bound ({_ranges_text(value)})")
     return int(high)
-
-
-def current_hint() -> Optional[dict[str, int]]:
-    """The hint sizes of the enclosing `guarded`, else None."""
-    guarding = _GUARDING.get()
-    return None if guarding is None else dict(guarding.hint)
-
-
-def hint_value(value: Dim) -> int:
-    """A size as the number a performance heuristic should see: itself when an int, a
-    symbolic size at the hint of the enclosing `guarded` (no guard: a heuristic picks
-    among choices that are all correct at every size, e.g. the tiles of a predicated
-    schedule); SymbolicError outside one."""
-    if not isinstance(value, SymDim):
-        return int(value)
-    guarding = _GUARDING.get()
-    if guarding is None:
-        raise SymbolicError(f"the size {value} has no hint to plan with")
-    return value.evaluate(guarding.hint)
 
 
 def _ranges_text(value: "SymDim") -> str:

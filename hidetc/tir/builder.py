@@ -15,7 +15,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
-from hidetc.graph.symbolic import SymDim
 from hidetc.tir.functor import collect
 from hidetc.tir.ir import (
     INDEX_DTYPE,
@@ -55,7 +54,7 @@ class KernelBuilder:
 
     # parameters and declarations -------------------------------------------------
     def buffer(self, name: str, dtype: str, shape: Sequence[Any]) -> Buffer:
-        buf = Buffer(self.fresh(name), dtype, _dims(shape), "global")
+        buf = Buffer(self.fresh(name), dtype, tuple(shape), "global")
         self.params.append(buf)
         return buf
 
@@ -65,7 +64,7 @@ class KernelBuilder:
         return var
 
     def alloc(self, name: str, dtype: str, shape: Sequence[Any], scope: str = "local") -> Buffer:
-        buf = Buffer(self.fresh(name), dtype, _dims(shape), scope)
+        buf = Buffer(self.fresh(name), dtype, tuple(shape), scope)
         self.emit(Alloc(buf))
         return buf
 
@@ -139,11 +138,6 @@ class KernelBuilder:
                         tuple(sorted(attrs.items())))
 
 
-def _dims(shape: Sequence[Any]) -> tuple:
-    """A buffer shape with symbolic sizes as their int64 expressions."""
-    return tuple(as_expr(d) if isinstance(d, SymDim) else d for d in shape)
-
-
 def size_params(fn: Function) -> tuple[Var, ...]:
     """The symbolic sizes `fn` uses (in its body or its buffers' shapes) and does not
     take yet, sorted by name: the scalar parameters a kernel with run-time extents
@@ -154,8 +148,8 @@ def size_params(fn: Function) -> tuple[Var, ...]:
     buffers += list(usage.allocs + usage.loads + usage.stores)
     for buf in buffers:
         for d in buf.shape:
-            if isinstance(d, (Expr, SymDim)):
-                found |= {v for v in collect(Evaluate(as_expr(d))).free_vars
+            if isinstance(d, Expr):     # (a Buffer holds a symbolic size as its Expr)
+                found |= {v for v in collect(Evaluate(d)).free_vars
                           if is_size_var(v)}
     taken = {p for p in fn.params if isinstance(p, Var)}
     return tuple(sorted(found - taken, key=lambda v: v.name))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hidetc.graph.symbolic import Guard
+from hidetc.graph.guards import Guard
 
 
 def _spec(s: dict) -> str:

@@ -4,6 +4,7 @@ the ranges -- every size agreeing with ONNX Runtime; a size outside its range, o
 inputs disagreeing on a shared size, is a one-line error."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -153,3 +154,19 @@ def test_inspect_shows_the_variants_and_memory_by_size(cnn):
     assert "v0 (hidetc_forward): batch <= 1; planned at batch=1" in result.output
     assert "v3 (hidetc_forward_v3): batch >= 6; planned at batch=8" in result.output
     assert "memory by size (arena + inputs + outputs): min " in result.output
+
+
+def test_threads_at_different_sizes_give_the_single_threaded_results(encoder):
+    """One loaded dynamic artifact served from 4 threads at once, each at its own
+    sizes (and so its own dispatch variants): every result bit for bit the one a
+    single thread gets."""
+    sizes = [(1, 1), (3, 40), (2, 15), (1, 16), (2, 7), (3, 23)]
+    feeds = [{"ids": np.random.default_rng(b * 100 + s).integers(0, 32, (b, s))
+              .astype(np.int64)} for b, s in sizes]
+    with hidetc.load(encoder) as model:
+        alone = [model.run(f)["logits"] for f in feeds]
+        with ThreadPoolExecutor(4) as pool:
+            for _ in range(3):
+                together = list(pool.map(lambda f: model.run(f)["logits"], feeds * 2))
+                for k, got in enumerate(together):
+                    np.testing.assert_array_equal(got, alone[k % len(feeds)])

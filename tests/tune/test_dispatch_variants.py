@@ -9,9 +9,10 @@ import pytest
 from hidetc.driver import dynamic
 from hidetc.errors import ConfigError
 from hidetc.graph.dims import DimRange
+from hidetc.graph.guards import Guard, guarded, hint_value
 from hidetc.graph.ir import Graph, TensorType
 from hidetc.graph.ops.shape import _clamped, _slice_length
-from hidetc.graph.symbolic import Guard, SymbolicError, SymDim, assume, guarded, hint_value
+from hidetc.graph.symbolic import SymbolicError, SymDim, assume
 
 S, B = SymDim.symbol("seq"), SymDim.symbol("batch")
 

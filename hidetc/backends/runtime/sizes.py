@@ -21,7 +21,8 @@ from typing import Mapping, Optional
 import numpy as np
 
 from hidetc.errors import ArtifactError, InputError
-from hidetc.graph.symbolic import Dim, Guard, SymDim, evaluate, parse
+from hidetc.graph.guards import Guard
+from hidetc.graph.symbolic import Dim, SymDim, evaluate, parse
 
 
 def parse_dims(dims: list, where: str) -> tuple[Dim, ...]:

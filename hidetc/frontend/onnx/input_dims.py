@@ -40,11 +40,6 @@ class InputDims:
         return {name: [d if isinstance(d, int) else int(sizes[d]) for d in dims]
                 for name, dims in self.inputs.items()}
 
-    def as_dict(self) -> dict:
-        """The manifest's form: {symbol: {min, max, opt}} and per input its dims."""
-        return {"symbols": {s: r.as_dict() for s, r in self.symbols.items()},
-                "inputs": {n: list(d) for n, d in self.inputs.items()}}
-
 
 def symbol_name(text: str) -> str:
     """The symbol a dimension name becomes: itself when a Python identifier (what the

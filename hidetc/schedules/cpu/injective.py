@@ -13,7 +13,7 @@ import math
 
 from hidetc.compute.injective import COMPUTE
 from hidetc.compute.task import Task
-from hidetc.graph.symbolic import hint_value
+from hidetc.graph.guards import hint_value
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import Function, Load, as_expr
 from hidetc.tir.mapping import repeat, spatial

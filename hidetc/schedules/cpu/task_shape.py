@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hidetc.graph.symbolic import hint_value
+from hidetc.graph.guards import hint_value
 from hidetc.target import CpuTarget
 
 if TYPE_CHECKING:
@@ -83,7 +83,9 @@ def blocking(cfg: GemmConfig, m: int, n: int, k: int, batch: int, target: CpuTar
     rows are the activation's positions or tokens, B the weights, and the caller's
     tasks run the row tiles outermost (one problem, or the same row split for every
     problem), so a row split keeps each core on its own part of the activations from
-    kernel to kernel)."""
+    kernel to kernel). Symbolic sizes: the tiles are chosen at the build's hint sizes
+    (`guards.hint_value`: predicated tiles are right at every size), the Blocking keeps
+    the symbolic M, N, K for the code's extents."""
     sizes = m, n, k
     m, n, k, batch = (hint_value(v) for v in (m, n, k, batch))   # (tiles: at the hint)
     mr, nr = max(1, min(cfg.mr, m)), cfg.nr  # M < MR: no rows computed twice
