@@ -13,7 +13,8 @@ import math
 from typing import Callable, Sequence
 
 from hidetc.compute.task import Task
-from hidetc.tir.ir import Const, Expr, cast, select
+from hidetc.graph.symbolic import SymDim, evaluate, symbols_of
+from hidetc.tir.ir import Const, Expr, cast, select, size_dim
 
 Load = Callable[[int, Sequence[Expr]], Expr]
 Compute = Callable[[Task, list[Expr], Load], Expr]
@@ -39,6 +40,68 @@ def unravel(flat: Expr, shape: Sequence[int]) -> list[Expr]:
         inner = math.prod(shape[d + 1:])
         q = flat if inner == 1 else flat // inner
         out.append(ZERO if extent == 1 else (q if d == 0 else q % extent))
+    return out
+
+
+def reshape_groups(src: Sequence, dst: Sequence) -> list[tuple[range, range]]:
+    """The dims of two row-major shapes of one size matched in groups of equal product:
+    (src dims, dst dims) per group, in order, covering both shapes. A group closes only
+    where the two products are equal as expressions (`SymDim` equality is structural), so
+    the grouping holds at every size; where none closes before the end, the rest is one
+    group. Size-1 dims left over at an end join the last group."""
+    groups: list[tuple[range, range]] = []
+    i = j = 0
+    while i < len(src) and j < len(dst):
+        si, dj, ps, pd = i + 1, j + 1, src[i], dst[j]
+        while not ps == pd:
+            grow_src = si < len(src) and (dj == len(dst) or _below(ps, pd))
+            if grow_src:
+                ps, si = ps * src[si], si + 1
+            elif dj < len(dst):
+                pd, dj = pd * dst[dj], dj + 1
+            else:
+                si, dj = len(src), len(dst)
+                break
+        groups.append((range(i, si), range(j, dj)))
+        i, j = si, dj
+    if i < len(src) or j < len(dst):
+        if not groups:
+            return [(range(len(src)), range(len(dst)))]
+        (s0, d0) = groups.pop()
+        groups.append((range(s0.start, len(src)), range(d0.start, len(dst))))
+    return groups
+
+
+def _as_dim(d):
+    return size_dim(d) if isinstance(d, Expr) else d
+
+
+def _below(a, b) -> bool:
+    """Whether product `a` is the smaller: exact for ints, else compared at one large
+    size per symbol (it only steers which side grows; equality decides the groups). A
+    kernel's extent that is no expression of sizes counts as larger than any int."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a < b
+    if isinstance(a, (int, SymDim)) and isinstance(b, (int, SymDim)):
+        sizes = {name: 1009 for name in symbols_of(a) | symbols_of(b)}
+        return evaluate(a, sizes) < evaluate(b, sizes)
+    return isinstance(a, int)
+
+
+def regroup(idx: Sequence[Expr], src: Sequence, dst: Sequence) -> list[Expr]:
+    """The index into row-major `dst` of element `idx` of row-major `src` (one size; a
+    Reshape's index map), group by group (`reshape_groups`): a dim passing through
+    unchanged costs nothing and a merge or split costs div/mod only inside its group, so
+    `[1, seq, 12, 64] -> [1, seq, 768]` divides by 64 only, never by a run-time size."""
+    if tuple(src) == tuple(dst):
+        return list(idx)
+    src = [_as_dim(d) for d in src]
+    dst = [_as_dim(d) for d in dst]
+    out: list[Expr] = []
+    for gs, gd in reshape_groups(src, dst):
+        sub = [src[d] for d in gs]
+        flat = linearize([idx[d] for d in gs], sub)
+        out.extend(unravel(flat, [dst[d] for d in gd]))
     return out
 
 

@@ -28,6 +28,8 @@ from hidetc.compute.indexing import (  # noqa: F401  (re-exported: schedules, fu
     load_broadcast,
     load_scalar,
     normalize,
+    regroup,
+    reshape_groups,
     unravel,
 )
 from hidetc.compute.nn import NN
@@ -101,8 +103,7 @@ def _transpose(task: Task, idx: list[Expr], load: Load) -> Expr:
 
 
 def _reshape(task: Task, idx: list[Expr], load: Load) -> Expr:
-    flat = linearize(idx, task.outputs[0].shape)
-    return load(0, unravel(flat, task.inputs[0].shape))
+    return load(0, regroup(idx, task.outputs[0].shape, task.inputs[0].shape))
 
 
 def _slice_params(task: Task) -> list[tuple[int, int]]:

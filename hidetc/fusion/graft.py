@@ -57,7 +57,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from hidetc.compute.injective import COMPUTE, linearize, unravel
+from hidetc.compute.injective import COMPUTE, linearize, regroup, reshape_groups, unravel
 from hidetc.compute.task import task_of
 from hidetc.fusion.partition import FusionGroup
 from hidetc.graph.ir import Graph, Node
@@ -80,6 +80,7 @@ from hidetc.tir.ir import (
     as_expr,
     cast,
     seq,
+    size_dim,
 )
 
 
@@ -108,15 +109,22 @@ REGROUPING = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
 def _regroups_symbolic(graph: Graph, node) -> bool:
-    """Whether a reshape merges or splits dimensions of symbolic size: computed inside a
-    prologue, its div/mod chains over run-time extents nest without simplifying (each
-    level repeats the one below), so such a node is not fused -- it runs as its own
-    kernel, and the kernels reading it see a materialized value (a view)."""
+    """Whether a reshape merges or splits a dimension of symbolic size with another (a
+    group of `reshape_groups` holding a symbolic dim and more than one dim not 1 on a
+    side): computed inside a prologue, its div/mod chains over run-time extents nest
+    without simplifying (each level repeats the one below), so such a node is not fused
+    -- it runs as its own kernel, and the kernels reading it see a materialized value (a
+    view). Splitting heads off a hidden dim beside a symbolic sequence is fused."""
     shapes = [_shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])]
     if not any(isinstance(d, SymDim) for shape in shapes for d in shape):
         return False
-    kept = [tuple(d for d in shape if not (isinstance(d, int) and d == 1)) for shape in shapes]
-    return kept[0] != kept[1]
+    for group in reshape_groups(*shapes):
+        dims = [[shape[d] for d in part] for shape, part in zip(shapes, group)]
+        if any(isinstance(d, SymDim) for part in dims for d in part) and \
+                any(sum(1 for d in part if not (isinstance(d, int) and d == 1)) > 1
+                    for part in dims):
+            return True
+    return False
 
 
 def to_logical(idx: Sequence[Expr], view: Sequence[int], shape: Sequence[int]) -> list[Expr]:
@@ -125,7 +133,7 @@ def to_logical(idx: Sequence[Expr], view: Sequence[int], shape: Sequence[int]) -
         return list(idx)
     if not shape:
         return []
-    return unravel(linearize(list(idx), list(view)), list(shape))
+    return regroup(idx, view, shape)
 
 
 def offset(idx: Sequence[Expr], shape: Sequence, e: int, width: int) -> list[Expr]:
@@ -275,7 +283,7 @@ class _Graft(Rewriter):
         costs no div/mod per element; a Transpose ends that."""
         out_value = self.value_of[self.out_buffer]
         out_shape = _shape(self.graph, out_value)
-        view_shape = tuple(self.out_buffer.shape)
+        view_shape = tuple(size_dim(d) for d in self.out_buffer.shape)  # Exprs -> SymDims
         stmts: list[Stmt] = []
         first = Var(self._fresh("v"), value.dtype)
         stmts.append(Declare(first, value))

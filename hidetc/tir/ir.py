@@ -257,6 +257,28 @@ def size_expr(dim: SymDim) -> Expr:
     return total if total is not None else Const(0, SIZE_DTYPE)
 
 
+def size_dim(e: Any) -> Any:
+    """The inverse of `size_expr`: an extent Expr built from size variables, int constants,
+    `+`, `-`, `*` and `//` by a constant, as a `SymDim` (or an int); any other value is
+    returned as it is (a caller comparing shapes then sees it equal only to itself)."""
+    if isinstance(e, Const) and isinstance(e.value, int):
+        return int(e.value)
+    if isinstance(e, Var) and is_size_var(e):
+        return SymDim.symbol(e.name[len(SIZE_PREFIX):])
+    if isinstance(e, BinOp) and e.op in ("+", "-", "*", "//"):
+        a, b = size_dim(e.a), size_dim(e.b)
+        if isinstance(a, (int, SymDim)) and isinstance(b, (int, SymDim)):
+            if e.op == "+":
+                return a + b
+            if e.op == "-":
+                return a - b
+            if e.op == "*":
+                return a * b
+            if isinstance(b, int) and b > 0:
+                return a // b
+    return e
+
+
 def index_const(value: Any, dtype: str = INDEX_DTYPE) -> Expr:
     """A size as an index expression of `dtype`: a Const, or a symbolic size's
     expression cast to it."""

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from hidetc.backends.codegen import c as c_codegen
 from hidetc.backends.codegen.c import MATH_FUNCTIONS, const_text, print_c_function, print_c_module
 from hidetc.backends.toolchain.cache import BuildCache
 from hidetc.backends.toolchain.gcc import build_shared_library
@@ -181,6 +182,21 @@ def lib(tmp_path_factory):
     return ctypes.CDLL(str(path)), {fn.name: fn for fn in lowered}
 
 
+def test_runtime_extent_spans(tmp_path, monkeypatch):
+    """A parallel loop of run-time extent taken in several spans (each a parallel region)
+    runs every iteration once: the span shrunk to 3 blocks, n over 10 of them."""
+    monkeypatch.setattr(c_codegen, "PARALLEL_SPAN", 3)
+    src = print_c_module([lower(vadd())])
+    assert "hidetc_base += 3LL" in src
+    path = build_shared_library({"spans": src}, tmp_path / "spans.so",
+                                cache=BuildCache(tmp_path / "cache"))
+    so = ctypes.CDLL(str(path))
+    for n in (0, 128 * 3, 1000, 1281):
+        a, b, out = rand(n), rand(n), np.zeros(n, np.float32)
+        so.vadd(ctypes.c_int32(n), *(ctypes.c_void_p(x.ctypes.data) for x in (a, b, out)))
+        np.testing.assert_array_equal(out, a + b)
+
+
 def invoke(lib, name, *args, interpret=True):
     so, fns = lib
     fn = fns[name]
@@ -205,7 +221,7 @@ def rand(*shape, dtype=F32):
     return RNG.uniform(0.05, 0.95, shape).astype(dtype)
 
 
-@pytest.mark.parametrize("n", [1, 37, 128, 1000])
+@pytest.mark.parametrize("n", [0, 1, 37, 128, 1000])
 def test_vadd(lib, n):
     a, b, out = rand(n), rand(n), np.zeros(n, np.float32)
     ref = invoke(lib, "vadd", n, a, b, out)
@@ -358,7 +374,8 @@ def test_generated_source_shape():
     assert src.index("/* prelude */") < src.index("void vadd(")
     assert ('__attribute__((visibility("default")))\nvoid vadd(int32_t n, '
             'const float *restrict a, const float *restrict b, float *restrict out)') in src
-    assert "#pragma omp parallel for schedule(dynamic" in src     # vadd: extent n
+    assert "const int64_t hidetc_n = (n + 127) / 128;" in src  # vadd: a run-time extent
+    assert "(uint64_t)hidetc_span / 16u);" in src
     assert "hidetc_par_init(&hidetc_par, 5u, 1u);" in src            # rowsum: extent 5
     assert "float acc = 0.0f;" in src
     assert "#pragma GCC unroll 64" in print_c_function(lower(branches()))

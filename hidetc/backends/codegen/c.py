@@ -18,7 +18,9 @@ Lowering of the IR: `For(kind="parallel")` with a constant extent becomes an
 the others' leftovers from their back ends): the same thread gets the same rows in
 kernel after kernel (cache locality a dynamic schedule loses), and a thread the OS
 deschedules does not make the kernel wait for its share (as a static split would).
-Other extents get `#pragma omp parallel for schedule(dynamic)`. Kind "unroll" gets
+A run-time extent (an expression of size parameters) takes the same schedule with its
+chunk computed at run time, in spans of 2^30 iterations (a share holds 32-bit bounds);
+a constant extent of 2^31 or more gets `#pragma omp parallel for schedule(dynamic)`. Kind "unroll" gets
 `#pragma GCC unroll N` (N = the constant extent, else 8); `/`, `//` and `%` on
 integers are C's (truncating); `%` on floats is fmod, `//` on floats is rejected;
 `min`/`max` call static helpers that propagate NaN like numpy; a nested Seq is a
@@ -154,6 +156,7 @@ malloc free abs llabs size_t main INFINITY NAN""".split())
 _RESERVED = _C_KEYWORDS | frozenset(C_TYPES.values()) | frozenset(
     v for table in MATH_FUNCTIONS.values() for v in table.values())
 PARALLEL_CHUNKS = 16   # chunks of a parallel loop (see the module docstring)
+PARALLEL_SPAN = 1 << 30  # iterations per parallel region of a run-time extent
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -371,9 +374,11 @@ class CPrinter:
 
     def _for(self, s: For, ind: str) -> list[str]:
         pragma = self.loop_pragma(s, ind)     # (a target without parallel loops raises)
-        if (s.kind == "parallel" and isinstance(s.extent, Const)
-                and 0 < int(s.extent.value) < 2 ** 31 and not self.fn.attr("serial", False)):
-            return self._parallel_for(s, ind)
+        if s.kind == "parallel" and not self.fn.attr("serial", False):
+            if not isinstance(s.extent, Const):
+                return self._parallel_for_runtime(s, ind)
+            if 0 < int(s.extent.value) < 2 ** 31:
+                return self._parallel_for(s, ind)
         v = self.ident(s.var.name)
         head = (f"{ind}for ({self.ctype(s.var.dtype)} {v} = 0; {v} < "
                 f"{self._wrap(s.extent, _PREC['<'] + 1)}; ++{v}) {{")
@@ -394,6 +399,30 @@ class CPrinter:
                 f"{i3}  for ({t} {v} = ({t})hidetc_lo; {v} < ({t})hidetc_hi; ++{v}) {{",
                 *self.block(s.body, i3 + "    "),
                 f"{i3}  }}", f"{i3}}}", f"{i2}}}", f"{ind}}}"]
+
+    def _parallel_for_runtime(self, s: For, ind: str) -> list[str]:
+        """A parallel loop whose extent is known at run time only (a size parameter's
+        expression) on the same schedule as `_parallel_for`, chunks of extent /
+        PARALLEL_CHUNKS computed at run time; the iteration space is taken in spans of
+        PARALLEL_SPAN (one parallel region each) because a share holds 32-bit bounds."""
+        v, t = self.ident(s.var.name), self.ctype(s.var.dtype)
+        i2, i3, i4 = ind + "  ", ind + "    ", ind + "      "
+        return [f"{ind}{{",
+                f"{i2}const int64_t hidetc_n = {self.expr(s.extent)};",
+                f"{i2}for (int64_t hidetc_base = 0; hidetc_base < hidetc_n; "
+                f"hidetc_base += {PARALLEL_SPAN}LL) {{",
+                f"{i3}const int64_t hidetc_span = hidetc_n - hidetc_base < {PARALLEL_SPAN}LL"
+                f" ? hidetc_n - hidetc_base : {PARALLEL_SPAN}LL;",
+                f"{i3}hidetc_par_t hidetc_par;",
+                f"{i3}hidetc_par_init(&hidetc_par, (uint64_t)hidetc_span, "
+                f"(uint64_t)hidetc_span / {PARALLEL_CHUNKS}u);",
+                f"{i3}#pragma omp parallel", f"{i3}{{",
+                f"{i4}int64_t hidetc_lo, hidetc_hi;",
+                f"{i4}while (hidetc_par_next(&hidetc_par, &hidetc_lo, &hidetc_hi)) {{",
+                f"{i4}  for ({t} {v} = ({t})(hidetc_base + hidetc_lo); "
+                f"{v} < ({t})(hidetc_base + hidetc_hi); ++{v}) {{",
+                *self.block(s.body, i4 + "    "),
+                f"{i4}  }}", f"{i4}}}", f"{i3}}}", f"{i2}}}", f"{ind}}}"]
 
     def _if(self, s: If, ind: str) -> list[str]:
         lines = [f"{ind}if ({self.expr(s.cond)}) {{"] + self.block(s.then, ind + "  ")
