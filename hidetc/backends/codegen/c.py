@@ -20,8 +20,8 @@ kernel after kernel (cache locality a dynamic schedule loses), and a thread the 
 deschedules does not make the kernel wait for its share (as a static split would).
 A run-time extent (an expression of size parameters) takes the same schedule with its
 chunk computed at run time, in spans of 2^30 iterations (a share holds 32-bit bounds);
-a constant extent of 2^31 or more gets `#pragma omp parallel for schedule(dynamic)`. Kind "unroll" gets
-`#pragma GCC unroll N` (N = the constant extent, else 8); `/`, `//` and `%` on
+a constant extent of 2^31 or more gets `#pragma omp parallel for schedule(dynamic)`.
+Kind "unroll" gets `#pragma GCC unroll N` (N = the constant extent, else 8); `/`, `//` and `%` on
 integers are C's (truncating); `%` on floats is fmod, `//` on floats is rejected;
 `min`/`max` call static helpers that propagate NaN like numpy; a nested Seq is a
 `{ }` block; a local Alloc is an aligned stack array when its size is a constant <=
