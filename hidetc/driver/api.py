@@ -164,11 +164,6 @@ def _compile_ranges(model_path: Path, out_dir, ctx: CompileContext, graph,
     (or taken from the records) at its hint sizes -- the static tasks there; their
     configs are valid at every size."""
     cfg = ctx.cfg
-    if not ctx.backend.builds_ranges:
-        raise ConfigError(f"--target {ctx.backend.kind}: an artifact for a range of sizes "
-                          f"is not built yet (the cpu target builds one); bind one size "
-                          f"({_bind_hint(graph)})")
-
     tunings: list[dict] = []
 
     def build(g):
@@ -213,11 +208,6 @@ def _verify_sizes(path: Path, manifest: dict, graph, model_path: Path, cfg: Comp
     first["sizes"] = [{"sizes": dict(sizes), "status": r["status"],
                        "outputs": r.get("outputs", {})} for sizes, r in records]
     return first
-
-
-def _bind_hint(graph) -> str:
-    name, rng = next(iter(graph.symbols.items()))
-    return f"e.g. --dim {name}={rng.hi}"
 
 
 def _check_memory(graph, ctx: CompileContext) -> None:

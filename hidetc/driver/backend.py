@@ -59,7 +59,6 @@ from hidetc.target import (
 
 class CpuBackend:
     kind = "cpu"
-    builds_ranges = True       # artifacts for ranges of sizes (`driver.dynamic`)
     schedules = cpu_schedules
     # the cpu candidates are gcc builds on a few cores: a short list by default
     default_space = 1
@@ -114,7 +113,8 @@ class CpuBackend:
             f"this CPU lacks {machine.isa} (cross-compiled)"
 
     def build(self, plan: ExecutionPlan, entries: Mapping, root: Path, cfg: CompileConfig,
-              dump_dir: Optional[str], more: Sequence[ExecutionPlan] = ()) -> dict:
+              dump_dir: Optional[str], more: Sequence[ExecutionPlan] = (),
+              hints: Sequence[Mapping[str, int]] = ()) -> dict:
         """Build the kernels under `root`/kernels (of `plan` and of the dispatch variants
         `more`): the manifest keys they need (`cpu.launches`, and per further variant
         `cpu.variant_launches`), and `resources` per kernel (its scratch bytes per
@@ -148,7 +148,6 @@ class CpuBackend:
 
 class CudaBackend:
     kind = "cuda"
-    builds_ranges = False      # artifacts for ranges of sizes: not on cuda yet
     schedules = cuda_schedules
     default_space = 2          # the whole hardware-centric space: measured on the GPU
     refusals = NO_GATHERING_PROLOGUES
@@ -207,12 +206,11 @@ class CudaBackend:
         return None if gpu_available() else "no CUDA GPU here (cross-compiled)"
 
     def build(self, plan: ExecutionPlan, entries: Mapping, root: Path, cfg: CompileConfig,
-              dump_dir: Optional[str], more: Sequence[ExecutionPlan] = ()) -> dict:
-        if more:
-            raise ConfigError("cuda: an artifact for a range of sizes is not built yet "
-                              "(the cpu target builds one); bind one size")
+              dump_dir: Optional[str], more: Sequence[ExecutionPlan] = (),
+              hints: Sequence[Mapping[str, int]] = ()) -> dict:
         section, resources = build_cuda_modules(plan, entries, root / "kernels",
-                                                self.archs(cfg), dump_dir=dump_dir)
+                                                self.archs(cfg), dump_dir=dump_dir,
+                                                more=more, hints=hints)
         return {"library": None, "cuda": section, "resources": resources}
 
     def manifest_facts(self, machine: CudaTarget) -> dict:

@@ -78,6 +78,8 @@ class CompileConfig:
     dims: dict[str, int | str] | None = None   # the file's named dims -> a size or range
     shape_opts: dict[str, list[list[int]]] | None = None   # input -> shapes to tune at
     dim_opts: dict[str, list[int]] | None = None           # named dim -> sizes to tune at
+    graph_cache: int = 8          # cuda, ranges: shapes each context keeps captured (a
+                                  # CUDA graph each; least recently used ones go)
 
     def __post_init__(self):
         if self.target not in TARGETS:
@@ -97,6 +99,10 @@ class CompileConfig:
         if self.cpu_isa is not None and self.cpu_isa not in CPU_ISAS:
             raise ConfigError(f"cpu_isa: expected one of {', '.join(CPU_ISAS)}, "
                               f"got {self.cpu_isa!r}")
+        if not (isinstance(self.graph_cache, Integral) and not isinstance(self.graph_cache, bool)
+                and self.graph_cache >= 1):
+            raise ConfigError(f"graph_cache: expected a positive integer, got "
+                              f"{self.graph_cache!r}")
         if self.space is not None and self.space not in (0, 1, 2):
             raise ConfigError(f"space: expected 0, 1 or 2, got {self.space!r}")
         for key, check in (("shapes", _check_shapes), ("dims", _check_dims),

@@ -14,7 +14,7 @@ batch 1) is built from the graph at that size, static code with constant extents
 then one more at the first size no variant
 covers, until every size of the ranges is covered (checked over the whole grid of
 sizes, vectorized, up to `GRID_LIMIT` points; beyond that over a grid of
-`coverage_points` per symbol); `MAX_VARIANTS` bounds it. The runtime picks the first
+`coverage_points` per symbol); one build per cell plus `MAX_EXTRA_VARIANTS` bounds it. The runtime picks the first
 variant whose guards hold (`hidetc.backends.runtime.sizes`): deterministic, nothing
 measured at run time.
 
@@ -41,7 +41,7 @@ from hidetc.graph.guards import Guard, guarded
 from hidetc.graph.ir import Graph
 from hidetc.graph.symbolic import SymDim, assume, samples
 
-MAX_VARIANTS = 16
+MAX_EXTRA_VARIANTS = 16   # builds beyond one per cell (a cell its guards split)
 GRID_LIMIT = 1 << 22          # points of the size grid checked exhaustively
 
 
@@ -63,18 +63,19 @@ class Variant:
 def plan_variants(graph: Graph, build: Callable[[Graph], ExecutionPlan]) -> list[Variant]:
     """The variants covering every size of `graph.symbols` (see the module docstring);
     `build(graph)` plans one (optimize, select, configs, plan), called inside
-    `assume` (its cell's ranges) and `guarded`. ConfigError when MAX_VARIANTS do not
-    cover the ranges."""
+    `assume` (its cell's ranges) and `guarded`. ConfigError when one build per cell and
+    MAX_EXTRA_VARIANTS more do not cover the ranges."""
     symbols = dict(graph.symbols)
     cells = list(itertools.product(*(intervals(r) for r in symbols.values())))
     names = list(symbols)
     variants: list[Variant] = []
     pending = [{n: c[0] for n, c in zip(names, cell)} for cell in cells]
     hint: Optional[dict[str, int]] = pending.pop(0)
+    limit = len(cells) + MAX_EXTRA_VARIANTS
     while hint is not None:
-        if len(variants) == MAX_VARIANTS:
+        if len(variants) == limit:
             text = ", ".join(f"{k}={v}" for k, v in hint.items())
-            raise ConfigError(f"{MAX_VARIANTS} builds do not cover the ranges "
+            raise ConfigError(f"{limit} builds do not cover the ranges "
                               f"({_ranges(symbols)}; not covered: {text}): narrow a "
                               f"range")
         cell = {n: next(c for c in intervals(symbols[n]) if c[1] <= hint[n] <= c[2])

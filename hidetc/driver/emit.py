@@ -38,22 +38,29 @@ def write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, ctx, model_path:
     backend, cfg = ctx.backend, ctx.cfg
     entries = write_weights(writer.path / "weights.bin", _weights(plan, variants))
     built = backend.build(plan, entries, writer.path, cfg, ctx.dump("tir"),
-                          **({"more": [v.plan for v in variants[1:]]} if variants else {}))
+                          **({"more": [v.plan for v in variants[1:]],
+                              "hints": [dict(v.hint) for v in variants]} if variants else {}))
     resources = built.pop("resources", {})      # per kernel name
     plan = plan.with_resources(resources)
     graph = symbolic if symbolic is not None else plan.graph
     inputs = [_spec(graph, v) for v in graph.inputs]
     outputs = [_spec(graph, v) for v in graph.outputs]
-    manifest = _manifest(plan, ctx, model_path, entries, built, resources, inputs, outputs)
+    # what a context stages: the inputs and outputs at the ranges' largest sizes
+    largest = graph.at({s: r.hi for s, r in graph.symbols.items()}) if graph.symbols else graph
+    staged = ([_spec(largest, v) for v in graph.inputs],
+              [_spec(largest, v) for v in graph.outputs])
+    manifest = _manifest(plan, ctx, model_path, entries, built, resources, inputs, outputs,
+                         staged)
     if variants:
-        manifest["memory"]["arena_bytes"] = max(int(v.plan.memory.arena_bytes)
-                                                for v in variants)
-        manifest["memory"]["context_bytes"] = manifest["memory"]["arena_bytes"]
+        arena = max(int(v.plan.memory.arena_bytes) for v in variants)
+        manifest["memory"]["arena_bytes"] = arena
+        manifest["memory"].update(backend.context_memory(arena, *staged, resources))
         manifest["memory"]["at_sizes"] = _bytes_at_sizes(graph, manifest["memory"]
                                                          ["arena_bytes"])
         manifest["dynamic"] = {
             "symbols": {s: r.as_dict() for s, r in graph.symbols.items()},
             "order": sorted(graph.symbols),
+            "graph_cache": int(cfg.graph_cache),
             "variants": [v.as_dict(forward_name(k)) for k, v in enumerate(variants)]}
     return plain(manifest)
 
@@ -94,7 +101,7 @@ def plain(value):
 
 
 def _manifest(plan: ExecutionPlan, ctx, model_path: Path, entries, built: dict,
-              resources: dict, inputs: list, outputs: list) -> dict:
+              resources: dict, inputs: list, outputs: list, staged: tuple) -> dict:
     backend, cfg, graph = ctx.backend, ctx.cfg, plan.graph
     return {
         "format_version": FORMAT_VERSION,
@@ -122,8 +129,7 @@ def _manifest(plan: ExecutionPlan, ctx, model_path: Path, entries, built: dict,
                    "dtypes": {v: graph.types[v].dtype for v in plan.value_bytes
                               if v in graph.types},
                    # what each execution context (a pass in flight) holds
-                   **backend.context_memory(plan.memory.arena_bytes, inputs, outputs,
-                                            resources)},
+                   **backend.context_memory(plan.memory.arena_bytes, *staged, resources)},
         "weights": {"file": "weights.bin",
                     "entries": {k: _entry_dict(e) for k, e in entries.items()}},
         **built,

@@ -4,6 +4,8 @@
   extent of its biggest parallel loop (by IR size: the compute loop, not a packing loop
   before it), 1 when it has none, None when that extent is not a constant.
 - `launch_blocks(fn)`: a cuda kernel's block count (the product of its grid).
+- `at_sizes(fn, sizes)`: a kernel whose launch attrs hold symbolic sizes (a grid over a
+  range) with those at `sizes`: what the facts and the cost model read.
 
 Assumes: a Function from the builder or the lowering passes (`For.kind` "parallel" marks
 the parallel loop; cuda kernels carry `grid` and `block` attrs).
@@ -11,8 +13,10 @@ the parallel loop; cuda kernels carry `grid` and `block` attrs).
 from __future__ import annotations
 
 import math
-from typing import Optional
+from dataclasses import replace
+from typing import Any, Mapping, Optional
 
+from hidetc.graph.symbolic import SymDim
 from hidetc.tir.functor import Rewriter
 from hidetc.tir.ir import Const, For, Function
 
@@ -60,3 +64,18 @@ def parallel_tasks(fn: Function) -> Optional[int]:
 def launch_blocks(fn: Function) -> Optional[int]:
     grid = fn.attr("grid")
     return int(math.prod(grid)) if grid else None
+
+
+def at_sizes(fn: Function, sizes: Optional[Mapping[str, int]]) -> Function:
+    """`fn` with the symbolic sizes in its attrs (grid, the gemm facts) at `sizes`
+    (unchanged without sizes); the body keeps its size parameters."""
+    if not sizes:
+        return fn
+
+    def at(value: Any) -> Any:
+        if isinstance(value, SymDim):
+            return value.evaluate(sizes)
+        if isinstance(value, tuple):
+            return tuple(at(v) for v in value)
+        return value
+    return replace(fn, attrs=tuple((k, at(v)) for k, v in fn.attrs))

@@ -114,6 +114,7 @@ class FakeDriver:
         fake = self
         self.memory, self.init_error, self.blocks = memory, init_error, {}
         self.next, self.launched, self.pending = 1 << 20, [], None
+        self.grids = []
         self.rendezvous, self.arrived = None, 0
         self._local = threading.local()      # stream capture is per thread, as CUDA's
         self.lock = threading.Lock()
@@ -215,6 +216,7 @@ class FakeDriver:
             raise self.Error("cuModuleGetFunction failed: named symbol not found")
 
         def launch(grid, block, args, shared, stream):
+            self.grids.append((name, tuple(grid)))       # launched or captured
             thunk = (name, lambda: KERNELS[name](self, args))
             if self.capturing is not None:
                 self.capturing.append(thunk)
@@ -248,8 +250,20 @@ def _trap_if_positive(fake, args):
         fake.pending = fake.LaunchError("cuStreamSynchronize failed: unspecified launch failure")
 
 
+def _scale_bias_sized(fake, args):
+    x, w, tmp, n = struct.unpack("@QQQq", args)      # n: the pass's size, an int64
+    wv = fake.read(w, 8 * N, np.float32)
+    fake.write(tmp, fake.read(x, 4 * n, np.float32) * wv[:n] + wv[N:N + n])
+
+
+def _relu_reverse_sized(fake, args):
+    tmp, y, n = struct.unpack("@QQq", args)
+    fake.write(y, np.maximum(fake.read(tmp, 4 * n, np.float32), 0)[::-1].copy())
+
+
 KERNELS = {"scale_bias": _scale_bias, "relu_reverse": _relu_reverse,
-           "trap_if_positive": _trap_if_positive}
+           "trap_if_positive": _trap_if_positive, "scale_bias_sized": _scale_bias_sized,
+           "relu_reverse_sized": _relu_reverse_sized}
 
 
 class FakeGraphs:
@@ -334,7 +348,7 @@ def test_fake_threads_each_get_a_context(fake, tmp_path):
     assert not hammer(ex, threads=6, runs=15)
     contexts = ex.pool._idle                                 # all back, the first among them
     assert ex._primary in contexts and ex.pool.created == len(contexts) == 3
-    arenas = {c._prepared[0][3] for c in contexts}           # packed args: own arena, I/O
+    arenas = {c._shape.prepared[0][3] for c in contexts}     # packed args: own arena, I/O
     assert len(arenas) == len(contexts) and len(fake.graphs.graphs) == len(contexts)
     with ex.context() as own:                                # a caller's own: its graph
         x = np.ones(N, np.float32)
@@ -500,3 +514,100 @@ def test_fake_context_setups_wait_for_a_capture(fake, tmp_path):
         np.testing.assert_array_equal(own.run({"x": x})["y"], expected(x))
         own.close()
     ex.close()
+
+
+# ---------------------------------------------------------------- a dynamic artifact
+
+
+def dynamic_artifact(root: Path, graph_cache: int = 2) -> dict:
+    """The two-kernel artifact over a range: x and y of n floats, n in 1..N; two
+    dispatch variants (n <= 64, and the rest at another arena offset), grids and the
+    kernels' n argument from the sizes."""
+    manifest = artifact(root, {"sm_90": "a.cubin"}, arena=8 * N)
+    w = manifest["weights"]["entries"]["w"]["offset"]
+
+    def launches(at):
+        return [launch("scale_bias_sized", ["((255 + n)//256)"], [256],
+                       [["input", 0], ["weights", w], ["arena", at], ["size", 0]]),
+                launch("relu_reverse_sized", [1], [256],
+                       [["arena", at], ["output", 0], ["size", 0]])]
+    manifest["inputs"][0]["shape"] = ["n"]
+    manifest["outputs"][0]["shape"] = ["n"]
+    manifest["cuda"]["launches"] = launches(0)
+    manifest["cuda"]["variant_launches"] = [launches(4 * N)]
+    manifest["dynamic"] = {"symbols": {"n": {"min": 1, "max": N, "opts": [16, N]}},
+                           "order": ["n"], "graph_cache": graph_cache,
+                           "variants": [{"guards": ["-64 + n <= 0"], "forward": "v0"},
+                                        {"guards": ["-65 + n >= 0"], "forward": "v1"}]}
+    return manifest
+
+
+def sized_expected(x: np.ndarray) -> np.ndarray:
+    n = x.size
+    w = np.linspace(-1, 1, 2 * N, dtype=np.float32)
+    return np.maximum(x * w[:n] + w[N:N + n], 0)[::-1]
+
+
+def test_fake_dynamic_runs_any_size_on_a_graph_per_shape(fake, tmp_path):
+    """Each size runs its variant's launches at its grid and size argument, captured
+    once per shape; the warm-up ran the largest size; outputs have the pass's shape."""
+    ex = CudaExecutor(tmp_path, dynamic_artifact(tmp_path, graph_cache=8))
+    assert fake.grids == [("scale_bias_sized", (N // 256, 1, 1)),
+                          ("relu_reverse_sized", (1, 1, 1))]      # warm-up at n = N
+    for n in (1, 64, 65, 300, N, 300):
+        fake.grids.clear()
+        x = np.random.default_rng(n).standard_normal(n, dtype=np.float32)
+        y = ex.run({"x": x})["y"]
+        assert y.shape == (n,)
+        np.testing.assert_array_equal(y, sized_expected(x))
+    assert len(fake.graphs.graphs) == 5          # one per distinct size; 300 replayed
+    assert fake.grids == []                      # the second 300: a replay, no capture
+    ex.close()
+    assert sorted(fake.graphs.destroyed) == sorted(fake.graphs.graphs)
+
+
+def test_fake_dynamic_graph_cache_evicts_the_least_recently_used(fake, tmp_path):
+    ex = CudaExecutor(tmp_path, dynamic_artifact(tmp_path, graph_cache=2))
+    graph_of = {}
+    for n in (5, 7, 9, 7, 11, 7):
+        before = set(fake.graphs.graphs)
+        x = np.full(n, 0.5, np.float32)
+        np.testing.assert_array_equal(ex.run({"x": x})["y"], sized_expected(x))
+        graph_of.update({n: h for h in set(fake.graphs.graphs) - before})
+    # 5, 7 captured; 9 evicts 5; 7 is used again; 11 evicts 9 (7 more recent); 7 replays
+    assert sorted(graph_of) == [5, 7, 9, 11]
+    assert fake.graphs.destroyed == [graph_of[5], graph_of[9]]
+    assert CudaExecutor(tmp_path, dynamic_artifact(tmp_path), graph_cache=5).graph_cache == 5
+    ex.close()
+
+
+def test_fake_dynamic_bad_sizes_are_one_line_and_keep_the_context(fake, tmp_path):
+    ex = CudaExecutor(tmp_path, dynamic_artifact(tmp_path))
+    with pytest.raises(InputError, match=r"input 'x' dim 0 \('n'\) is 16385, outside its "
+                                         r"range 1..16384"):
+        ex.run({"x": np.zeros(N + 1, np.float32)})
+    x = np.ones(3, np.float32)
+    np.testing.assert_array_equal(ex.run({"x": x})["y"], sized_expected(x))
+
+
+def test_dynamic_launches_bind_their_sizes():
+    section = parse_section(_section_only())
+    first, other = section.launches[0], section.variant_launches[0][0]
+    assert first.symbolic and not other.symbolic and len(section.variants) == 2
+    bound = first.at({"n": 300}, ["n"])
+    assert bound.grid == (2, 1, 1) and bound.args[-1] == ("i64", 300) and not bound.symbolic
+    with pytest.raises(ArtifactError, match="pack the launch of one pass"):
+        pack_args(first, [0], [0], (0, 64), (0, 64))
+    with pytest.raises(ArtifactError, match="outside the CUDA limits"):
+        first.at({"n": 2 ** 40}, ["n"])
+    bad = _section_only()
+    bad["cuda"]["launches"][0]["grid"] = ["n +"]
+    with pytest.raises(ArtifactError, match="grid dimension 'n \\+' is not an expression"):
+        parse_section(bad)
+
+
+def _section_only() -> dict:
+    return {"cuda": {"modules": [{"name": "model", "cubins": {"sm_90": "a.cubin"}}],
+                     "launches": [launch("k", ["((255 + n)//256)"], [256],
+                                         [["arena", 0], ["size", 0]])],
+                     "variant_launches": [[launch("k", [1], [256], [["arena", 0]])]]}}

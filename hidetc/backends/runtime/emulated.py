@@ -42,13 +42,14 @@ from typing import Callable, Iterable, Mapping, Optional
 import numpy as np
 
 from hidetc.backends.runtime.contexts import Executor
-from hidetc.backends.runtime.cuda.manifest import parse_section
+from hidetc.backends.runtime.cuda.manifest import SCALAR_FORMATS, LaunchSpec, parse_section
 from hidetc.backends.runtime.emulator.emulator import (
     EmulatedModule,
     EmulatorError,
     build_emulated,
 )
 from hidetc.backends.runtime.executor import check_inputs, collect_outputs, value_bytes
+from hidetc.backends.runtime.sizes import Pass, pass_for, read_dynamic
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.errors import ArtifactError
 from hidetc.tir import scratch
@@ -89,6 +90,7 @@ class EmulatedCudaExecutor(Executor):
         self.manifest = manifest
         self.sanitize = sanitize
         self.section = parse_section(manifest, str(path / "manifest.yaml"))
+        self.dynamic = read_dynamic(manifest)
         sources = {p.stem: p.read_text() for p in sorted((path / "kernels" / "src").glob("*.cu"))}
         self.module = EmulatedModule(build_emulated(sources))
         weights = manifest["weights"]
@@ -111,6 +113,23 @@ class EmulatedCudaExecutor(Executor):
 
     def new_context(self, threads: int) -> "EmulatedContext":
         return EmulatedContext(self, threads)
+
+    def sizes_exact(self, one: Pass) -> bool:
+        """Whether the manifest's value sizes (`memory.bytes`) are this pass's: a static
+        artifact's, or a static build's (the first variant's, when built for one size);
+        a variant over a range plans each value at the range's largest size."""
+        if self.dynamic is None:
+            return True
+        return one.variant == 0 and bool(self.manifest["dynamic"]["variants"][0].get("static"))
+
+    def pass_of(self, inputs: Mapping[str, np.ndarray]) -> tuple[Pass, tuple[LaunchSpec, ...]]:
+        """The pass `inputs` make (`runtime.sizes.pass_for`: specs at their sizes, the
+        dispatch variant) and its launches bound at those sizes (`LaunchSpec.at`)."""
+        one = pass_for(self.manifest, self.dynamic, inputs)
+        launches = self.section.variants[one.variant]
+        if self.dynamic is not None:
+            launches = tuple(launch.at(one.sizes, self.dynamic.order) for launch in launches)
+        return one, launches
 
     def run_with_hook(self, inputs: Mapping[str, np.ndarray],
                       hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
@@ -147,7 +166,7 @@ class EmulatedCudaExecutor(Executor):
             self._regions.append((value, pos, pos + int(sizes[value])))
             pos += -(-int(sizes[value]) // 64) * 64 + RED_ZONE
         self._spaced = spaced
-        self.arena_bytes = pos
+        self.arena_bytes = max(pos, self.arena_bytes)  # (other variants: planned offsets)
 
     def _space_weights(self) -> None:
         """A copy of the weights with every entry between poisoned red zones: a read
@@ -221,15 +240,22 @@ class EmulatedContext:
 
     def run_with_hook(self, inputs: Mapping[str, np.ndarray],
                       hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
-        return self._run(inputs, None, outs=self._poisoned(), hook=hook)
+        one, _ = self._ex.pass_of(inputs)
+        if one.variant:
+            raise ArtifactError("a launch-by-launch run of a dispatch variant other than the "
+                                "first is not supported yet")
+        return self._run(inputs, None, outs=self._poisoned(one.outputs, one.variant),
+                         hook=hook)
 
     def _pointer_arg(self, space: str, index: int, inputs, outputs, step: int = 0,
-                     position: int = 0) -> np.ndarray:
+                     position: int = 0, spaced: bool = True) -> np.ndarray:
+        if space in SCALAR_FORMATS:         # a scalar: a size of the pass (i64), ...
+            return np.dtype(SCALAR_FORMATS[space]).type(index)
         if space == "input":
             return inputs[index].reshape(-1).view(np.uint8)
         if space == "output":
             return outputs[index].reshape(-1).view(np.uint8)
-        if space == "arena" and self._ex._spaced is not None:
+        if space == "arena" and spaced and self._ex._spaced is not None:
             value = self.manifest["kernels"][step]["args"][position]
             return self._arena[self._ex._spaced[value]:]
         if space == "weights" and self._ex._spaced_weights is not None:
@@ -251,20 +277,26 @@ class EmulatedContext:
         giving the bytes (a uint8 view) where a graph value lives, or None. A sanitized
         forward pass (digests, not reversed) also checks shared memory and red zones."""
         checking = digests is not None and not reverse
-        arrays = [a.copy() for a in check_inputs(self.manifest["inputs"], inputs)]
+        one, launches = self._ex.pass_of(inputs)
+        spaced = one.variant == 0       # the first variant's values have their regions
+        arrays = [a.copy() for a in check_inputs(one.inputs, inputs)]
         if digests is not None:                 # a sanitized pass: inputs in red zones
             arrays = self._red_zoned_inputs(arrays)
         if outs is None:
-            outs = [np.zeros(o["shape"], o["dtype"]) for o in self.manifest["outputs"]]
+            outs = [np.zeros(o["shape"], o["dtype"]) for o in one.outputs]
 
         def place(value: str) -> Optional[np.ndarray]:
             return self._place(value, arrays, outs)
 
         begin = time.perf_counter()
-        for step, launch in enumerate(self.section.launches):
+        for step, launch in enumerate(launches):
             if hook is not None:
                 hook("before", step, place)
-            args = [self._pointer_arg(space, index, arrays, outs, step, j)
+            if launch.empty:
+                if digests is not None:
+                    digests.append(digests[-1] if digests else "")
+                continue
+            args = [self._pointer_arg(space, index, arrays, outs, step, j, spaced)
                     for j, (space, index) in enumerate(launch.args)]
             start = time.perf_counter()
             try:
@@ -279,7 +311,7 @@ class EmulatedContext:
             if hook is not None:
                 hook("after", step, place)
             if checking:
-                hazard = self._red_zone_hazard(launch.kernel)
+                hazard = self._red_zone_hazard(launch.kernel, spaced)
                 if hazard is not None:
                     raise SanitizerError([hazard])
             if digests is not None:
@@ -288,7 +320,7 @@ class EmulatedContext:
                     h.update(o.tobytes())
                 digests.append(h.hexdigest())
         self.last_latency_ms = (time.perf_counter() - begin) * 1e3
-        return collect_outputs(self.manifest, arrays, outs, self._ex.constants)
+        return collect_outputs(self.manifest, arrays, outs, self._ex.constants, one.variant)
 
     def _place(self, value: str, arrays, outs) -> Optional[np.ndarray]:
         """The bytes of graph value `value` in this pass: its arena region (its own,
@@ -308,15 +340,21 @@ class EmulatedContext:
             self._in_buffers.append((spec["name"], buf))
         return out
 
-    def _poisoned(self) -> list[np.ndarray]:
-        """Poison the arena (but the zeroed region) and make sentinel-filled outputs,
-        each inside red zones (`self._out_buffers` keeps the whole buffers)."""
-        self._arena.fill(0xFF)
-        region = self._place(scratch.ZEROED_REGION, [], [])
-        if region is not None:
-            region[...] = 0
+    def _poisoned(self, specs: list[dict], variant: int = 0) -> list[np.ndarray]:
+        """Poison the arena (but the zeroed region) and make sentinel-filled outputs
+        (`specs`: the pass's, at its sizes), each inside red zones (`self._out_buffers`
+        keeps the whole buffers). A dispatch variant other than the first (whose arena
+        layout the manifest does not hold) gets a zeroed arena instead: its zeroed
+        region's place is not known here."""
+        if variant:
+            self._arena.fill(0)
+        else:
+            self._arena.fill(0xFF)
+            region = self._place(scratch.ZEROED_REGION, [], [])
+            if region is not None:
+                region[...] = 0
         outs, self._out_buffers = [], []
-        for spec in self.manifest["outputs"]:
+        for spec in specs:
             dtype = np.dtype(spec["dtype"])
             size = int(np.prod(spec["shape"], dtype=np.int64)) * dtype.itemsize
             buf = np.full(size + 2 * RED_ZONE, 0xFF, np.uint8)
@@ -328,10 +366,11 @@ class EmulatedContext:
             self._out_buffers.append((spec["name"], buf))
         return outs
 
-    def _red_zone_hazard(self, kernel: str) -> Optional[str]:
-        """Which red zone `kernel` wrote into, if any."""
+    def _red_zone_hazard(self, kernel: str, spaced: bool = True) -> Optional[str]:
+        """Which red zone `kernel` wrote into, if any (the arena's: in a pass with the
+        values spaced out, `spaced`)."""
         arena = self._arena
-        for value, start, end in self._ex._regions:
+        for value, start, end in self._ex._regions if spaced else ():
             after = arena[end:-(-end // 64) * 64 + RED_ZONE]
             before = arena[start - RED_ZONE:start]
             for zone, where in ((after, "past the end of"), (before, "before")):
@@ -381,11 +420,12 @@ class EmulatedContext:
         self._data_poison = self._ex._holds_poison(inputs)
         hazards: list[str] = []
         forward: list[str] = []
-        outs = self._poisoned()
+        one, launches = self._ex.pass_of(inputs)
+        outs = self._poisoned(one.outputs, one.variant)
         result = self._run(inputs, None, digests=forward, outs=outs)
-        writers = {index: launch.kernel for launch in self.section.launches
+        writers = {index: launch.kernel for launch in launches if not launch.empty
                    for space, index in launch.args if space == "output"}
-        for k, (spec, out) in enumerate(zip(self.manifest["outputs"], outs)):
+        for k, (spec, out) in enumerate(zip(one.outputs, outs)):
             sentinel = SENTINEL.get(out.dtype)
             if sentinel is None or k not in writers:
                 continue
@@ -400,11 +440,12 @@ class EmulatedContext:
                 hazards.append(f"kernel {writers[k]}: {poisoned} of the {out.size} elements "
                                f"of output {spec['name']!r} carry poison (computed from "
                                f"memory never written: shared, local or arena)")
-        if not self._data_poison:
+        if not self._data_poison and self._ex.sizes_exact(one):
             hazards.extend(self._poisoned_values())
         backward: list[str] = []
-        self._run(inputs, None, reverse=True, digests=backward, outs=self._poisoned())
-        for launch, a, b in zip(self.section.launches, forward, backward):
+        self._run(inputs, None, reverse=True, digests=backward,
+                  outs=self._poisoned(one.outputs, one.variant))
+        for launch, a, b in zip(launches, forward, backward):
             if a != b:
                 hazards.append(f"kernel {launch.kernel}: its result depends on the order "
                                f"of blocks or threads (reversed, it differs)")
@@ -414,8 +455,7 @@ class EmulatedContext:
         return result
 
     def measure(self, repeat: int, warmup: int) -> list[float]:
-        inputs = self._last_inputs or {
-            s["name"]: np.zeros(s["shape"], s["dtype"]) for s in self.manifest["inputs"]}
+        inputs = self._last_inputs or _zero_inputs(self.manifest, self._ex.dynamic)
         times = []
         for _ in range(warmup + repeat):
             self._run(inputs, None)
@@ -429,3 +469,11 @@ class EmulatedContext:
             self._run(inputs, seconds)
             passes.append(seconds)
         return [float(v) * 1e3 for v in np.median(np.asarray(passes), axis=0)]
+
+
+def _zero_inputs(manifest: dict, dynamic) -> dict[str, np.ndarray]:
+    """Zero inputs (a dynamic artifact's at each range's minimum)."""
+    if dynamic is None:
+        return {s["name"]: np.zeros(s["shape"], s["dtype"]) for s in manifest["inputs"]}
+    shapes = dynamic.shapes({name: lo for name, (lo, _) in dynamic.ranges.items()})
+    return {s["name"]: np.zeros(shapes[s["name"]], s["dtype"]) for s in manifest["inputs"]}

@@ -22,7 +22,7 @@ import numpy as np
 
 from hidetc.backends.runtime import wait_policy
 from hidetc.backends.runtime.contexts import Executor
-from hidetc.backends.runtime.sizes import read_dynamic
+from hidetc.backends.runtime.sizes import pass_for, read_dynamic
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.backends.toolchain.cache import default_cache_dir
 from hidetc.errors import ArtifactError, InputError
@@ -183,15 +183,9 @@ class CpuExecutor(Executor):
                                                                   int, np.ndarray]:
         """The pass's input and output specs at its sizes, its dispatch variant and the
         sizes array (a static artifact: the manifest's specs, variant 0, no sizes)."""
-        specs_in, specs_out = self.manifest["inputs"], self.manifest["outputs"]
-        if self.dynamic is None:
-            return specs_in, specs_out, 0, _NO_SIZES
-        sizes = self.dynamic.bind(inputs)
-        shapes = self.dynamic.shapes(sizes)
-        specs_in = [{**s, "shape": shapes[s["name"]]} for s in specs_in]
-        specs_out = [{**s, "shape": shapes[s["name"]]} for s in specs_out]
-        return specs_in, specs_out, self.dynamic.choose(sizes).index, \
-            self.dynamic.array(sizes)
+        one = pass_for(self.manifest, self.dynamic, inputs)
+        sizes = self.dynamic.array(one.sizes) if self.dynamic is not None else _NO_SIZES
+        return one.inputs, one.outputs, one.variant, sizes
 
     def new_context(self, threads: int) -> "CpuContext":
         return CpuContext(self, threads)

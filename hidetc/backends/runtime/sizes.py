@@ -105,6 +105,33 @@ class Dynamic:
         return np.array([sizes[s] for s in self.order] or [0], dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class Pass:
+    """What one pass on given inputs runs: the input and output specs at its sizes (the
+    manifest's own for a static artifact), its dispatch variant and its sizes (empty
+    when static)."""
+    inputs: list[dict]
+    outputs: list[dict]
+    variant: int
+    sizes: Mapping[str, int]
+
+
+def pass_for(manifest: dict, dynamic: Optional[Dynamic],
+             inputs: Mapping[str, np.ndarray]) -> Pass:
+    """The `Pass` of `inputs` (one-line InputError where they are outside the ranges)."""
+    if dynamic is None:
+        return Pass(manifest["inputs"], manifest["outputs"], 0, {})
+    return pass_at(manifest, dynamic, dynamic.bind(inputs))
+
+
+def pass_at(manifest: dict, dynamic: Dynamic, sizes: Mapping[str, int]) -> Pass:
+    """The `Pass` at `sizes` (every symbol's, inside the ranges)."""
+    shapes = dynamic.shapes(sizes)
+    return Pass([{**s, "shape": shapes[s["name"]]} for s in manifest["inputs"]],
+                [{**s, "shape": shapes[s["name"]]} for s in manifest["outputs"]],
+                dynamic.choose(sizes).index, sizes)
+
+
 def read_dynamic(manifest: dict) -> Optional[Dynamic]:
     """The manifest's `dynamic` section read, or None for a static artifact."""
     section = manifest.get("dynamic")

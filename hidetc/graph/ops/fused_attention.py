@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from hidetc.graph.ir import TensorType
-from hidetc.graph.ops.common import arity, fail, fmt
+from hidetc.graph.ops.common import arity, broadcast, fail, fmt
 from hidetc.graph.ops.registry import OpKind, define
 
 OP = "FusedAttention"
@@ -36,21 +36,15 @@ def _infer(types, attrs, values):
     if q.shape[-1] != kt.shape[-2] or kt.shape[-1] != v.shape[-2]:
         fail(OP, f"Q {fmt(q.shape)} x Kt {fmt(kt.shape)} x V {fmt(v.shape)}: inner dims "
                  "do not match")
-    try:
-        batch = np.broadcast_shapes(q.shape[:-2], kt.shape[:-2], v.shape[:-2])
-    except ValueError:
-        fail(OP, f"batch dims of {fmt(q.shape)}, {fmt(kt.shape)}, {fmt(v.shape)} do not "
-                 "broadcast")
+    batch = broadcast(OP, [q.shape[:-2], kt.shape[:-2], v.shape[:-2]])   # (symbolic too)
     scores = tuple(batch) + (q.shape[-2], kt.shape[-1])
     for step in attrs.get("score", ()):
         if step[0] not in STEPS:
             fail(OP, f"unknown score step {step!r}")
         if step[0] in ("add", "where"):
             extra = types[3 + step[1]]
-            try:
-                if np.broadcast_shapes(extra.shape, scores) != scores:
-                    raise ValueError
-            except ValueError:
+            if len(extra.shape) > len(scores) or any(
+                    e != 1 and e != s for e, s in zip(reversed(extra.shape), reversed(scores))):
                 fail(OP, f"score input {step[1]} {fmt(extra.shape)} does not broadcast to "
                          f"the scores {fmt(scores)}")
     return [TensorType(q.dtype, tuple(batch) + (q.shape[-2], v.shape[-1]))]

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from hidetc.compute.injective import COMPUTE
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
+from hidetc.graph.guards import current_hint
 from hidetc.schedules.common.conv_geometry import conv_geometry
 from hidetc.schedules.common.empty import build_empty, is_empty
 from hidetc.schedules.common.scan_lines import ARG_OPS
@@ -38,7 +39,7 @@ from hidetc.schedules.cuda import (
     topk,
 )
 from hidetc.schedules.template import CudaTarget, Template
-from hidetc.tir.analysis import launch_blocks
+from hidetc.tir.analysis import at_sizes, launch_blocks
 from hidetc.tir.ir import Function
 
 Builder = Callable[[Task, str], Function]
@@ -114,9 +115,13 @@ def finish_kernel(fn: Function, target: CudaTarget, task: Task) -> Function:
 
 
 def kernel_facts(fn: Function, target: CudaTarget, task: Task) -> dict:
-    """The launch shape (`grid`, `block`, `blocks`: the grid's product) and the cost
-    model's `blocks_per_sm`, `waves`, `bytes` and `estimate_us` (`cost.kernel_estimate`,
-    with the registers estimated; the build refines them with ptxas's count)."""
+    """The launch shape (`grid`, `block`, `blocks`: the grid's product; a kernel over a
+    range of sizes: at the enclosing build's hint) and the cost model's `blocks_per_sm`,
+    `waves`, `bytes` and `estimate_us` (`cost.kernel_estimate`, with the registers
+    estimated; the build refines them with ptxas's count)."""
+    if task.symbolic:       # a dispatch variant's kernel: its facts at the build's hint
+        hint = current_hint()
+        fn, task = at_sizes(fn, hint), task.at(hint)
     return {"grid": list(fn.attr("grid")), "block": list(fn.attr("block")),
             "blocks": launch_blocks(fn), **cost.kernel_estimate(fn, task, target).facts()}
 
@@ -164,6 +169,7 @@ def kernel_choice(task: Task, target: CudaTarget) -> tuple[Template | None, Any]
     template = template_for(task)
     if template is None:
         return None, None
+    task = task.hinted()        # a range's heuristics: at the build's hint sizes
     config = template.default(task, target)
     if template is matmul_tc.TEMPLATE and matmul_gemv.applies(task):
         small = matmul_gemv.TEMPLATE.default(task, target)

@@ -39,7 +39,7 @@ import numpy as np
 
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
-from hidetc.schedules.cuda.common import ceil_div
+from hidetc.schedules.cuda.common import at_least_one, ceil_div
 from hidetc.schedules.cuda.tc_common import (
     CHUNK,
     LDMATRIX_X4,
@@ -124,7 +124,7 @@ class _Attention:
         self.steps = task.attr("score", ())
 
     def build(self) -> Function:
-        grid = (max(1, ceil_div(self.sq, BM)), max(1, math.prod(self.batch)), 1)
+        grid = (at_least_one(ceil_div(self.sq, BM)), at_least_one(math.prod(self.batch)), 1)
         if self.task.outputs[0].size > 0:
             self.body()
         return self.kb.finish(grid=grid, block=(THREADS, 1, 1))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from hidetc.graph.symbolic import Dim, SymDim
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.cuda import shfl_xor
 from hidetc.tir.ir import Const, Expr, Var, call, syncthreads, thread_idx
@@ -29,6 +30,21 @@ Combine = Callable[[Expr, Expr], Expr]
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def at_least_one(x: Dim) -> Dim:
+    """`max(1, x)` for a count (blocks, tiles, a batch): a symbolic `x` whose least value
+    over the ranges is at least 1 is `x` itself -- `max` would compare it with 1, which a
+    range like 1..64 leaves open, and record a needless guard."""
+    if isinstance(x, SymDim) and x.bounds()[0] >= 1:
+        return x
+    return max(1, x)
+
+
+def may_exceed_one(x: Dim) -> bool:
+    """Whether a count may be over 1 at some size (a symbolic count: unless its greatest
+    value is 1): what a kernel's general path must then handle, without a guard."""
+    return x.bounds()[1] > 1 if isinstance(x, SymDim) else x > 1
 
 
 def shfl_down(value: Expr, delta: int) -> Expr:

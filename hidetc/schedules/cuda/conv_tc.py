@@ -51,7 +51,7 @@ from typing import Sequence
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.cuda import cost
-from hidetc.schedules.cuda.common import ceil_div
+from hidetc.schedules.cuda.common import at_least_one, ceil_div
 from hidetc.schedules.cuda.matmul_tc import DEFAULTS
 from hidetc.schedules.cuda.tc_common import (
     CHUNK,
@@ -130,8 +130,8 @@ class _ConvKernel(TcKernel):
         self.wt = kb.buffer("w", F16, (geo.oc, geo.k))
         self.bias = kb.buffer("bias", F16, (geo.oc,)) if 2 in task.buffer_inputs else None
         self.out = kb.buffer("out", F16, (geo.m, geo.oc))
-        grid = (max(1, ceil_div(geo.m, cfg.bm)), max(1, ceil_div(geo.ocg, cfg.bn)),
-                max(1, geo.group))
+        grid = (at_least_one(ceil_div(geo.m, cfg.bm)), at_least_one(ceil_div(geo.ocg, cfg.bn)),
+                at_least_one(geo.group))
         super().__init__(kb, cfg, geo.m, geo.ocg, geo.k, grid)
         self.g = self.outer
         self.m0, self.n0 = block_idx("x") * cfg.bm, block_idx("y") * cfg.bn

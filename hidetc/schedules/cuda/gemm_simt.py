@@ -66,7 +66,7 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Optional, Sequence
 
 from hidetc.schedules.cuda import split_k
-from hidetc.schedules.cuda.common import WARP, ceil_div
+from hidetc.schedules.cuda.common import WARP, at_least_one, ceil_div, may_exceed_one
 from hidetc.tir import cuda as tc
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
@@ -303,7 +303,8 @@ class SimtGemm:
         self.m, self.n, self.k, self.nbatch = m, n, k, nbatch
         self.va = self.vb = self.vc = 1
         self.kb = KernelBuilder(name, "cuda")
-        self.tiles_m, self.tiles_n = max(1, ceil_div(m, cfg.bm)), max(1, ceil_div(n, cfg.bn))
+        self.tiles_m = at_least_one(ceil_div(m, cfg.bm))
+        self.tiles_n = at_least_one(ceil_div(n, cfg.bn))
         self.zero = Const(0.0, dtype)
 
     # hooks ------------------------------------------------------------------------------
@@ -327,7 +328,7 @@ class SimtGemm:
     # the schedule -------------------------------------------------------------------------
     def build(self) -> Function:
         cfg, kb = self.cfg, self.kb
-        self.blocks = self.tiles_m * self.tiles_n * max(1, self.nbatch)
+        self.blocks = self.tiles_m * self.tiles_n * at_least_one(self.nbatch)
         if cfg.splits > 1:      # after the subclass's buffers: the scratch buffers
             self.ws, self.counters = split_k.declare(kb, self.blocks, cfg.splits,
                                                      cfg.bm * cfg.bn, self.acc_dt)
@@ -353,7 +354,7 @@ class SimtGemm:
         kb = self.kb
         tiles = self.tiles_m * self.tiles_n
         pid = block_idx()
-        t = pid % tiles if self.nbatch > 1 else pid
+        t = pid % tiles if may_exceed_one(self.nbatch) else pid
         tile_m, tile_n = _swizzle(t, self.tiles_m, self.tiles_n, self.cfg.swizzle)
         self.m0 = kb.declare("m0", "int32", tile_m * self.cfg.bm)
         self.n0 = kb.declare("n0", "int32", tile_n * self.cfg.bn)

@@ -40,7 +40,7 @@ from typing import Sequence
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
 from hidetc.schedules.cuda import cost
-from hidetc.schedules.cuda.common import ceil_div
+from hidetc.schedules.cuda.common import at_least_one, ceil_div
 from hidetc.schedules.cuda.matmul_tc import Geometry, check_task, geometry, operand_bytes
 from hidetc.schedules.cuda.tc_common import cuda_target, spatial_index
 from hidetc.schedules.template import CudaTarget, Target
@@ -106,7 +106,7 @@ def _build(task: Task, cfg: GemvConfig, name: str) -> Function:
     a = kb.buffer("a", F16, geo.a_shape)
     b = kb.buffer("b", F16, geo.b_shape)
     out = kb.buffer("out", F16, geo.batch + (geo.m, geo.n))
-    grid = (max(1, ceil_div(geo.n, cfg.columns)), 1, max(1, math.prod(geo.batch)))
+    grid = (at_least_one(ceil_div(geo.n, cfg.columns)), 1, at_least_one(math.prod(geo.batch)))
     if task.outputs[0].size > 0:
         _body(kb, geo, cfg, a, b, out)
     gemm = (geo.m, geo.n, geo.k, grid[2], operand_bytes(geo), cfg)

@@ -24,11 +24,10 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
-
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
+from hidetc.graph.ops.common import broadcast
 from hidetc.schedules.cuda.gemm_simt import (  # noqa: F401 (re-exports)
     F32,
     FLOAT_DTYPES,
@@ -89,7 +88,7 @@ def matmul_dims(task: Task) -> MatMulDims:
     a_type, b_type = task.inputs[0], task.inputs[1]
     a_shape = a_type.shape if len(a_type.shape) > 1 else (1,) + a_type.shape
     b_shape = b_type.shape if len(b_type.shape) > 1 else b_type.shape + (1,)
-    batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    batch = broadcast("MatMul", [a_shape[:-2], b_shape[:-2]])
     return MatMulDims(a_shape, b_shape, batch, a_shape[-2], b_shape[-1], a_shape[-1])
 
 

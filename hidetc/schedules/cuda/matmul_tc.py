@@ -67,7 +67,7 @@ import numpy as np
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
 from hidetc.schedules.cuda import cost
-from hidetc.schedules.cuda.common import ceil_div
+from hidetc.schedules.cuda.common import at_least_one, ceil_div
 from hidetc.schedules.cuda.tc_common import (  # noqa: F401  (re-exported)
     C_FRAGMENT,
     C_PAIRS,
@@ -126,8 +126,8 @@ class _Kernel(TcKernel):
         self.a = kb.buffer("a", F16, geo.a_shape)
         self.b = kb.buffer("b", F16, geo.b_shape)
         self.out = kb.buffer("out", F16, geo.batch + (geo.m, geo.n))
-        grid = (max(1, ceil_div(geo.n, cfg.bn)), max(1, ceil_div(geo.m, cfg.bm)),
-                max(1, math.prod(geo.batch)))
+        grid = (at_least_one(ceil_div(geo.n, cfg.bn)), at_least_one(ceil_div(geo.m, cfg.bm)),
+                at_least_one(math.prod(geo.batch)))
         super().__init__(kb, cfg, geo.m, geo.n, geo.k, grid)
         self.bidx = unravel(self.outer, geo.batch) if geo.batch else []
         self.a_pre = tuple(broadcast_index(self.bidx, geo.a_shape[:-2]))

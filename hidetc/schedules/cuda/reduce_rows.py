@@ -106,8 +106,11 @@ def compute_dtype(dtype: str) -> str:
 
 
 def effective_vector(vector: int, view: RowView) -> int:
+    """The widest vector width up to `vector` that divides every row (contiguous rows
+    only); a symbolic row length counts as divisible only where its expression is (`2*seq`
+    by 2), never by a guard on the sizes."""
     if not view.contiguous:
         return 1
-    while vector > 1 and view.n % vector:
+    while vector > 1 and (view.n % vector) != 0:
         vector //= 2
     return vector

@@ -67,8 +67,9 @@ import numpy as np
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
+from hidetc.graph.symbolic import SymDim
 from hidetc.schedules.common.reducers import INF, REDUCERS
-from hidetc.schedules.cuda.common import WARP, ceil_div, group_allreduce
+from hidetc.schedules.cuda.common import WARP, at_least_one, ceil_div, group_allreduce
 from hidetc.schedules.cuda.reduce_rows import (
     GLOBAL_POOLS,
     RowView,
@@ -185,9 +186,11 @@ class _RowKernel:
         self.dt = task.inputs[0].dtype
         self.cdt = compute_dtype(self.dt)
         self.v = effective_vector(cfg.vector, view)
-        self.steps = max(1, ceil_div(view.n, cfg.threads * self.v))
+        self.steps = at_least_one(ceil_div(view.n, cfg.threads * self.v))
         registers = self.steps * self.v * max(1, np.dtype(self.cdt).itemsize // 4)
-        self.cached = cfg.cache and task.op in MULTI_PASS and registers <= cfg.cache_registers()
+        # a row of symbolic length has no constant register count: read again per pass
+        self.cached = cfg.cache and task.op in MULTI_PASS and \
+            not isinstance(self.steps, SymDim) and registers <= cfg.cache_registers()
         self.kb = KernelBuilder(name, "cuda")
         self.x = self.kb.buffer("x", self.dt, view.buffer_shape())
         tid = thread_idx()
@@ -199,7 +202,7 @@ class _RowKernel:
         self.reductions = 0
 
     def finish(self) -> Function:
-        grid = (max(1, ceil_div(self.view.rows, self.cfg.rows)), 1, 1)
+        grid = (at_least_one(ceil_div(self.view.rows, self.cfg.rows)), 1, 1)
         return self.kb.finish(grid=grid, block=(self.cfg.block_threads, 1, 1))
 
     def const(self, value: float) -> Const:

@@ -25,11 +25,19 @@ Guarantees:
 - Every call makes the session's CUDA context current on the calling thread (pushed and
   popped around the call on a thread other than the session's), so a context may move
   between threads from one pass to the next.
+- A dynamic artifact (manifest `dynamic`): the I/O buffers hold the inputs and outputs
+  at the ranges' largest sizes (one allocation, fixed addresses) and a pass copies only
+  its own bytes; each distinct set of sizes is a `_Shape` (its dispatch variant's
+  launches bound at the sizes and packed, and its graph, captured on first use) in a
+  least-recently-used cache of at most `CudaExecutor.graph_cache` shapes: the least
+  recently used one's graph is destroyed when a new one would pass the bound. The
+  warm-up (first context) runs the largest sizes' launches.
 """
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -37,6 +45,7 @@ import numpy as np
 from hidetc.backends.runtime.cuda.driver import STREAM_NON_BLOCKING, GraphError
 from hidetc.backends.runtime.cuda.manifest import pack_args
 from hidetc.backends.runtime.executor import check_inputs, collect_outputs
+from hidetc.backends.runtime.sizes import Pass
 from hidetc.errors import ArtifactError
 
 ALIGN = 256                    # bytes: every device buffer starts at a multiple of this
@@ -49,6 +58,15 @@ class Slot:
     host: np.ndarray     # typed, shaped view of `raw`
     raw: np.ndarray      # the pinned bytes (what the copies use)
     nbytes: int
+
+
+@dataclass
+class _Shape:
+    """One set of sizes on a context: its launches bound and packed (empty ones left
+    out), its captured graph (0: none yet) and that graph's launch arguments."""
+    prepared: list
+    graph_exec: int = 0
+    graph_args: Optional[tuple] = field(default=None)
 
 
 def free_all(allocations: list) -> None:
@@ -88,14 +106,18 @@ class CudaContext:
         self.uses_graph = False
         self._sync_each = sync_each
         self._allocations: list[Any] = []
-        self._graph_exec = 0
+        self._use_graph = use_graph and not sync_each
+        self._shapes: "OrderedDict[tuple, _Shape]" = OrderedDict()
+        self._shape: Optional[_Shape] = None       # the last pass's
+        self._pass: Optional[Pass] = None
         self._closed = False
         self._drv = executor._drv
         with executor.setting_up(self.close):
             self._setup()
+            self._select(executor.largest_pass(), capture=False)
             if warm:
                 self._launch_all(sync_each=True)
-            if use_graph and not sync_each:
+            if self._use_graph and executor.dynamic is None:
                 self._capture()
 
     # ------------------------------------------------------------ setup
@@ -106,18 +128,56 @@ class CudaContext:
         self.arena_bytes = int(manifest["memory"]["arena_bytes"])
         arena = ex._alloc(self.arena_bytes, "activation arena", self._allocations)
         ex._zero(arena, self.arena_bytes)
-        self._inputs = self._stage(manifest["inputs"], "inputs")
-        self._outputs = self._stage(manifest["outputs"], "outputs")
+        largest = ex.largest_pass()
+        self._inputs = self._stage(largest.inputs, "inputs")
+        self._outputs = self._stage(largest.outputs, "outputs")
+        self._arena = arena
         self._stream = drv.Stream(STREAM_NON_BLOCKING)
         self._start, self._end = drv.Event(), drv.Event()
+        drv.Context.synchronize()
+
+    def _pack(self, one: Pass) -> list:
+        """The launches of pass `one` (its variant's, bound at its sizes), packed."""
+        ex = self._ex
         ins = [s.device for s in self._inputs]
         outs = [s.device for s in self._outputs]
-        self._prepared = [
-            (ex._functions[(spec.module, spec.kernel)]._launch_kernel, spec.grid, spec.block,
-             pack_args(spec, ins, outs, (arena, self.arena_bytes), ex._weights),
-             spec.shared_bytes)
-            for spec in ex._specs]
-        drv.Context.synchronize()
+        prepared = []
+        for spec in ex.launches_of(one):
+            if spec.empty:
+                continue
+            prepared.append((ex._functions[(spec.module, spec.kernel)]._launch_kernel,
+                             spec.grid, spec.block,
+                             pack_args(spec, ins, outs, (self._arena, self.arena_bytes),
+                                       ex._weights),
+                             spec.shared_bytes, spec))
+        return prepared
+
+    def _select(self, one: Pass, capture: bool = True) -> None:
+        """Make pass `one`'s shape current: from the cache (now the most recently used),
+        else packed and, with graphs on and `capture`, captured -- evicting the least
+        recently used shape past the bound (its graph destroyed)."""
+        key = tuple(one.sizes.get(s, 0) for s in (self._ex.dynamic.order
+                                                  if self._ex.dynamic else ()))
+        self._pass = one
+        shape = self._shapes.get(key)
+        if shape is not None:
+            self._shapes.move_to_end(key)
+            self._shape = shape
+        else:
+            self._shape = shape = _Shape(self._pack(one))
+            self._shapes[key] = shape
+            while len(self._shapes) > max(1, self._ex.graph_cache):
+                _, old = self._shapes.popitem(last=False)
+                self._destroy(old)
+        if capture and self._use_graph and not shape.graph_exec:
+            with self._ex.setting_up(lambda: None):
+                self._capture()
+
+    def _destroy(self, shape: _Shape) -> None:
+        graphs = self._ex._session.graphs
+        if shape.graph_exec and graphs is not None:
+            graphs.destroy(shape.graph_exec)
+        shape.graph_exec, shape.graph_args = 0, None
 
     def _stage(self, specs: list[dict], what: str) -> list[Slot]:
         """Device buffers (one allocation, ALIGN-ed offsets) + pinned host buffers."""
@@ -135,21 +195,25 @@ class CudaContext:
         return slots
 
     def _capture(self) -> None:
-        ex = self._ex
+        """Capture the current shape's launches into a graph (replayed once to check
+        it); where impossible, this context launches plainly from now on."""
+        ex, shape = self._ex, self._shape
         handle = getattr(self._stream, "handle", None)
         reason = ex._session.graph_unavailable
         if reason is None and handle is None:
             reason = "this pycuda's Stream has no handle"
         if reason is None:
             try:
-                self._graph_exec = ex._session.graphs.capture(int(handle), self._launch_all)
+                shape.graph_exec = ex._session.graphs.capture(int(handle), self._launch_all)
             except (GraphError, ArtifactError) as exc:
                 reason = f"stream capture failed: {exc}"
         if reason is not None:
             ex._no_graph(reason)
+            self._use_graph = False
+            self.uses_graph = False
             return
         self._graph_launch = ex._session.graphs.launch
-        self._graph_args = (ctypes.c_void_p(self._graph_exec), ctypes.c_void_p(int(handle)))
+        shape.graph_args = (ctypes.c_void_p(shape.graph_exec), ctypes.c_void_p(int(handle)))
         self.uses_graph = True
         self.replay()
         self.synchronize()
@@ -159,22 +223,23 @@ class CudaContext:
     def _launch_all(self, sync_each: bool = False) -> None:
         """Enqueue every launch on the stream; with `sync_each`, wait after each one."""
         stream, error = self._stream, self._drv.Error
-        for index, (launch, grid, block, args, shared) in enumerate(self._prepared):
+        for launch, grid, block, args, shared, spec in self._shape.prepared:
             try:
                 launch(grid, block, args, shared, stream)
             except error as exc:
-                raise self._ex._launch_error(index, exc) from None
+                raise self._ex._launch_error(spec, exc) from None
             if sync_each:
                 try:
                     stream.synchronize()
                 except error as exc:
                     self._ex._broken = self._ex._unusable(exc)
-                    raise self._ex._launch_error(index, exc) from None
+                    raise self._ex._launch_error(spec, exc) from None
 
     def replay(self) -> None:
-        """Enqueue one forward pass on this context's stream (no copies, no wait)."""
-        if self.uses_graph:
-            rc = self._graph_launch(*self._graph_args)
+        """Enqueue one forward pass (the current shape's) on this context's stream (no
+        copies, no wait)."""
+        if self.uses_graph and self._shape.graph_exec:
+            rc = self._graph_launch(*self._shape.graph_args)
             if rc:
                 session = self._ex._session
                 raise ArtifactError(f"CUDA graph replay failed on {session.describe()}: "
@@ -188,16 +253,18 @@ class CudaContext:
             self._stream.synchronize()
         except self._drv.Error as exc:
             if inputs is None:
-                inputs = {s["name"]: slot.host.copy() for s, slot in
-                          zip(self._ex.manifest["inputs"], self._inputs)}
+                inputs = {s["name"]: _host(slot, s).copy() for s, slot in
+                          zip(self._pass.inputs, self._inputs)}
             raise self._ex._failure(exc, inputs) from None
 
     def _upload(self, arrays: list[np.ndarray]) -> None:
-        """Copy the inputs into their pinned buffers and enqueue the copies to the device."""
+        """Copy the inputs into their pinned buffers and enqueue the copies to the device
+        (a pass's own bytes: the buffers hold the largest sizes)."""
         for slot, array in zip(self._inputs, arrays):
-            if slot.nbytes:
-                np.copyto(slot.host, array)
-                self._drv.memcpy_htod_async(slot.device, slot.raw, self._stream)
+            if array.nbytes:
+                raw = slot.raw[:array.nbytes]
+                np.copyto(raw.view(array.dtype).reshape(array.shape), array)
+                self._drv.memcpy_htod_async(slot.device, raw, self._stream)
 
     # ------------------------------------------------------------ passes
 
@@ -213,22 +280,26 @@ class CudaContext:
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         ex = self._ex
         self.ready()
-        arrays = check_inputs(ex.manifest["inputs"], inputs)
+        one = ex.pass_of(inputs)
+        arrays = check_inputs(one.inputs, inputs)
         pushed = ex._enter()
         try:
+            self._select(one)
             self._upload(arrays)
             self._start.record(self._stream)
             self.replay()
             self._end.record(self._stream)
-            for slot in self._outputs:
-                if slot.nbytes:
-                    self._drv.memcpy_dtoh_async(slot.raw, slot.device, self._stream)
+            views = [_host(slot, spec) for slot, spec in zip(self._outputs, one.outputs)]
+            for slot, view in zip(self._outputs, views):
+                if view.nbytes:
+                    self._drv.memcpy_dtoh_async(slot.raw[:view.nbytes], slot.device,
+                                                self._stream)
             self.synchronize(dict(inputs))
             self.last_latency_ms = float(self._end.time_since(self._start))
-            outs = [slot.host.copy() for slot in self._outputs]
+            outs = [view.copy() for view in views]
         finally:
             ex._leave(pushed)
-        return collect_outputs(ex.manifest, arrays, outs, ex.constants)
+        return collect_outputs(ex.manifest, arrays, outs, ex.constants, one.variant)
 
     def measure(self, repeat: int = 100, warmup: int = 10) -> list[float]:
         """Device milliseconds of `repeat` replays (after `warmup`) on the staged inputs."""
@@ -254,20 +325,26 @@ class CudaContext:
         (see `CudaExecutor.profile`)."""
         ex = self._ex
         self.ready()
-        arrays = check_inputs(ex.manifest["inputs"], inputs)
+        one = ex.pass_of(inputs)
+        if one.variant:
+            raise ArtifactError("profiling a dispatch variant other than the first is not "
+                                "supported yet")
+        arrays = check_inputs(one.inputs, inputs)
         pushed = ex._enter()
         try:
             drv, stream = self._drv, self._stream
+            self._select(one, capture=False)
+            prepared = self._shape.prepared
             self._upload(arrays)
-            events = [drv.Event() for _ in range(len(self._prepared) + 1)]
-            times = np.zeros((max(repeat, 1) + 1, len(self._prepared)))
+            events = [drv.Event() for _ in range(len(prepared) + 1)]
+            times = np.zeros((max(repeat, 1) + 1, len(prepared)))
             for r in range(times.shape[0]):
                 events[0].record(stream)
-                for index, (launch, grid, block, args, shared) in enumerate(self._prepared):
+                for index, (launch, grid, block, args, shared, spec) in enumerate(prepared):
                     try:
                         launch(grid, block, args, shared, stream)
                     except drv.Error as exc:
-                        raise ex._launch_error(index, exc) from None
+                        raise ex._launch_error(spec, exc) from None
                     events[index + 1].record(stream)
                 self.synchronize(dict(inputs))
                 times[r] = [float(b.time_since(a)) for a, b in zip(events, events[1:])]
@@ -284,10 +361,17 @@ class CudaContext:
             return
         self._closed = True
         self.uses_graph = False
-        graphs = self._ex._session.graphs
-        if self._graph_exec and graphs is not None:
-            graphs.destroy(self._graph_exec)
-        self._graph_exec = 0
-        self._prepared = []
+        for shape in self._shapes.values():
+            self._destroy(shape)
+        self._shapes.clear()
+        self._shape = None
         free_all(self._allocations)
         self._ex._retire()
+
+
+def _host(slot: Slot, spec: dict) -> np.ndarray:
+    """The pinned host bytes of `slot` viewed as one pass's tensor (`spec`: its dtype and
+    shape at the pass's sizes; the slot holds the largest)."""
+    dtype = np.dtype(spec["dtype"])
+    n = int(np.prod(spec["shape"], dtype=np.int64)) * dtype.itemsize
+    return slot.raw[:n].view(dtype).reshape(tuple(spec["shape"]))

@@ -53,6 +53,7 @@ from hidetc.backends.runtime.cuda.manifest import (
     parse_section,
     select_image,
 )
+from hidetc.backends.runtime.sizes import Pass, pass_at, pass_for, read_dynamic
 from hidetc.backends.runtime.weights import read_weights
 from hidetc.errors import ArtifactError
 
@@ -60,6 +61,9 @@ log = logging.getLogger(__name__)
 # pooled contexts of a loaded model: each is a stream with its arena, I/O buffers and
 # graph; a few streams in flight keep a GPU busy while the host copies and checks
 CONTEXTS = 4
+# captured shapes per context of a dynamic artifact (each a CUDA graph: host and device
+# memory of its own); the least recently used one goes past this
+GRAPH_CACHE = 8
 DEFAULT_SHARED_LIMIT = 48 * 1024
 LOCATE_PREFIX = "hidetc-locate: "
 LOCATE_TIMEOUT_S = 300
@@ -95,13 +99,18 @@ class CudaExecutor(Executor):
     plainly and says why in `graph_unavailable`).
     `locate_timeout_s` bounds the child process that names a kernel after a fault.
     `max_contexts` bounds the pooled contexts (each an arena, I/O buffers and a graph).
+    `graph_cache` bounds the shapes (sets of sizes) each context of a dynamic artifact
+    keeps captured (default: the manifest's `dynamic.graph_cache`, else GRAPH_CACHE).
     """
 
     def __init__(self, path: Path, manifest: dict, *, use_graph: bool = True,
                  sync_each: bool = False, locate_timeout_s: float = LOCATE_TIMEOUT_S,
-                 max_contexts: Optional[int] = None):
+                 max_contexts: Optional[int] = None, graph_cache: Optional[int] = None):
         self.path = Path(path)
         self.manifest = manifest
+        self.dynamic = read_dynamic(manifest)
+        self.graph_cache = int(graph_cache or (manifest.get("dynamic") or {}).get(
+            "graph_cache", GRAPH_CACHE))
         self.graph_unavailable: Optional[str] = None
         self._use_graph, self._sync_each = use_graph, sync_each
         self._locate_timeout_s = locate_timeout_s
@@ -193,8 +202,28 @@ class CudaExecutor(Executor):
             self._drv.memcpy_htod(weights_ptr, blob)
         self._weights = (weights_ptr, blob.nbytes)
         self._functions = self._load_functions(section)
-        self._specs = section.launches
+        self._variants = section.variants
         self._drv.Context.synchronize()
+
+    def pass_of(self, inputs: Mapping[str, np.ndarray]) -> Pass:
+        """The pass `inputs` make (`runtime.sizes.pass_for`; a one-line InputError
+        outside the ranges)."""
+        return pass_for(self.manifest, self.dynamic, inputs)
+
+    def largest_pass(self) -> Pass:
+        """The pass at every range's largest size (a static artifact's only pass): what
+        a context's I/O buffers hold and its warm-up runs."""
+        if self.dynamic is None:
+            return pass_for(self.manifest, None, {})
+        return pass_at(self.manifest, self.dynamic,
+                       {name: hi for name, (_, hi) in self.dynamic.ranges.items()})
+
+    def launches_of(self, one: Pass) -> tuple[LaunchSpec, ...]:
+        """The launches of pass `one`: its variant's, bound at its sizes."""
+        launches = self._variants[one.variant]
+        if self.dynamic is None:
+            return launches
+        return tuple(spec.at(one.sizes, self.dynamic.order) for spec in launches)
 
     def _alloc(self, nbytes: int, what: str, owner: list) -> int:
         """A device buffer of `nbytes` (at least ALIGN), kept in `owner` (whose close
@@ -229,7 +258,7 @@ class CudaExecutor(Executor):
                 raise ArtifactError(f"{file}: cannot load the {how} on {gpu} ({exc})") from None
         self._modules = modules
         functions: dict[tuple[str, str], Any] = {}
-        for spec in section.launches:
+        for spec in (spec for launches in section.variants for spec in launches):
             key = (spec.module, spec.kernel)
             if key not in functions:
                 functions[key] = self._function(modules[spec.module], spec, section)
@@ -242,7 +271,7 @@ class CudaExecutor(Executor):
         except self._drv.Error as exc:
             raise ArtifactError(f"{spec.describe()}: kernel {spec.kernel!r} is not in module "
                                 f"{spec.module!r} ({exc})") from None
-        shared = max(s.shared_bytes for s in section.launches
+        shared = max(s.shared_bytes for launches in section.variants for s in launches
                      if (s.module, s.kernel) == (spec.module, spec.kernel))
         if shared > DEFAULT_SHARED_LIMIT:
             try:
@@ -263,8 +292,8 @@ class CudaExecutor(Executor):
 
     # ------------------------------------------------------------ launching
 
-    def _launch_error(self, index: int, exc: Exception) -> ArtifactError:
-        spec = self._specs[index]
+    def _launch_error(self, spec: LaunchSpec, exc: Exception) -> ArtifactError:
+        index = spec.index
         return ArtifactError(f"kernel launch {index} ({spec.kernel}, grid {list(spec.grid)}, "
                              f"block {list(spec.block)}, {spec.shared_bytes} B dynamic shared "
                              f"memory) failed on {self._session.describe()}: {exc}")

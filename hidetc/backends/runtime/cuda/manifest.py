@@ -17,11 +17,18 @@ The section (paths are relative to the artifact directory):
           block: [128, 1, 1]
           shared_bytes: 0                # dynamic shared memory
           args: [[input, 0], [weights, 4096], [arena, 0], [output, 0], [i32, 7]]
+      variant_launches:                  # a dynamic artifact: the launches of each
+        - [...]                          # further dispatch variant (manifest `dynamic`)
 
 An argument is [space, index] with space input | output (index = position in the
 manifest's inputs/outputs) or arena | weights (index = byte offset), as the CPU
-launcher's `Arg`; or a scalar [type, value] with type i32 | u32 | i64 | u64 | f32 | f64.
-The mapping forms {space, index} and {type, value} are accepted too.
+launcher's `Arg`; or a scalar [type, value] with type i32 | u32 | i64 | u64 | f32 | f64;
+or [size, k], the k-th symbolic size of the pass (the `dynamic.order`), an int64. The
+mapping forms {space, index} and {type, value} are accepted too. In a dynamic artifact a
+grid dimension may be an expression of the sizes ("((255 + 128*batch)//256)",
+`hidetc.graph.symbolic.parse`): `LaunchSpec.at(sizes)` is the launch of one pass (grid
+evaluated and checked against the limits, sizes as i64 scalars); a dimension 0 there is
+an empty launch, skipped.
 
 Guarantees: every problem is a one-line ArtifactError naming the launch (index and
 kernel) or module. Arguments are packed like a C struct of the kernel's parameters
@@ -31,12 +38,14 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from hidetc.errors import ArtifactError
+from hidetc.graph.symbolic import Dim, SymDim, evaluate, parse
 
 POINTER_SPACES = ("input", "output", "arena", "weights")
+SIZE_SPACE = "size"        # [size, k]: the k-th symbolic size of the pass, as an int64
 SCALAR_FORMATS = {"i32": "i", "u32": "I", "i64": "q", "u64": "Q", "f32": "f", "f64": "d"}
 MIN_CAPABILITY = 80
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -58,7 +67,7 @@ class LaunchSpec:
     index: int
     kernel: str
     module: str
-    grid: tuple[int, int, int]
+    grid: tuple[Dim, Dim, Dim]          # ints; SymDims where they depend on the sizes
     block: tuple[int, int, int]
     shared_bytes: int
     args: tuple[tuple[str, Union[int, float]], ...]
@@ -66,6 +75,39 @@ class LaunchSpec:
     @property
     def threads(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def symbolic(self) -> bool:
+        """Whether the launch depends on the pass's sizes (grid or size arguments)."""
+        return any(isinstance(g, SymDim) for g in self.grid) or \
+            any(kind == SIZE_SPACE for kind, _ in self.args)
+
+    @property
+    def empty(self) -> bool:
+        """A grid with no block (a bound launch over an empty extent): not launched."""
+        return any(g == 0 for g in self.grid)
+
+    def at(self, sizes: Mapping[str, int], order: Sequence[str]) -> "LaunchSpec":
+        """This launch in a pass at `sizes` (`order`: the symbols as `[size, k]` counts
+        them): the grid evaluated and checked against the CUDA limits, each size
+        argument an i64 scalar. A one-line ArtifactError naming the launch and sizes."""
+        if not self.symbolic:
+            return self
+        where = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        grid = tuple(evaluate(g, sizes) for g in self.grid)
+        if any(g < 0 for g in grid) or any(g > m for g, m in zip(grid, MAX_GRID)):
+            raise ArtifactError(f"{self.describe()}: grid {list(grid)} at {where} is outside "
+                                f"the CUDA limits (grid {list(MAX_GRID)})")
+        args = []
+        for kind, value in self.args:
+            if kind == SIZE_SPACE:
+                if not 0 <= int(value) < len(order):
+                    raise ArtifactError(f"{self.describe()}: size argument {value} but the "
+                                        f"artifact has {len(order)} symbolic sizes")
+                args.append(("i64", int(sizes[order[int(value)]])))
+            else:
+                args.append((kind, value))
+        return replace(self, grid=grid, args=tuple(args))
 
     def describe(self) -> str:
         return f"launch {self.index} ({self.kernel})"
@@ -75,6 +117,12 @@ class LaunchSpec:
 class CudaSection:
     modules: tuple[ModuleSpec, ...]
     launches: tuple[LaunchSpec, ...]
+    variant_launches: tuple[tuple[LaunchSpec, ...], ...] = ()   # dispatch variants 1..
+
+    @property
+    def variants(self) -> tuple[tuple[LaunchSpec, ...], ...]:
+        """The launches of every dispatch variant, the first's first."""
+        return (self.launches, *self.variant_launches)
 
 
 # ---------------------------------------------------------------- parsing
@@ -89,6 +137,27 @@ def _ints(value: Any, what: str, where: str) -> tuple[int, int, int]:
     return items[0], items[1], items[2]
 
 
+def _grid(value: Any, where: str) -> tuple[Dim, Dim, Dim]:
+    """A grid: 1 to 3 positive ints, or expressions of the sizes (a dynamic artifact)."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    dims: list[Dim] = []
+    for item in items:
+        if isinstance(item, str):
+            try:
+                item = parse(item)
+            except (ValueError, SyntaxError):
+                raise ArtifactError(f"{where}: grid dimension {item!r} is not an expression "
+                                    f"of the sizes") from None
+        dims.append(item)
+    if not 1 <= len(dims) <= 3 or not all(
+            isinstance(d, SymDim) or (isinstance(d, int) and not isinstance(d, bool) and d > 0)
+            for d in dims):
+        raise ArtifactError(f"{where}: grid must be 1 to 3 positive integers or size "
+                            f"expressions, got {value!r}")
+    dims += [1] * (3 - len(dims))
+    return dims[0], dims[1], dims[2]
+
+
 def _arg(raw: Any, where: str) -> tuple[str, Union[int, float]]:
     if isinstance(raw, Mapping):
         pair = (raw.get("space", raw.get("type")), raw.get("index", raw.get("value")))
@@ -97,7 +166,7 @@ def _arg(raw: Any, where: str) -> tuple[str, Union[int, float]]:
     else:
         raise ArtifactError(f"{where}: expected [space, index] or [type, value], got {raw!r}")
     kind, value = pair
-    if kind in POINTER_SPACES:
+    if kind in POINTER_SPACES or kind == SIZE_SPACE:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ArtifactError(f"{where}: {kind} index must be a non-negative integer, "
                                 f"got {value!r}")
@@ -120,9 +189,9 @@ def _launch(index: int, raw: Any, modules: set[str], where: str) -> LaunchSpec:
     if module not in modules:
         raise ArtifactError(f"{at}: unknown module {module!r} (modules: "
                             f"{', '.join(sorted(modules))})")
-    grid, block = _ints(raw.get("grid"), "grid", at), _ints(raw.get("block"), "block", at)
-    if any(g > m for g, m in zip(grid, MAX_GRID)) or block[0] * block[1] * block[2] > \
-            MAX_BLOCK_THREADS:
+    grid, block = _grid(raw.get("grid"), at), _ints(raw.get("block"), "block", at)
+    if any(isinstance(g, int) and g > m for g, m in zip(grid, MAX_GRID)) or \
+            block[0] * block[1] * block[2] > MAX_BLOCK_THREADS:
         raise ArtifactError(f"{at}: grid {list(grid)} / block {list(block)} exceed the CUDA "
                             f"limits (grid {list(MAX_GRID)}, {MAX_BLOCK_THREADS} threads)")
     shared = raw.get("shared_bytes", 0)
@@ -171,7 +240,12 @@ def parse_section(manifest: Mapping[str, Any], where: str = "manifest") -> CudaS
     if len(names) != len(modules):
         raise ArtifactError(f"{where}: cuda.modules has duplicate names")
     launches = tuple(_launch(i, raw, names, where) for i, raw in enumerate(raw_launches))
-    return CudaSection(modules, launches)
+    more = section.get("variant_launches") or []
+    if not isinstance(more, list) or not all(isinstance(v, list) for v in more):
+        raise ArtifactError(f"{where}: cuda.variant_launches must be a list of launch lists")
+    variants = tuple(tuple(_launch(i, raw, names, f"{where}: variant {k + 1}")
+                           for i, raw in enumerate(v)) for k, v in enumerate(more))
+    return CudaSection(modules, launches, variants)
 
 
 # ---------------------------------------------------------------- choosing an image
@@ -228,7 +302,13 @@ def pack_args(launch: LaunchSpec, inputs: Sequence[int], outputs: Sequence[int],
     """The kernel-parameter buffer of `launch`: device pointers resolved against the
     input/output buffer addresses and the (base, size) of the arena and weights."""
     fmt, values = "@", []
+    if launch.symbolic and any(isinstance(g, SymDim) for g in launch.grid):
+        raise ArtifactError(f"{launch.describe()}: its grid depends on the sizes: pack the "
+                            f"launch of one pass (LaunchSpec.at)")
     for k, (kind, value) in enumerate(launch.args):
+        if kind == SIZE_SPACE:
+            raise ArtifactError(f"{launch.describe()}: arg {k} is a symbolic size: pack the "
+                                f"launch of one pass (LaunchSpec.at)")
         if kind in SCALAR_FORMATS:
             fmt += SCALAR_FORMATS[kind]
             values.append(value)
