@@ -11,7 +11,9 @@ from ``numpy.random.default_rng(seed)`` and scaled so activations stay O(1).
 
 ``tiny=True`` gives a seconds-to-compile variant with the same graph structure and
 op types.  Extra keyword options: ``fold_bn`` (resnet50, inception_v3, mobilenet_v2;
-default False keeps BatchNormalization nodes) and ``lm_head`` (gpt2; default True).
+default False keeps BatchNormalization nodes), ``lm_head`` (gpt2; default True) and
+``dynamic`` (default False; resnet50: the batch axis is the symbolic dimension "batch",
+bert_base and gpt2: the sequence axis is "seq", as torch.onnx exports dynamic axes).
 """
 
 from __future__ import annotations

@@ -5,38 +5,17 @@ inputs disagreeing on a shared size, is a one-line error."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import yaml
 from click.testing import CliRunner
+from helpers.exporter_fixtures import DATA, assert_matches, reference
 
 import hidetc
 from hidetc.driver.api import compile_model
-from hidetc.errors import ConfigError, InputError
+from hidetc.errors import InputError
 from hidetc.tools.cli import main
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "exporters"
-RTOL = 1e-4        # the f32 verification bound (norm-wise relative error)
-
-
-def _reference(stem: str, feeds: dict) -> dict:
-    sess = ort.InferenceSession(str(DATA / f"{stem}.onnx"), providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
-
-
-def _assert_matches(got: dict, ref: dict) -> None:
-    assert set(got) == set(ref)
-    for name, want in ref.items():
-        have = got[name]
-        assert have.shape == want.shape and have.dtype == want.dtype, name
-        if want.dtype.kind == "f":
-            err = np.linalg.norm((have - want).astype(np.float64).ravel())
-            assert err <= RTOL * max(np.linalg.norm(want.astype(np.float64).ravel()), 1e-30), name
-        else:
-            np.testing.assert_array_equal(have, want, err_msg=name)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +56,7 @@ def test_the_manifest_says_the_ranges_and_every_verified_size(cnn):
 def test_every_size_in_the_range_matches_onnx_runtime(cnn, batch):
     x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)
     with hidetc.load(cnn) as model:
-        _assert_matches(model.run({"x": x}), _reference("cnn_ts", {"x": x}))
+        assert_matches(model.run({"x": x}), reference("cnn_ts", {"x": x}))
 
 
 def test_sizes_outside_the_range_are_one_line_errors(cnn):
@@ -101,7 +80,7 @@ def test_two_symbols_dispatch_over_variants_and_match_everywhere(encoder):
     with hidetc.load(encoder) as model:
         for batch, seq in ((1, 1), (2, 13), (3, 40), (1, 16), (2, 15), (3, 29)):
             ids = np.random.default_rng(seq).integers(0, 32, (batch, seq)).astype(np.int64)
-            _assert_matches(model.run({"ids": ids}), _reference("encoder_dynamo", {"ids": ids}))
+            assert_matches(model.run({"ids": ids}), reference("encoder_dynamo", {"ids": ids}))
 
 
 def test_a_shared_size_must_agree_across_inputs(tmp_path):
@@ -114,8 +93,8 @@ def test_a_shared_size_must_agree_across_inputs(tmp_path):
                                              r"\(input 'ids' dim 1\)$"):
             model.run({"ids": ids, "mask": np.ones((2, 6), np.int64)})
         got = model.run({"ids": ids, "mask": np.ones((2, 5), np.int64)})
-    _assert_matches(got, _reference("gpt_dynamo", {"ids": ids, "mask": np.ones((2, 5),
-                                                                              np.int64)}))
+    assert_matches(got, reference("gpt_dynamo", {"ids": ids,
+                                                 "mask": np.ones((2, 5), np.int64)}))
 
 
 def test_hidetc_run_takes_any_size_in_the_range(cnn, tmp_path):
@@ -127,15 +106,7 @@ def test_hidetc_run_takes_any_size_in_the_range(cnn, tmp_path):
                                            "--repeat", "1"])
         assert result.exit_code == 0, result.output + str(result.exception)
         with np.load(tmp_path / "y.npz") as saved:
-            _assert_matches(dict(saved), _reference("cnn_ts", {"x": x}))
-
-
-def test_a_range_on_the_cuda_target_is_a_one_line_error(tmp_path):
-    with pytest.raises(ConfigError, match=r"^--target cuda: an artifact for a range of sizes "
-                                          r"is not built yet .*--dim batch=8\)$"):
-        compile_model(DATA / "cnn_ts.onnx", tmp_path / "out", target="cuda",
-                      dims={"batch": "1..8"}, verify=False)
-    assert not (tmp_path / "out").exists()
+            assert_matches(dict(saved), reference("cnn_ts", {"x": x}))
 
 
 def test_hidetc_run_without_input_and_with_compare(cnn, tmp_path):

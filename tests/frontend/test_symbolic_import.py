@@ -4,23 +4,13 @@ types are the static import's types at that size; what cannot be one expression 
 the range is a one-line error naming the node."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers.exporter_fixtures import DATA, RANGES
 
 from hidetc.errors import ShapeError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.graph.dims import DimRange
 from hidetc.graph.symbolic import SymDim
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "exporters"
-RANGES = {"cnn_ts": {"batch": "1..32"}, "cnn_dynamo": {"batch": "1..32"},
-          "cnn_tsfunc": {"batch": "1..32"}, "unet_ts": {"batch": "1..16"},
-          "unet_dynamo": {"batch": "1..16"},
-          "encoder_dynamo": {"batch": "1..4", "seq": "1..64"},
-          "gpt_ts": {"batch": "1..4", "seq": "1..32"},
-          "gpt_dynamo": {"batch": "1..4", "seq": "1..32"},
-          "lstm_ts": {"batch": "1..8", "seq": 5}, "lstm_dynamo": {"batch": "1..8", "seq": 5}}
 
 
 @pytest.mark.parametrize("stem", sorted(RANGES))

@@ -181,6 +181,32 @@ def test_gpt2_without_lm_head():
     check_outputs(y)
 
 
+def test_gpt2_dynamic_is_the_static_model_at_every_length(tiny_models):
+    """`dynamic=True`: input and logits [1, "seq", V], the same weights, the static
+    model's logits at its length, any length 1..n_ctx runs, a prefix's logits are the
+    longer sequence's first rows (causal), and past the position table ORT refuses."""
+    model = models.build("gpt2", tiny=True, dynamic=True)
+    onnx.checker.check_model(model, full_check=True)
+    shape = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert shape == [1, "seq"]
+    assert [d.dim_param or d.dim_value
+            for d in model.graph.output[0].type.tensor_type.shape.dim] == [1, "seq", 100]
+    static = tiny_models["gpt2"]
+    assert {t.name: t.raw_data for t in model.graph.initializer} == \
+        {t.name: t.raw_data for t in static.graph.initializer}
+    feeds = models.sample_inputs(static)
+    np.testing.assert_allclose(run_ort(model, feeds)[0], run_ort(static, feeds)[0],
+                               rtol=1e-5, atol=1e-6)
+    ids = np.random.default_rng(1).integers(0, 100, (1, 32), dtype=np.int64)
+    (full,) = run_ort(model, {"input_ids": ids})
+    assert full.shape == (1, 32, 100)
+    for length in (1, 7):
+        (part,) = run_ort(model, {"input_ids": ids[:, :length]})
+        np.testing.assert_allclose(part, full[:, :length], rtol=1e-5, atol=1e-6)
+    with pytest.raises(Exception, match="out of data bounds"):
+        run_ort(model, {"input_ids": np.zeros((1, 33), np.int64)})
+
+
 def test_bert_attention_mask_is_applied(tiny_models):
     model = tiny_models["bert_base"]
     feeds = models.sample_inputs(model)
