@@ -19,23 +19,36 @@ installed on the cuda target; PyTorch with `--vs torch` (`hidetc.tools.bench_tor
 ONNX Runtime cannot load or run the model (an op or type it lacks), hidetc is timed
 alone and the table says why under the row (`onnxruntime_note`).
 
-`bench_subject(...) -> dict` is one row; `format_table(rows)` the printed table;
-`profile_lines(row)` the slowest launches of a `--profile` row (per-launch times: on the
-cpu from the launcher's clock, on cuda from CUDA events around each launch of an
-un-captured pass; with template, config and, on cuda, grid and block).
+Ranges of sizes (`--dim seq=1..512`, `--shape ids=1x1..512`: passed to the compile as
+`hidetc compile` takes them; a benchmark model name then builds its dynamic variant): a
+dynamic artifact is timed at each combination of its symbols' sizes (`--at seq=16,128`,
+default each range's minimum, tuning sizes and maximum; `size_points`), one row each
+naming its `sizes`, the inputs made as for a static subject with the symbols at those
+sizes, ONNX Runtime beside it on the same feeds.
+
+`bench_subject(...)` yields a subject's rows (one for a static artifact);
+`format_table(rows)` the printed table; `profile_lines(row)` the slowest launches of a
+`--profile` row (per-launch times: on the cpu from the launcher's clock, on cuda from
+CUDA events around each launch of an un-captured pass; with template, config and, on
+cuda, grid and block).
 """
 from __future__ import annotations
 
+import inspect
+import itertools
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
-from hidetc.errors import InputError
+from hidetc.backends.runtime.sizes import read_dynamic
+from hidetc.errors import ArtifactError, ConfigError, InputError
+from hidetc.graph.dims import parse_size
 
 MEMORY_CHILD = r"""
 import json, resource, sys
@@ -64,8 +77,11 @@ print(json.dumps({"peak_rss_mb": peak}))
 """
 
 
-def _subject(arg: str, work: Path, tiny: bool) -> tuple[str, Optional[Path], Optional[Path]]:
-    """(name, onnx path or None, artifact dir or None) of a bench subject."""
+def _subject(arg: str, work: Path, tiny: bool, ranged: bool = False
+             ) -> tuple[str, Optional[Path], Optional[Path]]:
+    """(name, onnx path or None, artifact dir or None) of a bench subject; `ranged` (sizes
+    bound for the compile): a benchmark model is built with its dynamic axis where its
+    builder has one (bert_base "seq", resnet50 "batch")."""
     path = Path(arg)
     if path.is_dir() and (path / "manifest.yaml").is_file():
         from hidetc.backends.runtime.artifact import read_manifest
@@ -79,21 +95,96 @@ def _subject(arg: str, work: Path, tiny: bool) -> tuple[str, Optional[Path], Opt
     if arg not in models.REGISTRY:
         raise InputError(f"{arg}: not a model file, artifact directory or benchmark model "
                          f"(one of {', '.join(sorted(models.REGISTRY))})")
-    out = work / f"{arg}{'-tiny' if tiny else ''}.onnx"
+    dynamic = ranged and "dynamic" in inspect.signature(models.REGISTRY[arg]).parameters
+    out = work / f"{arg}{'-tiny' if tiny else ''}{'-dynamic' if dynamic else ''}.onnx"
     if not out.is_file():
-        models.save(models.build(arg, tiny=tiny), out)
+        models.save(models.build(arg, tiny=tiny, **({"dynamic": True} if dynamic else {})),
+                    out)
     return arg, out, None
 
 
-def _inputs(model, onnx_path: Optional[Path], seed: int) -> dict[str, np.ndarray]:
-    if onnx_path is not None:
-        import onnx
+def _bindings_tag(dims: Optional[Mapping], shapes: Optional[Mapping]) -> str:
+    """An artifact directory's suffix naming the compile's size bindings ("" when none),
+    so a range's artifact does not replace the static one: "-seq=1..512"."""
+    parts = [f"{k}={v}" for k, v in sorted((dims or {}).items())]
+    parts += [f"{k}={'x'.join(map(str, v))}" for k, v in sorted((shapes or {}).items())]
+    return re.sub(r"[^\w.=,-]", "_", "-" + ",".join(parts)) if parts else ""
 
+
+def size_points(manifest: dict, at: Optional[Mapping[str, Sequence[int]]],
+                subject: str) -> list[dict[str, int]]:
+    """The sizes to time an artifact at, one dict (symbol -> size, the manifest's symbol
+    order) per row: every combination of, per symbol, the sizes `at` gives, else its
+    range's minimum, tuning sizes and maximum (deduplicated). A static artifact: [{}],
+    one row without sizes. Raises a one-line InputError for an `at` name that is not a
+    symbol of the artifact, or a size outside its symbol's range."""
+    section = manifest.get("dynamic") or {}
+    symbols = section.get("symbols") or {}
+    at = dict(at or {})
+    for name in at:
+        if name not in symbols:
+            known = (f"its symbolic dimensions: {', '.join(symbols)}" if symbols else
+                     "a static artifact; compile it with --dim NAME=LO..HI or --shape")
+            raise InputError(f"--at {name}: not a symbolic dimension of {subject} ({known})")
+    order = [s for s in section.get("order", symbols) if s in symbols]
+    choices = []
+    for name in order:
+        lo, hi = int(symbols[name]["min"]), int(symbols[name]["max"])
+        picks = list(dict.fromkeys(at[name])) if name in at else \
+            sorted({lo, hi, *(int(o) for o in symbols[name].get("opt") or ())})
+        for size in picks:
+            if not lo <= size <= hi:
+                raise InputError(f"--at {name}={size}: outside the range {lo}..{hi} of "
+                                 f"dimension '{name}' of {subject}")
+        choices.append(picks)
+    return [dict(zip(order, combo)) for combo in itertools.product(*choices)]
+
+
+def _check_at_ranges(at: Optional[Mapping[str, Sequence[int]]], dims: Optional[Mapping],
+                     subject: str) -> None:
+    """Before a compile: `at`'s sizes of the dimensions `dims` binds to ranges are inside
+    them (the one-line error `size_points` gives after it; it checks the rest)."""
+    ranges = {}
+    for name, value in (dims or {}).items():
+        try:
+            rng = parse_size(str(value))
+        except ValueError:
+            continue            # (the compile's own one-line error)
+        if not rng.fixed and name in (at or {}):
+            ranges[name] = {"min": rng.lo, "max": rng.hi}
+    size_points({"dynamic": {"symbols": ranges}}, {k: at[k] for k in ranges}, subject)
+
+
+def _input_shapes(model, dynamic, sizes: Mapping[str, int]) -> dict[str, list[int]]:
+    """Each artifact input's shape: the manifest's, its symbols (`dynamic`: the
+    manifest's read by `read_dynamic`, None for a static artifact) at `sizes`."""
+    if dynamic is None:
+        return {s["name"]: list(s["shape"]) for s in model.inputs}
+    shapes = dynamic.shapes(sizes)
+    return {s["name"]: shapes[s["name"]] for s in model.inputs}
+
+
+def _inputs(model, proto, shapes: Mapping[str, list[int]], seed: int) -> dict[str, np.ndarray]:
+    """Seeded inputs of the artifact's input `shapes`. With the model file (`proto`):
+    `models.sample_inputs` (token ids within the vocabulary, attention masks), an input
+    whose declared dims differ from its shape (symbolic or unknown ones) declared at that
+    shape first -- a static file's inputs are left as they are. Else N(0, 1) floats and
+    zero integers."""
+    if proto is not None:
         import models
-        return models.sample_inputs(onnx.load(str(onnx_path), load_external_data=False), seed)
+        for info in proto.graph.input:
+            shape = shapes.get(info.name)
+            declared = info.type.tensor_type.shape
+            if shape is None or [d.dim_value for d in declared.dim] == list(shape):
+                continue
+            declared.ClearField("dim")
+            for size in shape:
+                declared.dim.add().dim_value = int(size)
+        return models.sample_inputs(proto, seed)
     rng = np.random.default_rng(seed)
-    return {s["name"]: (rng.standard_normal(s["shape"]).astype(s["dtype"])
-                        if s["dtype"].startswith("float") else np.zeros(s["shape"], s["dtype"]))
+    return {s["name"]: (rng.standard_normal(shapes[s["name"]]).astype(s["dtype"])
+                        if s["dtype"].startswith("float")
+                        else np.zeros(shapes[s["name"]], s["dtype"]))
             for s in model.inputs}
 
 
@@ -156,48 +247,98 @@ def peak_memory(kind: str, target: str, path: Path, inputs: dict, work: Path) ->
 def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str = "f32",
                   repeat: int = 20, tiny: bool = False, memory: bool = True,
                   profile: bool = False, vs_torch: bool = False,
-                  log: Callable[[str], None] = lambda s: None, **compile_options) -> dict:
-    """One row of the table (see the module docstring)."""
+                  at: Optional[Mapping[str, Sequence[int]]] = None,
+                  log: Callable[[str], None] = lambda s: None,
+                  **compile_options) -> Iterator[dict]:
+    """The rows of one subject, each yielded once timed (see the module docstring): one
+    for a static artifact, one per `size_points` combination (`at`) for a dynamic one.
+    `compile_options` go to the compile (`dims`, `shapes`: sizes or ranges, as
+    `hidetc.compile_model` takes them); binding sizes of an artifact directory, an `at`
+    name the artifact has no symbol of, or an `at` size outside its range is a one-line
+    error, raised before any timing."""
     import hidetc
-    from hidetc.driver.verify import compare, ort_errors, ort_reason
-    name, onnx_path, artifact = _subject(arg, work, tiny)
-    row: dict = {"model": name, "precision": precision}
+    from hidetc.driver.verify import ort_errors, ort_reason
+    bindings = {k: compile_options.get(k) for k in ("dims", "shapes")}
+    ranged = any(bindings.values())
+    name, onnx_path, artifact = _subject(arg, work, tiny, ranged)
+    head: dict = {"model": name, "precision": precision}
+    if artifact is not None and ranged:
+        raise ConfigError(f"--dim and --shape bind the sizes of a compile; {arg} is an "
+                          f"artifact directory (time its own ranges at sizes with --at)")
     if artifact is None:
-        artifact = work / f"{name}{'-tiny' if tiny else ''}-{precision}.out"
+        _check_at_ranges(at, bindings["dims"], name)
+        artifact = work / (f"{name}{'-tiny' if tiny else ''}-{precision}"
+                           f"{_bindings_tag(**bindings)}.out")
         log(f"{name}: compiling")
         start = time.perf_counter()
         result = hidetc.compile_model(onnx_path, artifact, target=target, precision=precision,
                                       verify=False, **compile_options)
-        row["compile_s"] = time.perf_counter() - start
-        row["tune_s"] = result.timings.get("tune_s", 0.0)
+        head["compile_s"] = time.perf_counter() - start
+        head["tune_s"] = result.timings.get("tune_s", 0.0)
     model = hidetc.load(artifact)
     manifest = model.manifest
+    points = size_points(manifest, at, name)
     if model.target == "cuda":
-        row["cuda_graph"] = model.uses_graph
+        head["cuda_graph"] = model.uses_graph
         if not model.uses_graph:
-            row["cuda_graph_unavailable"] = model.graph_unavailable
-    row.update(target=model.target, kernels=len(manifest["kernels"]),
-               arena_mb=manifest["memory"]["arena_bytes"] / 2**20,
-               intermediates_mb=manifest["memory"]["total_bytes"] / 2**20,
-               tuning=(manifest.get("tuning") or {}).get("enabled"))
-    inputs = _inputs(model, onnx_path, seed=1)
-    runners = {"hidetc": lambda: model.run(inputs)}
-    session = None
+            head["cuda_graph_unavailable"] = model.graph_unavailable
+    head.update(target=model.target, kernels=len(manifest["kernels"]),
+                arena_mb=manifest["memory"]["arena_bytes"] / 2**20,
+                intermediates_mb=manifest["memory"]["total_bytes"] / 2**20,
+                tuning=(manifest.get("tuning") or {}).get("enabled"))
+    proto, session, why = None, None, None
     if onnx_path is not None:
+        import onnx
+        proto = onnx.load(str(onnx_path), load_external_data=False)
         try:
             session, why = _ort_session(onnx_path, model.target)
-            if session is not None:
-                reference = dict(zip([o.name for o in session.get_outputs()],
-                                     session.run(None, inputs)))
+        except ort_errors() as exc:
+            why = f"onnxruntime cannot run this model: {ort_reason(exc)}"
+    dynamic = read_dynamic(manifest)
+    for sizes in points:
+        row = ({"model": name, "sizes": sizes} | head) if sizes else dict(head)
+        if sizes:       # the dispatch variant serving these sizes, and its launches
+            variant = dynamic.choose(sizes).index
+            row.update(variant=variant, kernels=manifest["dynamic"]["variants"][variant].get(
+                "kernels", row["kernels"]))
+        inputs = _inputs(model, proto, _input_shapes(model, dynamic, sizes), seed=1)
+        _time_row(row, model, inputs, session, why, onnx_path, repeat, vs_torch, log)
+        if memory:
+            row["hidetc_peak_mb"] = peak_memory("hidetc", model.target, artifact, inputs, work)
+            if "onnxruntime_ms" in row:
+                row["onnxruntime_peak_mb"] = peak_memory("onnxruntime", model.target,
+                                                         onnx_path, inputs, work)
+        if profile:
+            try:
+                row["profile"] = model.profile(inputs, repeat=max(3, repeat // 2))
+            except ArtifactError as exc:    # (a dispatch variant the runtime cannot profile)
+                if not sizes:
+                    raise
+                row["profile_unavailable"] = str(exc)
+        yield row
+
+
+def _time_row(row: dict, model, inputs: dict, session, why: Optional[str],
+              onnx_path: Optional[Path], repeat: int, vs_torch: bool,
+              log: Callable[[str], None]) -> None:
+    """Fill `row` with one size's check against ONNX Runtime (`session`; None: the row
+    says `why`, where the model file is known) and the timings of both runtimes on
+    `inputs`."""
+    from hidetc.driver.verify import compare, ort_errors, ort_reason
+    runners = {"hidetc": lambda: model.run(inputs)}
+    if session is not None:
+        try:
+            reference = dict(zip([o.name for o in session.get_outputs()],
+                                 session.run(None, inputs)))
         except ort_errors() as exc:
             session, why = None, f"onnxruntime cannot run this model: {ort_reason(exc)}"
-        if session is None:
-            row["onnxruntime_note"] = why
-        else:
-            tol = 1e-2 if precision == "f16" else 1e-4
-            row["check"] = compare(model.run(inputs), reference, tol)["status"]
-            runners["onnxruntime"] = lambda: session.run(None, inputs)
-    log(f"{name}: timing ({', '.join(runners)})")
+    if onnx_path is not None and session is None:
+        row["onnxruntime_note"] = why
+    elif session is not None:
+        tol = 1e-2 if row["precision"] == "f16" else 1e-4
+        row["check"] = compare(model.run(inputs), reference, tol)["status"]
+        runners["onnxruntime"] = lambda: session.run(None, inputs)
+    log(f"{_label(row)}: timing ({', '.join(runners)})")
     timed = alternate(runners, repeat)
     row["hidetc_ms"] = timed["hidetc"]["median_ms"]
     if "onnxruntime" in timed:
@@ -207,17 +348,16 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
                                                        timed["onnxruntime"]["round_best_ms"])
     if vs_torch and onnx_path is not None:
         from hidetc.tools.bench_torch import torch_peers
-        for peer, ms in torch_peers(name, model.target, precision, inputs, repeat).items():
+        for peer, ms in torch_peers(row["model"], model.target, row["precision"], inputs,
+                                    repeat).items():
             row[f"{peer}_ms"] = ms
             row[f"ratio_{peer}"] = row["hidetc_ms"] / ms if ms else None
-    if memory:
-        row["hidetc_peak_mb"] = peak_memory("hidetc", model.target, artifact, inputs, work)
-        if session is not None:
-            row["onnxruntime_peak_mb"] = peak_memory("onnxruntime", model.target, onnx_path,
-                                                     inputs, work)
-    if profile:
-        row["profile"] = model.profile(inputs, repeat=max(3, repeat // 2))
-    return row
+
+
+def _label(row: dict) -> str:
+    """The row's model and, for a size of a range, its sizes: "bert_base seq=128"."""
+    sizes = " ".join(f"{k}={v}" for k, v in (row.get("sizes") or {}).items())
+    return f"{row['model']} {sizes}" if sizes else row["model"]
 
 
 def format_table(rows: list[dict]) -> str:
@@ -235,7 +375,8 @@ def format_table(rows: list[dict]) -> str:
             mem = f"{r['hidetc_peak_mb']:.0f}"
             if r.get("onnxruntime_peak_mb"):
                 mem += f" vs {r['onnxruntime_peak_mb']:.0f}"
-        lines.append(f"{r['model']:<16}{r['target']:<7}{r['precision']:<5}"
+        label = _label(r) + (" " if r.get("sizes") else "")    # (a long label stays apart)
+        lines.append(f"{label:<16}{r['target']:<7}{r['precision']:<5}"
                      f"{r['hidetc_ms']:>10.2f}{ort_ms:>9}{ratio:>7}{paired:>7}{r['kernels']:>8}"
                      f"{comp:>10}{mem:>17}  {r.get('check', '-')}")
         for key in sorted(k for k in r if k.startswith("ratio_torch")):
@@ -254,7 +395,9 @@ def profile_lines(row: dict, top: int = 15) -> list[str]:
     """The `top` slowest launches of a profiled row, with their share of the total."""
     entries = sorted(row.get("profile", []), key=lambda e: -e["ms"])
     total = sum(e["ms"] for e in entries) or 1.0
-    lines = [f"{row['model']}: {len(entries)} launches, {total:.2f} ms in kernels"]
+    lines = [f"{_label(row)}: {len(entries)} launches, {total:.2f} ms in kernels"]
+    if row.get("profile_unavailable"):
+        lines[0] = f"{_label(row)}: no profile ({row['profile_unavailable']})"
     for e in entries[:top]:
         where = f"grid {e['grid']} block {e['block']}  " if "grid" in e else ""
         how = f"{e['template']} {e.get('config') or ''}" if e.get("template") else "rule"
@@ -279,7 +422,7 @@ def plot(rows: list[dict], path: Path) -> None:
         values = [r.get(f"{system}_ms") or 0.0 for r in rows]
         ax.bar([x + i * width for x in range(len(rows))], values, width, label=system)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))])
-    ax.set_xticklabels([f"{r['model']}\n{r['precision']}" for r in rows])
+    ax.set_xticklabels([f"{_label(r)}\n{r['precision']}" for r in rows])
     ax.set_ylabel("latency, ms (batch 1, median)")
     ax.legend()
     fig.tight_layout()

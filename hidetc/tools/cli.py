@@ -342,25 +342,38 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, em
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="A bar chart of latency per model and system (matplotlib).")
 @click.option("--tune/--no-tune", default=None, help="As for compile (default: auto).")
+@click.option("--shape", "shape_args", multiple=True, metavar="NAME=1x1..512",
+              help="As for compile: bind input NAME's dims to sizes or ranges; repeatable.")
+@click.option("--dim", "dim_args", multiple=True, metavar="NAME=1..512",
+              help="As for compile: bind the model's named dimension NAME to a size or a "
+                   "range; repeatable.")
+@click.option("--at", "at_args", multiple=True, metavar="NAME=16,128",
+              help="Sizes of the symbolic dimension NAME to time a range's artifact at, "
+                   "one row per combination (default: each range's min, tuning sizes and "
+                   "max); repeatable.")
 @_handle_errors
 def bench_cmd(subjects, target, precision, repeat, tiny, peers, profile, no_memory, work,
-              json_path, plot_path, tune):
+              json_path, plot_path, tune, shape_args, dim_args, at_args):
     """Time models beside ONNX Runtime (and PyTorch with --vs torch). SUBJECTS: benchmark
-    model names (default: the five), .onnx files or artifact directories."""
+    model names (default: the five), .onnx files or artifact directories. An artifact for
+    ranges of sizes (--dim/--shape, or a directory compiled so) gets a row per size."""
     import platform
 
     import models
     from hidetc.tools.bench import bench_subject, format_table, plot, profile_lines
+    sizes = {"shapes": _parse_shapes(shape_args),
+             "dims": _named_args("--dim", dim_args, "NAME=1..512", parse_size, str)}
+    at = _named_args("--at", at_args, "NAME=16,128", parse_sizes, list)
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     click.echo(format_table([]))
     for subject in subjects or sorted(models.REGISTRY):
-        row = bench_subject(subject, work, target=target, precision=precision, repeat=repeat,
-                            tiny=tiny, memory=not no_memory, profile=profile,
-                            vs_torch="torch" in peers, tune=tune,
-                            log=lambda m: click.echo(m, err=True))
-        rows.append(row)
-        click.echo("\n".join(format_table([row]).splitlines()[1:]))
+        for row in bench_subject(subject, work, target=target, precision=precision,
+                                 repeat=repeat, tiny=tiny, memory=not no_memory,
+                                 profile=profile, vs_torch="torch" in peers, at=at, tune=tune,
+                                 log=lambda m: click.echo(m, err=True), **sizes):
+            rows.append(row)
+            click.echo("\n".join(format_table([row]).splitlines()[1:]))
     if profile:
         for row in rows:
             click.echo("\n".join(profile_lines(row)))

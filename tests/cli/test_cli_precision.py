@@ -11,14 +11,13 @@ import numpy as np
 import onnx
 import pytest
 import yaml
-from click.testing import CliRunner
+from helpers.cli import assert_one_line_error, invoke
 from onnx import TensorProto, helper, numpy_helper
 
 from hidetc.backends.runtime.select import gpu_available
 from hidetc.driver.config import CompileConfig, load_preset, make_config
 from hidetc.driver.context import CompileContext
 from hidetc.errors import ConfigError
-from hidetc.tools.cli import main
 
 RNG = np.random.default_rng(1)
 W = RNG.standard_normal((5, 3)).astype(np.float32)
@@ -33,18 +32,6 @@ def _mlp() -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.output, result.exception)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("hidetc: error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture

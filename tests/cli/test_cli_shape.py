@@ -6,39 +6,16 @@ import numpy as np
 import onnx
 import pytest
 import yaml
-from click.testing import CliRunner
+from helpers.cli import B, assert_one_line_error, invoke, relu_model
 from onnx import TensorProto, helper
 
 from hidetc.driver.config import CompileConfig, make_config
 from hidetc.errors import ConfigError
-from hidetc.tools.cli import main
-
-B = np.array([1.0, -2.0, 3.0], np.float32)
 
 
 def _symbolic_batch(unknown: bool = False) -> onnx.ModelProto:
     """y = relu(x + b), x: [N, 3] with N symbolic (or unknown: no dim_param)."""
-    batch = None if unknown else "N"
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])
-    nodes = [helper.make_node("Add", ["x", "b"], ["t"]), helper.make_node("Relu", ["t"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [x], [y], [onnx.numpy_helper.from_array(B, "b")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.exit_code == 2, (result.output, result.exception)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("hidetc: error: ")
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+    return relu_model([None if unknown else "N", 3])
 
 
 @pytest.fixture
