@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional
 from hidetc.backends.runtime.artifact import ArtifactWriter, check_output_dir
 from hidetc.driver.config import CompileConfig, make_config
 from hidetc.driver.context import CompileContext, environment_options
+from hidetc.driver.dispatch_report import dispatch_table, measure_table
 from hidetc.driver.dynamic import plan_variants, verification_sizes
 from hidetc.driver.emit import write_artifact
 from hidetc.driver.model import Model, load, profile_rows  # noqa: F401 (the API)
@@ -165,11 +166,13 @@ def _compile_ranges(model_path: Path, out_dir, ctx: CompileContext, graph,
     configs are valid at every size."""
     cfg = ctx.cfg
     tunings: list[dict] = []
+    chosen: list[dict] = []
 
     def build(g):
         selection = ctx.select(ctx.optimize(g))
         choices, tuning = _tune(ctx, selection, measure, progress)
         tunings.append(tuning)
+        chosen.append(choices)
         return ctx.plan(selection, choices)
 
     with assume(graph.symbols):
@@ -184,6 +187,11 @@ def _compile_ranges(model_path: Path, out_dir, ctx: CompileContext, graph,
             manifest["tuning"] = {**tunings[0], "variants": [
                 {k: t.get(k) for k in ("tasks", "from_records", "tuned", "candidates",
                                        "seconds")} for t in tunings]}
+            with RecordStore(Path(cfg.records) if cfg.records else None) as records:
+                if ctx.tunes:
+                    measure_table(variants, chosen, records, measure or ctx.measurer(),
+                                  ctx.machine)
+                manifest["dynamic"]["dispatch"] = dispatch_table(variants, chosen, records)
             timings["build_s"] = time.perf_counter() - clock
             manifest = _finish(writer, manifest, ctx, lambda w, m: {
                 **m, "verification": _verify_sizes(w.path, m, graph, model_path, cfg,

@@ -32,7 +32,7 @@ from hidetc.driver.launch import ExecutionPlan
 from hidetc.driver.plan import plan
 from hidetc.driver.select import Selection, select
 from hidetc.driver.tune.records import RecordStore
-from hidetc.driver.tune.search import Choice, tune
+from hidetc.driver.tune.search import Choice, LocalMeasurer, tune
 from hidetc.errors import ConfigError
 from hidetc.graph.ir import Graph
 from hidetc.graph.pipeline import lower_precision, optimize
@@ -111,6 +111,12 @@ class CompileContext:
         record = {"enabled": self.tunes, "space": self.level, "device": device,
                   "arch": arch, "records": str(records.path), **summary.as_dict()}
         return choices, record
+
+    def measurer(self) -> LocalMeasurer:
+        """The measurer tuning uses on this machine (no numerics budget: for timing
+        configs that were already candidates)."""
+        arch, _ = self.backend.record_facts(self.machine, self.present)
+        return LocalMeasurer(self.backend, arch)
 
     def plan(self, selection: Selection, choices: Optional[Mapping[Task, Any]] = None
              ) -> ExecutionPlan:

@@ -14,9 +14,9 @@ batch 1) is built from the graph at that size, static code with constant extents
 then one more at the first size no variant
 covers, until every size of the ranges is covered (checked over the whole grid of
 sizes, vectorized, up to `GRID_LIMIT` points; beyond that over a grid of
-`coverage_points` per symbol); one build per cell plus `MAX_EXTRA_VARIANTS` bounds it. The runtime picks the first
-variant whose guards hold (`hidetc.backends.runtime.sizes`): deterministic, nothing
-measured at run time.
+`coverage_points` per symbol); one build per cell plus `MAX_EXTRA_VARIANTS` bounds
+it. The runtime picks the first variant whose guards hold
+(`hidetc.backends.runtime.sizes`): deterministic, nothing measured at run time.
 
 Decided here: each variant's configs come from tuning (or the records) at its hint
 sizes, the static tasks there (the compile's `build`; the loss against the best

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hidetc.driver.dispatch_report import describe as describe_dispatch
 from hidetc.graph.guards import Guard
 
 
@@ -57,8 +58,8 @@ def context_line(memory: dict) -> str:
 
 def dynamic_lines(manifest: dict) -> list[str]:
     """A dynamic artifact's ranges, its dispatch variants (where each serves: its
-    guards) and the memory a pass needs at the ranges' minimum, tuning and maximum
-    sizes."""
+    guards), the dispatch table's measured loss (`driver.dispatch_report`) and the
+    memory a pass needs at the ranges' minimum, tuning and maximum sizes."""
     d = manifest.get("dynamic")
     if not d:
         return []
@@ -71,6 +72,7 @@ def dynamic_lines(manifest: dict) -> list[str]:
         hint = ", ".join(f"{n}={x}" for n, x in v["hint"].items())
         lines.append(f"  v{k} ({v['forward']}): {where}; planned at {hint}, "
                      f"{v['kernels']} launches")
+    lines += describe_dispatch(d.get("dispatch") or [])
     at = manifest["memory"].get("at_sizes")
     if at:
         lines.append("memory by size (arena + inputs + outputs): " + ", ".join(

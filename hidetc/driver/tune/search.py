@@ -32,8 +32,8 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional, Sequence
 
 from hidetc.compute.task import Task
 from hidetc.driver.select import Selection
@@ -51,6 +51,7 @@ class Choice:
     config: Any
     source: str           # "default" | "records" | "imported" | "tuned" | "default (all failed)"
     time_ms: Optional[float] = None
+    key: Any = None       # the records key it was looked up or tuned under (RecordKey)
 
 
 @dataclass(frozen=True)
@@ -211,13 +212,13 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
                       space_digest(template, static, limits))
         choice = _from_records(records, key, template, static, limits, exact=tune)
         if choice is not None:
-            choices[task] = choice
+            choices[task] = replace(choice, key=key)
             summary.from_records += 1
         elif tune:
             pending.append(_Pending(static, template, key,
                                     candidates(template, static, limits, level), task))
         else:
-            choices[task] = Choice(template, default, "default")
+            choices[task] = Choice(template, default, "default", key=key)
     total = sum(len(p.configs) for p in pending)
     ahead = getattr(measure, "prebuild", None)
     if ahead is not None and pending:
@@ -246,10 +247,10 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
         winner = best(results)
         records.save(p.key, results, winner.config if winner else None)
         if winner is None:
-            choices[p.owner] = Choice(template, configs[0], "default (all failed)")
+            choices[p.owner] = Choice(template, configs[0], "default (all failed)", key=p.key)
         else:   # one result per config, in order (the measurer's contract)
             config = configs[results.index(winner)]
-            choices[p.owner] = Choice(template, config, "tuned", winner.time_ms)
+            choices[p.owner] = Choice(template, config, "tuned", winner.time_ms, p.key)
     summary.seconds = time.perf_counter() - clock
     return choices, summary
 
@@ -267,3 +268,20 @@ def _from_records(records: RecordStore, key, template, task: Task, limits: Targe
     return Choice(template, config, source) if config is not None else None
 
 
+
+
+def measure_missing(records: RecordStore, key, task: Task, template, configs: Sequence,
+                    measure: Callable, limits: Target) -> int:
+    """Measure those of `configs` (of `template`, for the static `task`) that `key`'s
+    records have no result for, and add them to its candidates, the winner kept (what a
+    build already runs); the count measured. What a range compile's dispatch table
+    (`driver.dispatch_report`) measures so that every config of the table has a time at
+    every tuning size."""
+    have = records.candidates(key)
+    known = {c.config for c in have}
+    missing = [c for c in dict.fromkeys(configs) if repr(c) not in known]
+    if not missing:
+        return 0
+    results = measure(task, template, missing, target=limits)
+    records.save(key, [*have, *results], records.winner(key))
+    return len(missing)
