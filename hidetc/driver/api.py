@@ -115,10 +115,12 @@ def _finish(writer: ArtifactWriter, manifest: dict, ctx: CompileContext,
 
 
 def _tune(ctx: CompileContext, selection, measure: Optional[Callable],
-          progress: Optional[Callable] = None) -> tuple[dict, dict]:
-    """(choices, the manifest's tuning record) of a selection, through the records file."""
+          progress: Optional[Callable] = None, shared: Optional[dict] = None
+          ) -> tuple[dict, dict]:
+    """(choices, the manifest's tuning record) of a selection, through the records file
+    (`shared`: a range compile's configs across its variants, `tune.search.tune`)."""
     with RecordStore(Path(ctx.cfg.records) if ctx.cfg.records else None) as records:
-        return ctx.tune(selection, records, progress, measure)
+        return ctx.tune(selection, records, progress, measure, shared)
 
 
 def _written(writer: ArtifactWriter, ctx: CompileContext, plan, tuning: dict,
@@ -167,10 +169,11 @@ def _compile_ranges(model_path: Path, out_dir, ctx: CompileContext, graph,
     cfg = ctx.cfg
     tunings: list[dict] = []
     chosen: list[dict] = []
+    shared: dict = {}           # configs chosen so far, measured by later variants too
 
     def build(g):
         selection = ctx.select(ctx.optimize(g))
-        choices, tuning = _tune(ctx, selection, measure, progress)
+        choices, tuning = _tune(ctx, selection, measure, progress, shared)
         tunings.append(tuning)
         chosen.append(choices)
         return ctx.plan(selection, choices)

@@ -100,14 +100,16 @@ class CompileContext:
 
     def tune(self, selection: Selection, records: RecordStore,
              progress: Callable[[str, int, int], None] | None = None,
-             measure: Callable | None = None) -> tuple[dict[Task, Choice], dict]:
+             measure: Callable | None = None, shared: Optional[dict] = None
+             ) -> tuple[dict[Task, Choice], dict]:
         """The configs of the selection's templated tasks (records, tuning here or
         defaults) and the manifest's `tuning` record (`hidetc.driver.tune.search`)."""
         arch, device = self.backend.record_facts(self.machine, self.present)
         choices, summary = tune(selection, self.backend, self.machine, tune=self.tunes,
                                 level=self.level, arch=arch, records=records, device=device,
                                 toolchain=self.backend.toolchain(), progress=progress,
-                                measure=measure, tolerance=self.cfg.tolerance)
+                                measure=measure, tolerance=self.cfg.tolerance,
+                                shared=shared)
         record = {"enabled": self.tunes, "space": self.level, "device": device,
                   "arch": arch, "records": str(records.path), **summary.as_dict()}
         return choices, record

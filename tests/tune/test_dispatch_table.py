@@ -28,7 +28,7 @@ def fake_measure(task, template, configs, *, target, progress=None):
     return [CandidateResult(repr(c), _time(c, task), None) for c in configs]
 
 
-def _compile(tmp, space: int):
+def _compile(tmp, space: int, tune: bool = True):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])
     w = numpy_helper.from_array(
@@ -38,8 +38,8 @@ def _compile(tmp, space: int):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, tmp / "mm.onnx")
-    out = tmp / f"out{space}"
-    hidetc.compile_model(tmp / "mm.onnx", out, target="cpu", dims={"N": "1..64"}, tune=True,
+    out = tmp / f"out{space}{'' if tune else '-records'}"
+    hidetc.compile_model(tmp / "mm.onnx", out, target="cpu", dims={"N": "1..64"}, tune=tune,
                          space=space, records=str(tmp / f"records{space}.sqlite"),
                          measure=fake_measure)
     return out
@@ -87,6 +87,18 @@ def test_each_size_s_config_against_the_best_measured_there(tuned):
         worst[k] = max(a["loss"] if a["config"] == config else a["others"][f"v{k}"]
                        for a in row["at"])
     assert row["single_config_loss"] == min(worst.values())
+
+
+def test_a_neighbour_s_winner_is_tuned_and_read_back_from_the_records(tuned):
+    """Each interval measures the earlier intervals' winners beside its own space (the
+    fake's N=16 prefers N=4's tile, outside the space N=16 prunes to), and a compile
+    that reads the records (no tuning) runs the same configs."""
+    table = yaml.safe_load((tuned / "manifest.yaml").read_text())["dynamic"]["dispatch"]
+    assert all(a["loss"] == 0 for a in table[0]["at"])
+    again = _compile(tuned.parent, space=2, tune=False)
+    reread = yaml.safe_load((again / "manifest.yaml").read_text())["dynamic"]["dispatch"]
+    assert [(a["config"], a["source"]) for a in reread[0]["at"]] == \
+        [(a["config"], "records") for a in table[0]["at"]]
 
 
 def test_inspect_says_the_table_s_losses(tuned):

@@ -185,14 +185,17 @@ class LocalMeasurer:
 def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: int, arch: str,
          records: RecordStore, device: str, toolchain: str,
          progress: Callable[[str, int, int], None] | None = None,
-         measure: Callable | None = None, tolerance: Optional[float] = None
-         ) -> tuple[dict[Task, Choice], TuneSummary]:
+         measure: Callable | None = None, tolerance: Optional[float] = None,
+         shared: Optional[dict] = None) -> tuple[dict[Task, Choice], TuneSummary]:
     """{task: Choice} for every templated task of `selection` (see the module
     docstring). `progress(label, done, total)` is called as candidates finish. `limits`:
     the Target the kernels are built for; `arch` keys the records (the facts of the
     target that change the choice). `measure` times candidates (default
     `LocalMeasurer(backend, arch)`; its `prebuild`, where it has one, runs first over
-    every pending task)."""
+    every pending task). `shared` (a range compile's, across its dispatch variants): per
+    (template, symbolic task signature), the configs earlier variants chose; a symbolic
+    task measures them too, beside its size's candidates (a size's space is pruned by
+    the size; the neighbouring interval's winner, valid at every size, may beat it)."""
     clock = time.perf_counter()
     summary = TuneSummary()
     choices: dict[Task, Choice] = {}
@@ -210,13 +213,18 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
         static = task.hinted()
         key = key_for(static, template.name, device, arch, toolchain,
                       space_digest(template, static, limits))
-        choice = _from_records(records, key, template, static, limits, exact=tune)
+        extra = shared.get((template.name, task.signature()), []) \
+            if shared is not None and task.symbolic else []
+        choice = _from_records(records, key, template, static, limits, exact=tune,
+                               extra=extra)
         if choice is not None:
             choices[task] = replace(choice, key=key)
             summary.from_records += 1
         elif tune:
-            pending.append(_Pending(static, template, key,
-                                    candidates(template, static, limits, level), task))
+            configs = candidates(template, static, limits, level)
+            seen = {repr(c) for c in configs}
+            configs = configs + [c for c in extra if repr(c) not in seen]
+            pending.append(_Pending(static, template, key, configs, task))
         else:
             choices[task] = Choice(template, default, "default", key=key)
     total = sum(len(p.configs) for p in pending)
@@ -251,12 +259,18 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
         else:   # one result per config, in order (the measurer's contract)
             config = configs[results.index(winner)]
             choices[p.owner] = Choice(template, config, "tuned", winner.time_ms, p.key)
+    if shared is not None:
+        for task, choice in choices.items():
+            if task.symbolic:
+                kept = shared.setdefault((choice.template.name, task.signature()), [])
+                if repr(choice.config) not in {repr(c) for c in kept}:
+                    kept.append(choice.config)
     summary.seconds = time.perf_counter() - clock
     return choices, summary
 
 
 def _from_records(records: RecordStore, key, template, task: Task, limits: Target,
-                  exact: bool) -> Choice | None:
+                  exact: bool, extra: Sequence = ()) -> Choice | None:
     stored = records.winner(key)
     source = "records"
     if stored is None and not exact:
@@ -264,7 +278,8 @@ def _from_records(records: RecordStore, key, template, task: Task, limits: Targe
         source = "imported"
     if stored is None:
         return None
-    config = resolve_config(template, task, limits, stored)
+    config = resolve_config(template, task, limits, stored) or next(
+        (c for c in extra if repr(c) == stored), None)     # (another variant's winner)
     return Choice(template, config, source) if config is not None else None
 
 
