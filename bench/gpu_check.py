@@ -26,6 +26,9 @@ its own cap (a fault, a hang or a kill costs that row only), clipped by the budg
   peers           PyTorch eager and eager+CUDA graph (channels_last for the CNNs) for all
                   five in one process (bench/gpu_peers.py), then eager+graph f32
   model_f32_NAME  the five models in f32 (peers with TF32 off)
+  dynamic_f16_bert  BERT compiled once for seq 1..512 beside static artifacts at 16, 128
+                  and 384: outputs vs ONNX Runtime, device time dynamic/static
+                  (bench/gpu_dynamic.py)
   peers_compile   torch.compile (reduce-overhead) for BERT-base and ResNet-50, f16
   template_tests  the template tests (awkward shapes, sampled configs) on the GPU
   tune            BERT-base f16 tuned with --space 2 (how long the full space takes)
@@ -172,6 +175,11 @@ def plan(run: Run) -> list[Step]:
     steps.append(peers_step("peers", 120, graph_f16 + [(m, "eager", "f16") for m in MODELS] +
                             [(m, "eager+graph", "f32") for m in MODELS], run))
     steps += [model_step(m, "f32", 45, run) for m in MODELS]
+    dynamic = [py, f"{bench}/gpu_dynamic.py", "{figures}", "--device", run.device,
+               "--seconds", "{seconds}", "--repeat", "100" if run.device == "gpu" else "5"]
+    if dry:
+        dynamic += ["--tiny", "--range", "1..32", "--lengths", "4,16,32"]
+    steps.append(Step("dynamic_f16_bert", 150, dynamic))
     steps.append(peers_step("peers_compile", 150, [("bert_base", "compile", "f16"),
                                                    ("resnet50", "compile", "f16")], run))
     steps.append(pytest_step("template_tests", 150, TEMPLATE_TESTS, run))

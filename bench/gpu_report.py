@@ -34,7 +34,9 @@ def collect(doc: dict, step: str, entry: dict) -> None:
     figures = entry.get("figures")
     if not isinstance(figures, dict):
         return
-    if "model" in figures and "precision" in figures:
+    if step.startswith("dynamic"):
+        doc["dynamic"] = figures
+    elif "model" in figures and "precision" in figures:
         key = figures["precision"] + ("-tuned" if step.startswith("tuned") else "")
         doc.setdefault("models", {}).setdefault(figures["model"], {})[key] = figures
     elif step.startswith("peers"):
@@ -180,6 +182,23 @@ def cpu_rows(doc: dict) -> list[list[str]]:
     return rows
 
 
+def dynamic_lines(doc: dict) -> list[str]:
+    """The dynamic-shapes step's rows: per length, both checks and dynamic/static."""
+    d = doc.get("dynamic")
+    if not d:
+        return []
+    lines = [f"dynamic {d.get('model')} {d.get('precision')} seq {d.get('range')} "
+             f"({d.get('variants', '?')} variants): {d.get('status')}"]
+    for row in d.get("lengths", []):
+        ratio = row.get("dynamic_over_static")
+        lines.append(f"  seq {row['seq']}: variant {row.get('variant')}, checks "
+                     f"{row.get('dynamic_check', {}).get('status')}/"
+                     f"{row.get('static_check', {}).get('status')}, dynamic "
+                     f"{_ms(row.get('dynamic_ms'))} ms, static {_ms(row.get('static_ms'))} ms"
+                     + (f", ratio {ratio:.3f}" if ratio else ""))
+    return lines
+
+
 def markdown(doc: dict) -> str:
     lines = [f"# GPU check ({doc.get('mode')}) {doc.get('started', '')}", "",
              f"Device: {device_line(doc)}. torch {doc.get('torch', '-')}. Budget "
@@ -207,6 +226,9 @@ def markdown(doc: dict) -> str:
                           f"(of {prof['launches']}, {prof['total_ms']:.3f} ms in all"
                           f"{model_ms})", ""]
                 lines += [f"- {t}" for t in top]
+    if doc.get("dynamic"):
+        lines += ["", "## Dynamic shapes (one artifact for the range vs static ones)", ""] + \
+            [f"- {line.strip()}" for line in dynamic_lines(doc)]
     problems = faults(doc, 50)
     if problems:
         lines += ["", "## Faults and failures", ""] + [f"- {p}" for p in problems]
@@ -232,6 +254,7 @@ def summary(doc: dict) -> str:
         lines.append(f"cpu {model}: hidetc {_ms(row.get('hidetc_ms'))} ms, ORT "
                      f"{_ms(row.get('onnxruntime_ms'))} ms" +
                      (f", ratio {ratio:.2f}" if ratio else ""))
+    lines += dynamic_lines(doc)
     for model, precisions in doc.get("models", {}).items():
         for line in top_kernels(precisions.get("f16") or {}, 3):
             lines.append(f"top {model} f16: {line}"[:180])

@@ -122,10 +122,16 @@ class EmulatedCudaExecutor(Executor):
             return True
         return one.variant == 0 and bool(self.manifest["dynamic"]["variants"][0].get("static"))
 
-    def pass_of(self, inputs: Mapping[str, np.ndarray]) -> tuple[Pass, tuple[LaunchSpec, ...]]:
+    def pass_of(self, inputs: Mapping[str, np.ndarray]) -> Pass:
         """The pass `inputs` make (`runtime.sizes.pass_for`: specs at their sizes, the
-        dispatch variant) and its launches bound at those sizes (`LaunchSpec.at`)."""
-        one = pass_for(self.manifest, self.dynamic, inputs)
+        dispatch variant), as `CudaExecutor.pass_of`."""
+        return pass_for(self.manifest, self.dynamic, inputs)
+
+    def bound_pass(self, inputs: Mapping[str, np.ndarray]
+                   ) -> tuple[Pass, tuple[LaunchSpec, ...]]:
+        """The pass `inputs` make (`pass_of`) and its launches bound at its sizes
+        (`LaunchSpec.at`)."""
+        one = self.pass_of(inputs)
         launches = self.section.variants[one.variant]
         if self.dynamic is not None:
             launches = tuple(launch.at(one.sizes, self.dynamic.order) for launch in launches)
@@ -240,7 +246,7 @@ class EmulatedContext:
 
     def run_with_hook(self, inputs: Mapping[str, np.ndarray],
                       hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
-        one, _ = self._ex.pass_of(inputs)
+        one, _ = self._ex.bound_pass(inputs)
         if one.variant:
             raise ArtifactError("a launch-by-launch run of a dispatch variant other than the "
                                 "first is not supported yet")
@@ -277,7 +283,7 @@ class EmulatedContext:
         giving the bytes (a uint8 view) where a graph value lives, or None. A sanitized
         forward pass (digests, not reversed) also checks shared memory and red zones."""
         checking = digests is not None and not reverse
-        one, launches = self._ex.pass_of(inputs)
+        one, launches = self._ex.bound_pass(inputs)
         spaced = one.variant == 0       # the first variant's values have their regions
         arrays = [a.copy() for a in check_inputs(one.inputs, inputs)]
         if digests is not None:                 # a sanitized pass: inputs in red zones
@@ -420,7 +426,7 @@ class EmulatedContext:
         self._data_poison = self._ex._holds_poison(inputs)
         hazards: list[str] = []
         forward: list[str] = []
-        one, launches = self._ex.pass_of(inputs)
+        one, launches = self._ex.bound_pass(inputs)
         outs = self._poisoned(one.outputs, one.variant)
         result = self._run(inputs, None, digests=forward, outs=outs)
         writers = {index: launch.kernel for launch in launches if not launch.empty
