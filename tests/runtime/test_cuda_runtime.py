@@ -552,6 +552,7 @@ def test_fake_dynamic_runs_any_size_on_a_graph_per_shape(fake, tmp_path):
     """Each size runs its variant's launches at its grid and size argument, captured
     once per shape; the warm-up ran the largest size; outputs have the pass's shape."""
     ex = CudaExecutor(tmp_path, dynamic_artifact(tmp_path, graph_cache=8))
+    assert ex.uses_graph and not fake.graphs.graphs        # captured per shape, on use
     assert fake.grids == [("scale_bias_sized", (N // 256, 1, 1)),
                           ("relu_reverse_sized", (1, 1, 1))]      # warm-up at n = N
     for n in (1, 64, 65, 300, N, 300):

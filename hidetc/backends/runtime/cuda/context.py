@@ -119,6 +119,8 @@ class CudaContext:
                 self._launch_all(sync_each=True)
             if self._use_graph and executor.dynamic is None:
                 self._capture()
+            elif self._use_graph:     # each shape is captured on its first pass
+                self.uses_graph = executor._session.graph_unavailable is None
 
     # ------------------------------------------------------------ setup
 
