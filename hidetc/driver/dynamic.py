@@ -52,9 +52,15 @@ class Variant:
     guards: tuple[Guard, ...]
     plan: ExecutionPlan
 
-    def as_dict(self, forward: str) -> dict:
+    def as_dict(self, forward: str, first: bool = False) -> dict:
+        """The manifest's entry; a variant after the first also lists its launches'
+        kernels (name, anchor node, op, template, config: what a per-launch profile of
+        its passes names; the first's are the manifest's `kernels`)."""
+        listed = {} if first else {"launch_kernels": [
+            {"name": r.kernel, "node": r.node, "op": r.op, "template": r.choice.get("template"),
+             "config": r.choice.get("config")} for r in self.plan.launches]}
         return {"hint": dict(self.hint), "guards": [str(g) for g in self.guards],
-                "forward": forward, "kernels": len(self.plan.launches),
+                "forward": forward, "kernels": len(self.plan.launches), **listed,
                 "arena_bytes": int(self.plan.memory.arena_bytes),
                 "static": not self.plan.graph.symbols,
                 "output_sources": self.plan.output_sources}

@@ -61,7 +61,8 @@ def write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, ctx, model_path:
             "symbols": {s: r.as_dict() for s, r in graph.symbols.items()},
             "order": sorted(graph.symbols),
             "graph_cache": int(cfg.graph_cache),
-            "variants": [v.as_dict(forward_name(k)) for k, v in enumerate(variants)]}
+            "variants": [v.as_dict(forward_name(k), first=k == 0)
+                         for k, v in enumerate(variants)]}
     return plain(manifest)
 
 

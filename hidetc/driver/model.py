@@ -88,7 +88,8 @@ class Model:
         if profile is None:
             raise ArtifactError(f"{self.path}: per-kernel profiling is not supported for "
                                 f"the {self.target} target yet")
-        return profile_rows(self.manifest, profile(inputs, repeat))
+        times = profile(inputs, repeat)
+        return profile_rows(self.manifest, times, self._executor.pass_of(inputs).variant)
 
     def run_with_hook(self, inputs: Mapping[str, np.ndarray], hook) -> dict[str, np.ndarray]:
         """One pass launch by launch with `hook` around each launch (the CPU executor's

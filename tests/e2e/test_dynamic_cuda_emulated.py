@@ -91,3 +91,13 @@ def test_two_symbols_dispatch_in_the_emulator(tmp_path):
     for b, s in ((1, 1), (2, 13), (3, 40)):
         ids = np.random.default_rng(b * 100 + s).integers(0, 32, (b, s)).astype(np.int64)
         assert_matches(model.run({"ids": ids}), reference("encoder_dynamo", {"ids": ids}))
+
+
+def test_a_profile_in_the_emulator_follows_the_size_s_variant(cnn):
+    manifest = yaml.safe_load((cnn / "manifest.yaml").read_text())
+    last = len(manifest["dynamic"]["variants"]) - 1
+    model = hidetc.load(cnn, emulate=True)
+    rows = model.profile({"x": np.zeros((8, 3, 16, 16), np.float32)})
+    launches = manifest["cuda"]["variant_launches"][last - 1]
+    assert [r["kernel"] for r in rows] == [launch["kernel"] for launch in launches]
+    assert [r["grid"] for r in rows] == [launch["grid"] for launch in launches]

@@ -141,3 +141,16 @@ def test_threads_at_different_sizes_give_the_single_threaded_results(encoder):
                 together = list(pool.map(lambda f: model.run(f)["logits"], feeds * 2))
                 for k, got in enumerate(together):
                     np.testing.assert_array_equal(got, alone[k % len(feeds)])
+
+
+def test_a_profile_names_the_launches_of_the_size_s_variant(cnn):
+    """Per-launch times at a size of each variant, named by that variant's kernels."""
+    manifest = yaml.safe_load((cnn / "manifest.yaml").read_text())
+    variants = manifest["dynamic"]["variants"]
+    with hidetc.load(cnn) as model:
+        for batch, k in ((1, 0), (8, len(variants) - 1)):
+            x = np.zeros((batch, 3, 16, 16), np.float32)
+            rows = model.profile({"x": x}, repeat=2)
+            names = [r["name"] for r in variants[k]["launch_kernels"]] if k else \
+                [kernel["name"] for kernel in manifest["kernels"]]
+            assert [r["kernel"] for r in rows] == names and all(r["ms"] >= 0 for r in rows)

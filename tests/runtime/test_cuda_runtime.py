@@ -563,6 +563,7 @@ def test_fake_dynamic_runs_any_size_on_a_graph_per_shape(fake, tmp_path):
         np.testing.assert_array_equal(y, sized_expected(x))
     assert len(fake.graphs.graphs) == 5          # one per distinct size; 300 replayed
     assert fake.grids == []                      # the second 300: a replay, no capture
+    assert ex.profile({"x": np.ones(100, np.float32)}, repeat=1) == [0.25, 0.25]
     ex.close()
     assert sorted(fake.graphs.destroyed) == sorted(fake.graphs.graphs)
 

@@ -254,13 +254,19 @@ def read_manifest(out_dir: str | os.PathLike, *, verify_checksums: bool = True) 
 # ---------------------------------------------------------------- writing
 
 
-def profile_rows(manifest: dict, times: list[float]) -> list[dict]:
-    """Per launch (manifest order) with its time `times[i]` in ms: kernel, op, node,
-    template and config (None for a rule kernel) and, on cuda, grid and block and the
-    cost model's `estimate_us`, `blocks` and `waves` (measured beside estimated: what
-    fits the model's constants)."""
+def profile_rows(manifest: dict, times: list[float], variant: int = 0) -> list[dict]:
+    """Per launch (manifest order; a dynamic artifact's dispatch `variant`'s) with its
+    time `times[i]` in ms: kernel, op, node, template and config (None for a rule
+    kernel) and, on cuda, grid and block (a variant's grid as its expression of the
+    sizes) and the cost model's `estimate_us`, `blocks` and `waves` (the first
+    variant's: measured beside estimated, what fits the model's constants)."""
     kernels = manifest["kernels"]
-    launches = (manifest.get("cuda") or {}).get("launches") or [{}] * len(kernels)
+    launches = (manifest.get("cuda") or {}).get("launches")
+    if variant:
+        kernels = manifest["dynamic"]["variants"][variant]["launch_kernels"]
+        launches = ((manifest.get("cuda") or {}).get("variant_launches") or [None] * variant
+                    )[variant - 1]
+    launches = launches or [{}] * len(kernels)
     return [{"kernel": k["name"], "op": k["op"], "node": k.get("node"), "ms": t,
              "template": k.get("template"), "config": k.get("config"),
              **{key: launch[key] for key in ("grid", "block") if key in launch},

@@ -301,6 +301,8 @@ class EmulatedContext:
             if launch.empty:
                 if digests is not None:
                     digests.append(digests[-1] if digests else "")
+                if seconds is not None:
+                    seconds.append(0.0)
                 continue
             args = [self._pointer_arg(space, index, arrays, outs, step, j, spaced)
                     for j, (space, index) in enumerate(launch.args)]

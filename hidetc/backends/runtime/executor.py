@@ -22,7 +22,7 @@ import numpy as np
 
 from hidetc.backends.runtime import wait_policy
 from hidetc.backends.runtime.contexts import Executor
-from hidetc.backends.runtime.sizes import pass_for, read_dynamic
+from hidetc.backends.runtime.sizes import Pass, pass_for, read_dynamic
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.backends.toolchain.cache import default_cache_dir
 from hidetc.errors import ArtifactError, InputError
@@ -179,6 +179,10 @@ class CpuExecutor(Executor):
         fn.argtypes = [ctypes.c_void_p] * args
         return fn
 
+    def pass_of(self, inputs: Mapping[str, np.ndarray]) -> Pass:
+        """The pass `inputs` make (`runtime.sizes.pass_for`)."""
+        return pass_for(self.manifest, self.dynamic, inputs)
+
     def sizes_of(self, inputs: Mapping[str, np.ndarray]) -> tuple[list[dict], list[dict],
                                                                   int, np.ndarray]:
         """The pass's input and output specs at its sizes, its dispatch variant and the
@@ -261,11 +265,11 @@ class CpuContext:
 
     def profile(self, inputs: Mapping[str, np.ndarray], repeat: int = 10) -> list[float]:
         arrays, outs, variant, sizes = self._begin(inputs)
-        if variant:
-            raise ArtifactError("profiling a dispatch variant other than the first is not "
-                                "supported yet")
+        manifest = self._ex.manifest
+        count = manifest["dynamic"]["variants"][variant]["kernels"] if variant else \
+            len(manifest["kernels"])
         in_ptrs, out_ptrs = _pointers(arrays), _pointers(outs)
-        seconds = np.zeros((repeat + 1, max(len(self._ex.manifest["kernels"]), 1)), np.float64)
+        seconds = np.zeros((repeat + 1, max(count, 1)), np.float64)
         for r in range(repeat + 1):
             self._ex._profiles[variant](in_ptrs, out_ptrs, self._arena.ctypes.data,
                                         self._ex._blob.ctypes.data, sizes.ctypes.data,
