@@ -118,3 +118,30 @@ def test_untuned_tables_say_what_was_not_measured(tmp_path, tuned):
     assert all(a["source"] == "default" and a["loss"] is None for a in row["at"])
     result = CliRunner().invoke(main, ["inspect", str(out)])
     assert "not every config was measured" in result.output
+
+
+def _close_times(task, template, configs, *, target, progress=None):
+    """Every config within 1% of every other, the tile of about 8 rows per row the
+    fastest: each size has its own winner, none worth a second copy of the weights."""
+    rows = task.inputs[0].shape[0]
+    return [CandidateResult(repr(c), 1.0 + 0.01 * abs(c.mr * c.nr - 8 * rows)
+                            / (c.mr * c.nr + 8 * rows), None) for c in configs]
+
+
+def test_an_earlier_interval_s_config_within_3_percent_is_kept(tmp_path):
+    """Where an earlier interval's config is within KEEP_SLACK of a size's best, the
+    size runs it: one kernel and one packed copy of the weight for the intervals over
+    the range, the table's loss at most 3%."""
+    tmp = tmp_path
+    _compile(tmp, space=2)            # writes mm.onnx (its own records: unused here)
+    out = tmp / "kept"
+    hidetc.compile_model(tmp / "mm.onnx", out, target="cpu", dims={"N": "1..64"}, tune=True,
+                         space=2, records=str(tmp / "close.sqlite"), measure=_close_times)
+    manifest = yaml.safe_load((out / "manifest.yaml").read_text())
+    (row,) = manifest["dynamic"]["dispatch"]
+    symbolic = [a for a in row["at"] if not manifest["dynamic"]["variants"][a["variant"]]
+                ["static"]]
+    assert len(symbolic) >= 2 and len({a["config"] for a in symbolic}) == 1
+    assert all(a["loss"] <= 0.03 for a in row["at"])
+    packed = [name for name in manifest["weights"]["entries"] if name.startswith("w")]
+    assert len(packed) <= 2           # the one-size static cell may pack its own

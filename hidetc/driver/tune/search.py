@@ -43,6 +43,7 @@ from hidetc.driver.tune.records import RecordStore, resolve_config
 from hidetc.target import Target
 
 SHORT_LIST = 8
+KEEP_SLACK = 0.03     # a range compile keeps an earlier variant's config within 3% of the best
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class _Pending:
     key: Any
     configs: list
     owner: Optional[Task] = None
+    kept: tuple = ()           # configs earlier dispatch variants chose (`shared`)
 
     def __post_init__(self):
         if self.owner is None:
@@ -224,7 +226,7 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
             configs = candidates(template, static, limits, level)
             seen = {repr(c) for c in configs}
             configs = configs + [c for c in extra if repr(c) not in seen]
-            pending.append(_Pending(static, template, key, configs, task))
+            pending.append(_Pending(static, template, key, configs, task, tuple(extra)))
         else:
             choices[task] = Choice(template, default, "default", key=key)
     total = sum(len(p.configs) for p in pending)
@@ -257,6 +259,7 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
         if winner is None:
             choices[p.owner] = Choice(template, configs[0], "default (all failed)", key=p.key)
         else:   # one result per config, in order (the measurer's contract)
+            winner = _prefer_kept(results, winner, p.kept)
             config = configs[results.index(winner)]
             choices[p.owner] = Choice(template, config, "tuned", winner.time_ms, p.key)
     if shared is not None:
@@ -278,11 +281,25 @@ def _from_records(records: RecordStore, key, template, task: Task, limits: Targe
         source = "imported"
     if stored is None:
         return None
+    if extra:
+        results = records.candidates(key)
+        best_stored = next((r for r in results if r.config == stored), None)
+        if best_stored is not None:
+            stored = _prefer_kept(results, best_stored, tuple(extra)).config
     config = resolve_config(template, task, limits, stored) or next(
         (c for c in extra if repr(c) == stored), None)     # (another variant's winner)
     return Choice(template, config, source) if config is not None else None
 
 
+def _prefer_kept(results: Sequence, winner, kept: tuple):
+    """`winner`, or the fastest result of a config in `kept` (an earlier dispatch
+    variant's choice) when it is within KEEP_SLACK of it: the same config in two
+    variants is one kernel and one packed copy of its weights (a prepacked weight
+    otherwise stored once per packing), for a loss the dispatch table reports."""
+    names = {repr(c) for c in kept}
+    near = [r for r in results if r.config in names and r.error is None
+            and r.time_ms is not None and r.time_ms <= winner.time_ms * (1 + KEEP_SLACK)]
+    return min(near, key=lambda r: r.time_ms) if near else winner
 
 
 def measure_missing(records: RecordStore, key, task: Task, template, configs: Sequence,
