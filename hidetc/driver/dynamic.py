@@ -54,11 +54,20 @@ class Variant:
 
     def as_dict(self, forward: str, first: bool = False) -> dict:
         """The manifest's entry; a variant after the first also lists its launches'
-        kernels (name, anchor node, op, template, config: what a per-launch profile of
-        its passes names; the first's are the manifest's `kernels`)."""
-        listed = {} if first else {"launch_kernels": [
-            {"name": r.kernel, "node": r.node, "op": r.op, "template": r.choice.get("template"),
-             "config": r.choice.get("config")} for r in self.plan.launches]}
+        kernels (name, anchor node, op, template, config, the values of their arguments
+        and what they write: what a per-launch profile names and a launch-by-launch run
+        places) and its arena layout (`memory`: offsets and bytes); the first's are the
+        manifest's `kernels` and `memory`."""
+        plan = self.plan
+        listed = {} if first else {
+            "launch_kernels": [
+                {"name": r.kernel, "node": r.node, "op": r.op,
+                 "template": r.choice.get("template"), "config": r.choice.get("config"),
+                 "args": list(r.values), "writes": list(r.writes)} for r in plan.launches],
+            # its arena layout (values planned at the cell's largest sizes): what a
+            # launch-by-launch run and the emulator's sanitizer place values by
+            "memory": {"offsets": {k: int(v) for k, v in plan.memory.offsets.items()},
+                       "bytes": {k: int(v) for k, v in plan.value_bytes.items()}}}
         return {"hint": dict(self.hint), "guards": [str(g) for g in self.guards],
                 "forward": forward, "kernels": len(self.plan.launches), **listed,
                 "arena_bytes": int(self.plan.memory.arena_bytes),

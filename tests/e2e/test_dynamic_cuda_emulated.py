@@ -101,3 +101,23 @@ def test_a_profile_in_the_emulator_follows_the_size_s_variant(cnn):
     launches = manifest["cuda"]["variant_launches"][last - 1]
     assert [r["kernel"] for r in rows] == [launch["kernel"] for launch in launches]
     assert [r["grid"] for r in rows] == [launch["grid"] for launch in launches]
+
+
+def test_the_sanitizer_sees_every_variant_s_arena(cnn):
+    """Each dispatch variant's arena is poisoned and its values spaced between red zones
+    by its own layout (the manifest's per-variant memory): a launch that never ran at
+    batch 8 leaves the kernel after it reading poison, and the sanitizer says so."""
+    from hidetc.backends.runtime.emulated import SanitizerError
+    model = hidetc.load(cnn, emulate=True, sanitize=True)
+    module = model._executor.module
+    launch, skipped = module.launch, []
+
+    def skip_the_first(kernel, *args, **kwargs):
+        if not skipped:
+            skipped.append(kernel)
+            return None
+        return launch(kernel, *args, **kwargs)
+    module.launch = skip_the_first
+    with pytest.raises(SanitizerError, match="poison"):
+        model.run({"x": np.ones((8, 3, 16, 16), np.float32)})
+    assert skipped

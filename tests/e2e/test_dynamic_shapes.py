@@ -154,3 +154,24 @@ def test_a_profile_names_the_launches_of_the_size_s_variant(cnn):
             names = [r["name"] for r in variants[k]["launch_kernels"]] if k else \
                 [kernel["name"] for kernel in manifest["kernels"]]
             assert [r["kernel"] for r in rows] == names and all(r["ms"] >= 0 for r in rows)
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_a_launch_by_launch_run_follows_the_size_s_variant(cnn, batch):
+    """run_with_hook at a size of each variant: that variant's launch table and arena
+    layout, the sizes passed to its kernels; the outputs those of a plain pass, and the
+    hook sees every launch's written values where the variant placed them."""
+    x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)
+    seen = []
+
+    def hook(when, step, place):
+        if when == "after":
+            seen.append(step)
+    with hidetc.load(cnn) as model:
+        plain = model.run({"x": x})
+        hooked = model.run_with_hook({"x": x}, hook)
+        variant = model._executor.pass_of({"x": x}).variant
+    manifest = yaml.safe_load((cnn / "manifest.yaml").read_text())
+    count = manifest["dynamic"]["variants"][variant]["kernels"]
+    assert seen == list(range(count)) and (variant > 0) == (batch > 1)
+    np.testing.assert_array_equal(hooked["logits"], plain["logits"])

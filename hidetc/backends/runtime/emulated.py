@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
@@ -49,7 +50,7 @@ from hidetc.backends.runtime.emulator.emulator import (
     build_emulated,
 )
 from hidetc.backends.runtime.executor import check_inputs, collect_outputs, value_bytes
-from hidetc.backends.runtime.sizes import Pass, pass_for, read_dynamic
+from hidetc.backends.runtime.sizes import Pass, pass_for, read_dynamic, variant_view
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.errors import ArtifactError
 from hidetc.tir import scratch
@@ -98,13 +99,16 @@ class EmulatedCudaExecutor(Executor):
         blob, self.constants = read_weights(path / weights["file"], entries, mmap=False)
         self._weights = blob
         self.arena_bytes = max(int(manifest["memory"]["arena_bytes"]), 64)
-        self._spaced: Optional[dict[str, int]] = None     # sanitize: value -> its region
-        self._regions: list[tuple[str, int, int]] = []    # (value, start, end)
+        # per dispatch variant: its kernels and arena layout as the manifest gives them
+        # (`views`), and when sanitizing, each arena value's region (`layouts`)
+        self.views = [variant_view(manifest, k) for k in range(len(self.section.variants))]
+        self.layouts: list[Optional[Layout]] = [None] * len(self.views)
         self._spaced_weights: Optional[np.ndarray] = None   # sanitize: weights spaced out
         self._weight_at: dict[int, int] = {}                # offset -> its spaced offset
         self._weights_poison = False     # sanitize: a float weight holds poison's bits
         if sanitize:
-            self._space_values()
+            self.layouts = [self._space_values(view, launches)
+                            for view, launches in zip(self.views, self.section.variants)]
             self._space_weights()
             self._weights_poison = self._weights_hold_poison()
         self.uses_graph = False
@@ -157,22 +161,25 @@ class EmulatedCudaExecutor(Executor):
         return self.pooled("profile", inputs, repeat)
 
     # sanitizing: the layout ------------------------------------------------------
-    def _space_values(self) -> None:
-        """Give every arena value its own region between red zones (when the manifest
-        says each value's size and every launch argument's value)."""
-        memory = self.manifest["memory"]
-        sizes, kernels = memory.get("bytes"), self.manifest.get("kernels", [])
-        if not sizes or len(kernels) != len(self.section.launches):
-            return
-        pos, spaced = RED_ZONE, {}
+    def _space_values(self, view: Optional[dict], launches) -> Optional["Layout"]:
+        """Every arena value of a variant (`view`: its kernels and memory) in a region of
+        its own between red zones, when the manifest says each value's size and every
+        launch argument's value; None otherwise (the planned offsets are used)."""
+        if view is None:
+            return None
+        memory = view["memory"]
+        sizes, kernels = memory.get("bytes"), view.get("kernels", [])
+        if not sizes or len(kernels) != len(launches):
+            return None
+        pos, spaced, regions = RED_ZONE, {}, []
         for value in sorted(memory["offsets"]):
             if value not in sizes:
-                return
+                return None
             spaced[value] = pos
-            self._regions.append((value, pos, pos + int(sizes[value])))
+            regions.append((value, pos, pos + int(sizes[value])))
             pos += -(-int(sizes[value]) // 64) * 64 + RED_ZONE
-        self._spaced = spaced
-        self.arena_bytes = max(pos, self.arena_bytes)  # (other variants: planned offsets)
+        self.arena_bytes = max(pos, self.arena_bytes)
+        return Layout(spaced, regions)
 
     def _space_weights(self) -> None:
         """A copy of the weights with every entry between poisoned red zones: a read
@@ -229,6 +236,7 @@ class EmulatedContext:
         self.threads = threads                  # the emulator runs on the calling thread
         self.arena_bytes = executor.arena_bytes
         self._arena = np.zeros(executor.arena_bytes, np.uint8)
+        self._variant = 0             # the dispatch variant of the pass under way
         self._data_poison = False      # sanitize: the data holds poison's bits itself
         self._last_inputs: Optional[dict] = None     # of its last `run`, for `measure`
         # a sanitized pass's whole output and input buffers (red zones included)
@@ -246,24 +254,22 @@ class EmulatedContext:
 
     def run_with_hook(self, inputs: Mapping[str, np.ndarray],
                       hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
-        one, _ = self._ex.bound_pass(inputs)
-        if one.variant:
-            raise ArtifactError("a launch-by-launch run of a dispatch variant other than the "
-                                "first is not supported yet")
+        one = self._ex.pass_of(inputs)
         return self._run(inputs, None, outs=self._poisoned(one.outputs, one.variant),
                          hook=hook)
 
     def _pointer_arg(self, space: str, index: int, inputs, outputs, step: int = 0,
-                     position: int = 0, spaced: bool = True) -> np.ndarray:
+                     position: int = 0) -> np.ndarray:
         if space in SCALAR_FORMATS:         # a scalar: a size of the pass (i64), ...
             return np.dtype(SCALAR_FORMATS[space]).type(index)
         if space == "input":
             return inputs[index].reshape(-1).view(np.uint8)
         if space == "output":
             return outputs[index].reshape(-1).view(np.uint8)
-        if space == "arena" and spaced and self._ex._spaced is not None:
-            value = self.manifest["kernels"][step]["args"][position]
-            return self._arena[self._ex._spaced[value]:]
+        layout = self._ex.layouts[self._variant]
+        if space == "arena" and layout is not None:
+            value = self._ex.views[self._variant]["kernels"][step]["args"][position]
+            return self._arena[layout.spaced[value]:]
         if space == "weights" and self._ex._spaced_weights is not None:
             start = self._ex._weight_at.get(int(index))
             if start is not None:
@@ -284,7 +290,7 @@ class EmulatedContext:
         forward pass (digests, not reversed) also checks shared memory and red zones."""
         checking = digests is not None and not reverse
         one, launches = self._ex.bound_pass(inputs)
-        spaced = one.variant == 0       # the first variant's values have their regions
+        self._variant = one.variant
         arrays = [a.copy() for a in check_inputs(one.inputs, inputs)]
         if digests is not None:                 # a sanitized pass: inputs in red zones
             arrays = self._red_zoned_inputs(arrays)
@@ -304,7 +310,7 @@ class EmulatedContext:
                 if seconds is not None:
                     seconds.append(0.0)
                 continue
-            args = [self._pointer_arg(space, index, arrays, outs, step, j, spaced)
+            args = [self._pointer_arg(space, index, arrays, outs, step, j)
                     for j, (space, index) in enumerate(launch.args)]
             start = time.perf_counter()
             try:
@@ -319,7 +325,7 @@ class EmulatedContext:
             if hook is not None:
                 hook("after", step, place)
             if checking:
-                hazard = self._red_zone_hazard(launch.kernel, spaced)
+                hazard = self._red_zone_hazard(launch.kernel)
                 if hazard is not None:
                     raise SanitizerError([hazard])
             if digests is not None:
@@ -331,10 +337,14 @@ class EmulatedContext:
         return collect_outputs(self.manifest, arrays, outs, self._ex.constants, one.variant)
 
     def _place(self, value: str, arrays, outs) -> Optional[np.ndarray]:
-        """The bytes of graph value `value` in this pass: its arena region (its own,
-        when sanitizing), its output or input buffer; None for weights or unknown."""
-        start = self._ex._spaced.get(value) if self._ex._spaced is not None else None
-        return value_bytes(self.manifest, value, self._arena, arrays, outs, start)
+        """The bytes of graph value `value` in this pass (of its dispatch variant): its
+        arena region (its own, when sanitizing), its output or input buffer; None for
+        weights or unknown."""
+        layout, view = self._ex.layouts[self._variant], self._ex.views[self._variant]
+        if view is None:
+            return None
+        start = layout.spaced.get(value) if layout is not None else None
+        return value_bytes(view, value, self._arena, arrays, outs, start)
 
     # sanitizing: one pass's checks ------------------------------------------------
     def _red_zoned_inputs(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -351,10 +361,11 @@ class EmulatedContext:
     def _poisoned(self, specs: list[dict], variant: int = 0) -> list[np.ndarray]:
         """Poison the arena (but the zeroed region) and make sentinel-filled outputs
         (`specs`: the pass's, at its sizes), each inside red zones (`self._out_buffers`
-        keeps the whole buffers). A dispatch variant other than the first (whose arena
-        layout the manifest does not hold) gets a zeroed arena instead: its zeroed
-        region's place is not known here."""
-        if variant:
+        keeps the whole buffers). A dispatch variant whose layout the manifest does not
+        hold (an older hidetc's) gets a zeroed arena instead: its zeroed region's place
+        is not known."""
+        self._variant = variant
+        if self._ex.views[variant] is None:
             self._arena.fill(0)
         else:
             self._arena.fill(0xFF)
@@ -374,11 +385,12 @@ class EmulatedContext:
             self._out_buffers.append((spec["name"], buf))
         return outs
 
-    def _red_zone_hazard(self, kernel: str, spaced: bool = True) -> Optional[str]:
-        """Which red zone `kernel` wrote into, if any (the arena's: in a pass with the
-        values spaced out, `spaced`)."""
+    def _red_zone_hazard(self, kernel: str) -> Optional[str]:
+        """Which red zone `kernel` wrote into, if any (the arena's: where the pass's
+        variant has its values spaced out)."""
         arena = self._arena
-        for value, start, end in self._ex._regions if spaced else ():
+        layout = self._ex.layouts[self._variant]
+        for value, start, end in layout.regions if layout is not None else ():
             after = arena[end:-(-end // 64) * 64 + RED_ZONE]
             before = arena[start - RED_ZONE:start]
             for zone, where in ((after, "past the end of"), (before, "before")):
@@ -402,11 +414,12 @@ class EmulatedContext:
     def _poisoned_values(self) -> list[str]:
         """After a sanitized forward pass: the float arena values (each in its own
         region) holding poison's bits, named with the kernels that write them."""
-        if self._ex._spaced is None:
+        view = self._ex.views[self._variant]
+        if self._ex.layouts[self._variant] is None or view is None:
             return []
-        memory, hazards = self.manifest["memory"], []
+        memory, hazards = view["memory"], []
         writers: dict[str, list[str]] = {}
-        for k in self.manifest.get("kernels", []):
+        for k in view.get("kernels", []):
             for value in k.get("writes", []):
                 writers.setdefault(value, []).append(k["name"])
         for value, dtype in sorted(memory.get("dtypes", {}).items()):
@@ -485,3 +498,11 @@ def _zero_inputs(manifest: dict, dynamic) -> dict[str, np.ndarray]:
         return {s["name"]: np.zeros(s["shape"], s["dtype"]) for s in manifest["inputs"]}
     shapes = dynamic.shapes({name: lo for name, (lo, _) in dynamic.ranges.items()})
     return {s["name"]: np.zeros(shapes[s["name"]], s["dtype"]) for s in manifest["inputs"]}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A sanitized pass's arena: each value's region start and (value, start, end)."""
+    spaced: dict
+    regions: list
+

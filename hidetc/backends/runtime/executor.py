@@ -22,7 +22,7 @@ import numpy as np
 
 from hidetc.backends.runtime import wait_policy
 from hidetc.backends.runtime.contexts import Executor
-from hidetc.backends.runtime.sizes import Pass, pass_for, read_dynamic
+from hidetc.backends.runtime.sizes import Pass, pass_for, read_dynamic, variant_view
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.backends.toolchain.cache import default_cache_dir
 from hidetc.errors import ArtifactError, InputError
@@ -208,12 +208,11 @@ class CpuExecutor(Executor):
         manifest's `cpu.launches` say where each argument lives), with
         `hook("before" | "after", step, place)` around each launch; `place(value)` is the
         bytes (a uint8 view) where graph value `value` lives, or None (weights, or not
-        in this pass). What the per-kernel comparison and the verification recovery
-        drive; ArtifactError for an artifact without the table (an older hidetc)."""
+        in this pass). A dynamic artifact runs the variant the inputs' sizes select, by
+        its own launch table and layout (`sizes.variant_view`). What the per-kernel
+        comparison and the verification recovery drive; ArtifactError for an artifact
+        without the table (an older hidetc)."""
         table = (self.manifest.get("cpu") or {}).get("launches")
-        if self.dynamic is not None:
-            raise ArtifactError("a launch-by-launch run of an artifact for a range of sizes "
-                                "is not supported yet")
         if table is None or len(table) != len(self.manifest["kernels"]):
             raise ArtifactError("this artifact has no launch table (compiled by an older "
                                 "hidetc): recompile it to run it launch by launch")
@@ -279,23 +278,31 @@ class CpuContext:
     def run_with_hook(self, inputs: Mapping[str, np.ndarray],
                       hook: Callable[[str, int, Callable], None]) -> dict[str, np.ndarray]:
         manifest, lib, arena, blob = self._ex.manifest, self._ex._lib, self._arena, self._ex._blob
-        arrays, outs, _, _ = self._begin(inputs, np.zeros)
+        arrays, outs, variant, sizes = self._begin(inputs, np.zeros)
+        view = variant_view(manifest, variant)
+        table = manifest["cpu"]["launches"] if not variant else \
+            (manifest["cpu"].get("variant_launches") or [None] * variant)[variant - 1]
+        if view is None or table is None:
+            raise ArtifactError("this artifact holds no launch table of its dispatch variant "
+                                f"{variant} (compiled by an older hidetc): recompile it to run "
+                                f"it launch by launch")
 
         def place(value: str) -> Optional[np.ndarray]:
-            return value_bytes(manifest, value, arena, arrays, outs)
+            return value_bytes(view, value, arena, arrays, outs)
 
         bases = {"input": [a.ctypes.data for a in arrays],
                  "output": [o.ctypes.data for o in outs]}
-        for step, (kernel, args) in enumerate(zip(manifest["kernels"],
-                                                  manifest["cpu"]["launches"])):
+        for step, (kernel, args) in enumerate(zip(view["kernels"], table)):
             hook("before", step, place)
             ptrs = (ctypes.c_void_p * max(len(args), 1))()
             for i, (space, index) in enumerate(args):
                 if space in bases:
                     ptrs[i] = bases[space][index]
+                elif space == "size":           # the entry reads an int64 from there
+                    ptrs[i] = sizes.ctypes.data + 8 * int(index)
                 else:
                     base = arena if space == "arena" else blob
                     ptrs[i] = base.ctypes.data + int(index)
             getattr(lib, f"{kernel['name']}_entry")(ptrs)
             hook("after", step, place)
-        return collect_outputs(manifest, arrays, outs, self._ex.constants)
+        return collect_outputs(manifest, arrays, outs, self._ex.constants, variant)

@@ -164,3 +164,18 @@ def _plain_symbol(dim: Dim) -> Optional[str]:
 
 def _text(dims: tuple[Dim, ...]) -> str:
     return "x".join(str(d) for d in dims)
+
+
+def variant_view(manifest: dict, variant: int) -> Optional[dict]:
+    """The manifest as it reads for dispatch `variant`: its kernels (`launch_kernels`:
+    names, the values of their arguments, what they write) and its arena layout
+    (`memory`: offsets and bytes) in place of the first variant's; the manifest itself
+    for the first (or a static artifact); None where the manifest holds no layout of
+    the variant (an older hidetc's)."""
+    if not variant:
+        return manifest
+    v = manifest["dynamic"]["variants"][variant]
+    if "launch_kernels" not in v or "memory" not in v:
+        return None
+    return {**manifest, "kernels": v["launch_kernels"],
+            "memory": {**v["memory"], "dtypes": manifest["memory"].get("dtypes", {})}}
