@@ -29,7 +29,7 @@ from typing import Mapping, Optional
 from hidetc.errors import ConfigError
 
 ENV = "HIDETC_CPU_ISA"
-CHOICES = ("auto", "avx2", "avx512")
+CHOICES = ("auto", "avx2", "avx512")          # HIDETC_CPU_ISA: the build's own kernels
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,15 @@ AVX2 = Isa("avx2", 8, ("-mavx2", "-mfma"), "avx2",
 AVX512 = Isa("avx512", 16, ("-mavx2", "-mfma", "-mavx512f"), "avx512f",
              ((8, 32), (12, 32), (14, 32), (6, 48), (8, 48), (4, 64)))
 ISAS = {isa.name: isa for isa in (AVX2, AVX512)}
+# Machine features recorded beside the ISA (`CpuTarget.features`): what a kernel family
+# beyond the f32 ones needs. AVX512_BF16 (Cooper Lake, Sapphire Rapids and on; Zen 4):
+# vdpbf16ps, pairs of bf16 multiplied and summed into f32 -- what `--precision bf16`
+# needs; AMX-BF16 and AVX512_VNNI for later kernels.
+BF16 = "avx512_bf16"
+FEATURES = (BF16, "amx_bf16", "avx512_vnni")
+# the `--cpu-isa` names: an ISA, or an ISA with features (a cross-compile for a CPU
+# with AVX512_BF16)
+NAMED = {"avx2": ("avx2", ()), "avx512": ("avx512", ()), "avx512_bf16": ("avx512", (BF16,))}
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,6 +81,17 @@ def runs_here(isa: Isa) -> bool:
     """Whether this CPU can run kernels built for `isa` (assumed so where the flags
     cannot be read)."""
     return not host_flags() or host_supports(isa)
+
+
+def host_features() -> tuple[str, ...]:
+    """The FEATURES this host has (in FEATURES' order)."""
+    return tuple(f for f in FEATURES if f in host_flags())
+
+
+def features_missing(features) -> tuple[str, ...]:
+    """Those of `features` this host lacks (none where the flags cannot be read)."""
+    flags = host_flags()
+    return tuple(f for f in features if flags and f not in flags)
 
 
 def host_best() -> Isa:

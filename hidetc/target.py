@@ -53,8 +53,12 @@ class CpuTarget(Target):
     l1_bytes: int = FALLBACK_CACHES["l1_bytes"]    # per core (data)
     l2_bytes: int = FALLBACK_CACHES["l2_bytes"]    # per core
     l3_bytes: int = FALLBACK_CACHES["l3_bytes"]    # shared; 0: unknown or none
+    # the machine's cpu_isa.FEATURES (AVX512_BF16, AMX-BF16, VNNI): detected, or implied
+    # by a named ISA for a cross-compile
+    features: tuple[str, ...] = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "features", tuple(self.features))
         if self.cores < 1:
             raise ConfigError(f"a cpu target needs at least 1 core, got {self.cores}")
         if self.isa not in cpu_isa.ISAS:
@@ -222,10 +226,15 @@ def host_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict
 
 def detect_cpu(cores: Optional[int] = None, isa: Optional[str] = None) -> CpuTarget:
     """This host's CpuTarget; `cores` (a cross-compile for another core count) and `isa`
-    override what is detected."""
+    override what is detected (`isa`: a `cpu_isa.NAMED` name, which sets the features:
+    `avx512_bf16` is AVX-512 with AVX512_BF16)."""
     if cores is not None and cores < 1:
         raise ConfigError(f"--cpu-cores {cores}: expected at least 1")
-    return CpuTarget(isa=isa or cpu_isa.host_best().name,
+    if isa is None:
+        isa, features = cpu_isa.host_best().name, cpu_isa.host_features()
+    else:
+        isa, features = cpu_isa.NAMED[isa]
+    return CpuTarget(isa=isa, features=features,
                      cores=cores if cores is not None else usable_cores(), **host_caches())
 
 

@@ -36,7 +36,7 @@ from hidetc.backends.runtime.select import gpu_available, gpu_limits, gpu_name
 from hidetc.backends.toolchain.nvcc import default_arch, parse_archs
 from hidetc.driver.build import build_cpu_library, launch_table
 from hidetc.driver.build_cuda import build_cuda_modules
-from hidetc.driver.config import CompileConfig, f16_needs_cuda
+from hidetc.driver.config import CompileConfig, bf16_needs, bf16_not_built, f16_needs_cuda
 from hidetc.driver.launch import ExecutionPlan
 from hidetc.driver.tune.keys import cpu_arch, cpu_device, gcc_version, nvcc_version
 from hidetc.driver.tune.measure import measure_cpu, prebuild_cpu
@@ -74,14 +74,25 @@ class CpuBackend:
         only), then channels-last convolutions (`wants_nhwc_cpu`)."""
         return CPU_HALF_PASSES + layout_passes(wants_nhwc_cpu)
 
-    def check_precision(self, precision: str, named: bool) -> None:
-        """The cpu computes in f32 (f16 models compute there between Casts)."""
-        if precision != "f32":
+    def check_precision(self, precision: str, named: bool, machine: CpuTarget) -> None:
+        """The cpu computes in f32 (f16 models compute there between Casts); bf16 needs
+        a machine with AVX512_BF16 (`machine`: this host's, or the named --cpu-isa)."""
+        if precision == "f16":
             picked = "" if named else ", and --target auto picked cpu (no usable CUDA GPU here)"
             raise ConfigError(f16_needs_cuda(picked))
+        if precision == "bf16":
+            raise ConfigError(bf16_not_built("cpu"))
 
     def machine(self, cfg: CompileConfig) -> CpuTarget:
-        return detect_cpu(cores=cfg.cpu_cores, isa=cfg.cpu_isa)
+        """This host's cpu (or the named --cpu-isa / --cpu-cores: `avx512_bf16` for a CPU
+        with AVX512_BF16); a bf16 compile for a machine without AVX512_BF16 is a
+        one-line ConfigError naming the missing feature."""
+        machine = detect_cpu(cores=cfg.cpu_cores, isa=cfg.cpu_isa)
+        if cfg.precision == "bf16" and cpu_isa.BF16 not in machine.features:
+            where = f"--cpu-isa {cfg.cpu_isa}" if cfg.cpu_isa else "this CPU"
+            has = ", ".join((machine.isa, *machine.features))
+            raise ConfigError(bf16_needs(where, has))
+        return machine
 
     @staticmethod
     def runs_kernels(machine: CpuTarget) -> bool:
@@ -127,8 +138,11 @@ class CpuBackend:
         return {"library": str(library.relative_to(root)), "cpu": cpu,
                 "resources": resources}
 
-    def manifest_facts(self, machine: CpuTarget) -> dict:
-        return {"cpu_isa": machine.isa}
+    def manifest_facts(self, machine: CpuTarget, precision: str = "f32") -> dict:
+        """The ISA of the kernels and the machine features they use (AVX512_BF16 for a
+        bf16 artifact): a host without one refuses to load the artifact."""
+        return {"cpu_isa": machine.isa,
+                "cpu_features": [cpu_isa.BF16] if precision == "bf16" else []}
 
     def space_set(self, arch: Optional[str] = None) -> tuple:
         """(label, machine, templates) for `hidetc inspect --space`: this host's cpu (the
@@ -160,8 +174,10 @@ class CudaBackend:
         layout = layout_passes(wants_nhwc) if precision == "f16" else ()
         return layout + ATTENTION_PASSES
 
-    def check_precision(self, precision: str, named: bool) -> None:
-        """f32 and f16 both compute here."""
+    def check_precision(self, precision: str, named: bool, machine: CudaTarget) -> None:
+        """f32 and f16 both compute here; bf16 not yet."""
+        if precision == "bf16":
+            raise ConfigError(bf16_not_built("cuda"))
 
     @staticmethod
     def archs(cfg: CompileConfig) -> tuple[str, ...]:
@@ -213,7 +229,7 @@ class CudaBackend:
                                                 more=more, hints=hints)
         return {"library": None, "cuda": section, "resources": resources}
 
-    def manifest_facts(self, machine: CudaTarget) -> dict:
+    def manifest_facts(self, machine: CudaTarget, precision: str = "f32") -> dict:
         return {}
 
     def space_set(self, arch: Optional[str] = None) -> tuple:

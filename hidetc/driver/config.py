@@ -29,12 +29,12 @@ from hidetc.errors import ConfigError
 from hidetc.graph.dims import parse_size
 
 TARGETS = ("auto", "cpu", "cuda")
-PRECISIONS = ("f32", "f16")
+PRECISIONS = ("f32", "f16", "bf16")
 LAYOUTS = ("auto", "nchw")
-CPU_ISAS = ("avx2", "avx512")      # auto: the target's layout pass (NHWC convolutions)
+CPU_ISAS = ("avx2", "avx512", "avx512_bf16")    # cpu_isa.NAMED: ISAs, and with features
 # norm-wise relative error bound vs ONNX Runtime (f32), per precision, when `rtol` is
 # unset; each kernel gets a share of it (the module docstring)
-TOLERANCES = {"f32": 1e-4, "f16": 1e-2}
+TOLERANCES = {"f32": 1e-4, "f16": 1e-2, "bf16": 2e-2}   # bf16: 8 mantissa bits
 # the bound of an output computed from a value of a narrower float type (the model's own
 # precision: a Cast to float16 inside an f32 model, float16 inputs, weights or outputs;
 # `hidetc.driver.verify.output_tolerances`): float16 and bfloat16 the f16 precision's
@@ -184,6 +184,19 @@ def _check_shape_opts(opts: Any) -> dict[str, list[list[int]]]:
 def _check_dim_opts(opts: Any) -> dict[str, list[int]]:
     return {name: _positive_ints("dim_opts", name, sizes)
             for name, sizes in _names("dim_opts", opts, "dimension name: [sizes]").items()}
+
+
+def bf16_not_built(target: str) -> str:
+    return (f"--precision bf16 on the {target} target: its bf16 kernels are not built yet; "
+            f"use --precision f32")
+
+
+def bf16_needs(where: str, has: str) -> str:
+    """The one line for a bf16 compile whose cpu lacks AVX512_BF16: `where` says which
+    cpu, `has` what it has."""
+    return (f"--precision bf16 needs AVX512_BF16 (vdpbf16ps), which {where} lacks (it has "
+            f"{has}): use --precision f32, or --cpu-isa avx512_bf16 to cross-compile for a "
+            f"CPU with it")
 
 
 def f16_needs_cuda(note: str = "") -> str:

@@ -55,8 +55,8 @@ class CompileContext:
     def create(cls, cfg: CompileConfig) -> "CompileContext":
         """The decisions of a compile (see the module docstring)."""
         backend = backend_for(cfg.target)
-        backend.check_precision(cfg.precision, named=cfg.target != "auto")
         machine = backend.machine(cfg)
+        backend.check_precision(cfg.precision, named=cfg.target != "auto", machine=machine)
         present = backend.on_this_machine(machine)
         level = cfg.space if cfg.space is not None else backend.default_space
         if cfg.tune and not present:

@@ -77,9 +77,11 @@ def main(debug: bool) -> None:
 @click.option("--gpu", default=None,
               help="cuda: compile for this GPU's limits (a100, a10, l4, l40s, rtx4090, "
                    "h100-pcie, h100-sxm, h200); default: the visible GPU, else --arch's.")
-@click.option("--cpu-isa", type=click.Choice(["avx2", "avx512"]), default=None,
+@click.option("--cpu-isa", type=click.Choice(["avx2", "avx512", "avx512_bf16"]),
+              default=None,
               help="cpu: the vector ISA of the kernels (default: $HIDETC_CPU_ISA, else "
-                   "AVX-512 where the host has it, else AVX2).")
+                   "AVX-512 where the host has it, else AVX2); avx512_bf16: AVX-512 on a "
+                   "CPU with AVX512_BF16 (what --precision bf16 needs).")
 @click.option("--cpu-cores", type=click.IntRange(1), default=None,
               help="cpu: shape the parallel loops for this many cores (a cross-compile "
                    "for another machine; default: the cores this process may use).")

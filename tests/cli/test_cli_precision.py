@@ -1,7 +1,11 @@
-"""`--precision f32|f16` on the command line and in the config: the tolerance follows
-the precision unless `rtol` is given, f16 is refused for the cpu target with one line,
-and an f16 cuda artifact cross-compiles, records its precision (`inspect`) and runs in
-the emulator with float32 inputs and outputs."""
+"""`--precision f32|f16|bf16` on the command line and in the config: the tolerance
+follows the precision unless `rtol` is given, f16 is refused for the cpu target with one
+line, and an f16 cuda artifact cross-compiles, records its precision (`inspect`) and
+runs in the emulator with float32 inputs and outputs. bf16 (issue 37, the ISA's fact so
+far): the machine records AVX512_BF16 (and AMX-BF16, VNNI), `--cpu-isa avx512_bf16`
+names it for a cross-compile, a bf16 compile for a machine without it is one line
+naming the missing feature, and an artifact whose kernels use a feature this CPU lacks
+is refused with one line; the bf16 kernels themselves are not built yet (one line)."""
 from __future__ import annotations
 
 import json
@@ -14,10 +18,12 @@ import yaml
 from helpers.cli import assert_one_line_error, invoke
 from onnx import TensorProto, helper, numpy_helper
 
-from hidetc.backends.runtime.select import gpu_available
+from hidetc import cpu_isa
+from hidetc.backends.runtime.select import gpu_available, make_executor
 from hidetc.driver.config import CompileConfig, load_preset, make_config
 from hidetc.driver.context import CompileContext
-from hidetc.errors import ConfigError
+from hidetc.errors import ArtifactError, ConfigError
+from hidetc.target import detect_cpu
 
 RNG = np.random.default_rng(1)
 W = RNG.standard_normal((5, 3)).astype(np.float32)
@@ -50,8 +56,9 @@ def test_tolerance_follows_precision_unless_given():
     assert preset["precision"] == "f16" and preset["target"] == "cuda"
     with pytest.raises(ConfigError, match="rtol"):
         CompileConfig(rtol=0)
-    with pytest.raises(ConfigError, match="precision: expected one of f32, f16"):
-        CompileConfig(precision="bf16")
+    assert CompileConfig(precision="bf16").tolerance == 2e-2
+    with pytest.raises(ConfigError, match="precision: expected one of f32, f16, bf16"):
+        CompileConfig(precision="fp8")
 
 
 def test_f16_on_cpu_is_one_line_error(model, tmp_path):
@@ -109,3 +116,62 @@ def test_f16_cuda_cross_compile_inspect_and_emulate(model, tmp_path):
     want = np.maximum(x @ W, 0)
     assert y.dtype == np.float32
     assert np.linalg.norm(y - want) <= 1e-2 * np.linalg.norm(want)
+
+
+# ---------------------------------------------------------------- bf16: the ISA's fact
+
+
+@pytest.fixture
+def flags(monkeypatch):
+    """Set this host's CPU flags (cpu_isa reads /proc/cpuinfo once, cached)."""
+    def set_flags(*names):
+        monkeypatch.setattr(cpu_isa, "host_flags", lambda: frozenset(names))
+    return set_flags
+
+
+def test_bf16_without_avx512_bf16_names_the_missing_feature(model, tmp_path, flags):
+    flags("avx2", "avx512f")
+    result = invoke("compile", model, "-o", tmp_path / "out", "--target", "cpu",
+                    "--precision", "bf16")
+    assert_one_line_error(result, "--precision bf16 needs AVX512_BF16 (vdpbf16ps)",
+                          "which this CPU lacks (it has avx512)", "--precision f32",
+                          "--cpu-isa avx512_bf16")
+    result = invoke("compile", model, "-o", tmp_path / "out", "--target", "cpu",
+                    "--precision", "bf16", "--cpu-isa", "avx2")
+    assert_one_line_error(result, "which --cpu-isa avx2 lacks (it has avx2)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_bf16_with_the_feature_is_not_built_yet_one_line(model, tmp_path, flags):
+    flags("avx2", "avx512f", "avx512_bf16")
+    for target in ("cpu", "cuda"):
+        result = invoke("compile", model, "-o", tmp_path / "out", "--target", target,
+                        "--precision", "bf16")
+        assert_one_line_error(result, f"--precision bf16 on the {target} target: its bf16 "
+                                      f"kernels are not built yet")
+
+
+def test_the_machine_records_its_features_and_cpu_isa_names_them(model, tmp_path, flags):
+    flags("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+    assert detect_cpu().features == ("avx512_bf16", "amx_bf16")
+    assert detect_cpu(isa="avx512").features == ()          # a named ISA: its features
+    named = detect_cpu(isa="avx512_bf16")
+    assert (named.isa, named.features) == ("avx512", ("avx512_bf16",))
+    out = tmp_path / "out"
+    result = invoke("compile", model, "-o", out, "--target", "cpu", "--cpu-isa",
+                    "avx512_bf16")
+    assert result.exit_code == 0, result.output
+    manifest = yaml.safe_load((out / "manifest.yaml").read_text())
+    assert manifest["machine"]["features"] == ["avx512_bf16"]
+    assert manifest["cpu_isa"] == "avx512" and manifest["cpu_features"] == []   # f32 kernels
+
+
+def test_an_artifact_using_a_feature_this_cpu_lacks_is_refused(model, tmp_path, flags):
+    out = tmp_path / "out"
+    assert invoke("compile", model, "-o", out, "--target", "cpu").exit_code == 0
+    manifest = yaml.safe_load((out / "manifest.yaml").read_text())
+    manifest["cpu_features"] = ["avx512_bf16"]          # what a bf16 artifact records
+    flags("avx2", "avx512f")
+    with pytest.raises(ArtifactError, match=r"kernels use avx512_bf16, which this CPU "
+                                            r"lacks: compile it here"):
+        make_executor(out, manifest)

@@ -87,6 +87,11 @@ def make_executor(path: Path, manifest: dict, *, emulate: bool = False,
             raise ArtifactError(f"{path}: the artifact's kernels use {isa.name} "
                                 f"({isa.host_flag}), which this CPU lacks: compile it here, "
                                 f"or with {cpu_isa.ENV}=avx2")
+        missing = cpu_isa.features_missing(manifest.get("cpu_features") or ())
+        if missing:
+            raise ArtifactError(f"{path}: the artifact's kernels use {', '.join(missing)}, "
+                                f"which this CPU lacks: compile it here (or for this CPU "
+                                f"with --precision f32)")
         if warn_cores:
             _warn_other_cores(path, manifest)
         return CpuExecutor(path, manifest, max_contexts)
