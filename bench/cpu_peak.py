@@ -1,0 +1,169 @@
+"""The peak arithmetic throughput of one core of this CPU: f32 FMA (AVX-512 or AVX2);
+where the CPU has AVX512_BF16, bf16 pair dot products (`vdpbf16ps`); where it has
+AMX-BF16, tile dot products (`tdpbf16ps`, 16x16 f32 += 16x32 bf16 x 32x16 bf16) -- what
+issue 37's "GEMM micro-kernel at >= 80% of the bf16 peak" is measured against.
+
+    python bench/cpu_peak.py [--seconds 0.5] [--out RESULT.json]
+
+Each kernel is a tight loop over 24 independent accumulator registers (enough to cover
+the instruction's latency on two FMA ports), compiled by gcc with the ISA's flags and
+timed single-threaded over repeated calls (the best of 5); AMX runs four independent
+tile accumulators (the process asks Linux for the tile state first). GFLOP/s counts an
+FMA as 2 flops per f32 lane, a `vdpbf16ps` as 4 per f32 lane (two products, two adds)
+and a `tdpbf16ps` as 16 x 16 x 32 x 2. The results name the CPU (`/proc/cpuinfo`'s
+model name) and its flags that matter.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hidetc import cpu_isa  # noqa: E402
+from hidetc.backends.toolchain.gcc import build_shared_library  # noqa: E402
+from hidetc.driver.tune.keys import cpu_device  # noqa: E402
+
+CHAINS = 24
+
+SOURCE = r"""
+#include <immintrin.h>
+#include <stdint.h>
+#define CHAINS %(chains)d
+/* f32: CHAINS independent FMA chains of 16 (AVX-512) or 8 (AVX2) lanes */
+float fma_loop(int64_t iters) {
+#ifdef __AVX512F__
+  __m512 acc[CHAINS], a = _mm512_set1_ps(1.0000001f), b = _mm512_set1_ps(0.9999999f);
+  for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_set1_ps((float)c);
+  for (int64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 64
+    for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_fmadd_ps(a, acc[c], b);
+  __m512 s = acc[0];
+  for (int c = 1; c < CHAINS; ++c) s = _mm512_add_ps(s, acc[c]);
+  return _mm512_reduce_add_ps(s);
+#else
+  __m256 acc[CHAINS], a = _mm256_set1_ps(1.0000001f), b = _mm256_set1_ps(0.9999999f);
+  for (int c = 0; c < CHAINS; ++c) acc[c] = _mm256_set1_ps((float)c);
+  for (int64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 64
+    for (int c = 0; c < CHAINS; ++c) acc[c] = _mm256_fmadd_ps(a, acc[c], b);
+  float out[8]; __m256 s = acc[0];
+  for (int c = 1; c < CHAINS; ++c) s = _mm256_add_ps(s, acc[c]);
+  _mm256_storeu_ps(out, s);
+  return out[0];
+#endif
+}
+#ifdef __AMX_BF16__
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16];
+                 uint8_t rows[16]; } tile_config;
+/* 4 x tdpbf16ps per iteration into 4 independent 16x16 f32 tiles; < 0: no permission */
+float amx_loop(int64_t iters) {
+  if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */))
+    return -1.0f;
+  static uint16_t a[16 * 32], b[16 * 32];
+  static float c[16 * 16];
+  tile_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+  for (int i = 0; i < 16 * 32; ++i) { a[i] = 0x3f80; b[i] = 0x3f80; }
+  _tile_loadconfig(&cfg);
+  _tile_loadd(4, a, 64); _tile_loadd(5, b, 64); _tile_loadd(6, a, 64); _tile_loadd(7, b, 64);
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  for (int64_t i = 0; i < iters; ++i) {
+    _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 6, 5); _tile_dpbf16ps(3, 6, 7);
+  }
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
+}
+#endif
+#ifdef __AVX512BF16__
+/* bf16: CHAINS independent vdpbf16ps chains (16 f32 lanes, 32 bf16 pairs each) */
+float dpbf16_loop(int64_t iters) {
+  __m512 acc[CHAINS];
+  __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3f80);
+  for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_set1_ps((float)c);
+  for (int64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 64
+    for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+  __m512 s = acc[0];
+  for (int c = 1; c < CHAINS; ++c) s = _mm512_add_ps(s, acc[c]);
+  return _mm512_reduce_add_ps(s);
+}
+#endif
+"""
+
+
+def _rate(fn, flops_per_iter: float, seconds: float) -> float:
+    """GFLOP/s of `fn(iters)`: iterations grown until a call takes `seconds / 5`, best
+    of 5 calls."""
+    iters = 1000
+    while True:
+        start = time.perf_counter()
+        fn(iters)
+        took = time.perf_counter() - start
+        if took > seconds / 5:
+            break
+        iters *= 4
+    best = min(_timed(fn, iters) for _ in range(5))
+    return flops_per_iter * iters / best / 1e9
+
+
+def _timed(fn, iters: int) -> float:
+    start = time.perf_counter()
+    fn(iters)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=0.5)
+    p.add_argument("--out", type=Path, default=None)
+    a = p.parse_args(argv)
+    flags = cpu_isa.host_flags()
+    isa = cpu_isa.host_best()
+    bf16 = cpu_isa.BF16 in flags
+    amx = "amx_bf16" in flags
+    opt = ["-O2", *isa.gcc_flags] + (["-mavx512bw", "-mavx512bf16"] if bf16 else []) + \
+        (["-mamx-tile", "-mamx-bf16"] if amx else [])
+    with tempfile.TemporaryDirectory() as tmp:
+        lib_path = build_shared_library({"peak": SOURCE % {"chains": CHAINS}},
+                                        Path(tmp) / "peak.so", opt_flags=opt)
+        lib = ctypes.CDLL(str(lib_path))
+    result = {"cpu": cpu_device().removeprefix("cpu:"), "isa": isa.name,
+              "features": list(cpu_isa.host_features()), "chains": CHAINS}
+    lib.fma_loop.restype = ctypes.c_float
+    lib.fma_loop.argtypes = [ctypes.c_int64]
+    result["f32_fma_gflops"] = _rate(lib.fma_loop, CHAINS * isa.lanes * 2, a.seconds)
+    if bf16:
+        lib.dpbf16_loop.restype = ctypes.c_float
+        lib.dpbf16_loop.argtypes = [ctypes.c_int64]
+        result["bf16_dp_gflops"] = _rate(lib.dpbf16_loop, CHAINS * 16 * 4, a.seconds)
+        result["bf16_over_f32"] = result["bf16_dp_gflops"] / result["f32_fma_gflops"]
+    if amx:
+        lib.amx_loop.restype = ctypes.c_float
+        lib.amx_loop.argtypes = [ctypes.c_int64]
+        if lib.amx_loop(1) < 0:
+            result["amx_note"] = "Linux refused the AMX tile state (arch_prctl)"
+        else:
+            result["amx_bf16_gflops"] = _rate(lib.amx_loop, 4 * 16 * 16 * 32 * 2, a.seconds)
+            result["amx_over_f32"] = result["amx_bf16_gflops"] / result["f32_fma_gflops"]
+    print(json.dumps(result, indent=1))
+    if a.out:
+        a.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
