@@ -145,3 +145,15 @@ def test_an_earlier_interval_s_config_within_3_percent_is_kept(tmp_path):
     assert all(a["loss"] <= 0.03 for a in row["at"])
     packed = [name for name in manifest["weights"]["entries"] if name.startswith("w")]
     assert len(packed) <= 2           # the one-size static cell may pack its own
+
+
+def test_untuned_intervals_share_one_packing_of_a_weight(tmp_path):
+    """A range compile's defaults pack a constant weight one way for every interval (the
+    GEMV-like N=1 cell takes the others' panel width): one copy in weights.bin."""
+    _compile(tmp_path, space=2)                      # writes mm.onnx
+    out = tmp_path / "untuned"
+    hidetc.compile_model(tmp_path / "mm.onnx", out, target="cpu", dims={"N": "1..64"},
+                         tune=False, records=str(tmp_path / "none.sqlite"))
+    manifest = yaml.safe_load((out / "manifest.yaml").read_text())
+    assert len(manifest["dynamic"]["variants"]) >= 3
+    assert len([n for n in manifest["weights"]["entries"] if n.startswith("w")]) == 1

@@ -29,6 +29,7 @@ import numpy as np
 
 from hidetc.compute.injective import broadcast_index, linearize, unravel
 from hidetc.compute.task import Task
+from hidetc.graph.guards import current_hint
 from hidetc.schedules.cpu.microkernel import (
     SHORT_LIST,
     GemmConfig,
@@ -58,8 +59,10 @@ class MatMulTemplate:
         return SHORT_LIST[target.isa]
 
     def default(self, task: Task, target: CpuTarget) -> GemmConfig:
-        _, _, _, m, n, _ = matmul_shapes(task)
-        return default_gemm(m, n, target.isa)
+        """`default_gemm` at the task's sizes (a range compile's variant: at its hint,
+        with one packing for every variant)."""
+        _, _, _, m, n, _ = matmul_shapes(task.hinted())
+        return default_gemm(m, n, target.isa, one_packing=current_hint() is not None)
 
     def build(self, task: Task, config: GemmConfig, name: str, target: CpuTarget,
               prepacked: bool = False) -> Function:

@@ -116,7 +116,7 @@ SHORT_LIST = {
                GemmConfig(6, 48, 64, 192, 256))}
 
 
-def default_gemm(m: int, n: int, isa: str) -> GemmConfig:
+def default_gemm(m: int, n: int, isa: str, one_packing: bool = False) -> GemmConfig:
     """The untuned choice for an M x N output: a 5 x 16 micro-kernel (10 accumulators:
     more than 4 x 16's 8 to hide the FMA latency; 6 x 16 measured no faster in these
     kernels, and costs more when M is not a multiple of 6); NC up
@@ -126,13 +126,18 @@ def default_gemm(m: int, n: int, isa: str) -> GemmConfig:
     it feeds. For M <= 4 (GEMV-like): 3 x 32 (MR clamped to M by `blocking`) with B
     read in place (packing would copy all of B to use each element once; the wider
     panel reads two cache lines per B row instead of one). AVX-512: 8 x 32 (16
-    accumulators), 3 x 64 for M <= 4."""
+    accumulators), 3 x 64 for M <= 4. `one_packing` (a range compile's dispatch
+    variants): M <= 4 takes the larger M's panel width too (3 x 32 on AVX-512, 3 x 16 on
+    AVX2), so a weight packed at compile time is stored once for every size -- a
+    GEMV-like M reads each weight once and is bound by memory, not by the FMA chains the
+    wider panel adds (BERT-base seq 1..512 had every MatMul weight in both widths: +340
+    MB; seq 1 ran as fast either way, bench/results/2026-12-07-dynamic-shapes.md)."""
     if isa == "avx512":
         if m <= 4:
-            return GemmConfig(3, 64, 64, 384, 256, pack_b=False)
+            return GemmConfig(3, 32 if one_packing else 64, 64, 384, 256, pack_b=False)
         return GemmConfig(8, 32, 64, 384, 256, pack_a=n >= 256)
     if m <= 4:
-        return GemmConfig(3, 32, 64, 384, 256, pack_b=False)
+        return GemmConfig(3, 16 if one_packing else 32, 64, 384, 256, pack_b=False)
     return GemmConfig(5, 16, 64, 384, 256, pack_a=n >= 256)
 
 
