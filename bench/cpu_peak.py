@@ -10,8 +10,10 @@ the instruction's latency on two FMA ports), compiled by gcc with the ISA's flag
 timed single-threaded over repeated calls (the best of 5); AMX runs four independent
 tile accumulators (the process asks Linux for the tile state first). GFLOP/s counts an
 FMA as 2 flops per f32 lane, a `vdpbf16ps` as 4 per f32 lane (two products, two adds)
-and a `tdpbf16ps` as 16 x 16 x 32 x 2. The results name the CPU (`/proc/cpuinfo`'s
-model name) and its flags that matter.
+and a `tdpbf16ps` as 16 x 16 x 32 x 2. Where AMX runs, also a first AMX GEMM of
+1024^3 (operands packed outside the clock, 2 x 2 tiles per block, no cache blocking:
+what a simple kernel reaches, beside the peak), checked against the bf16-rounded
+product. The results name the CPU (`/proc/cpuinfo`'s model name) and its flags.
 """
 from __future__ import annotations
 
@@ -31,11 +33,12 @@ from hidetc.backends.toolchain.gcc import build_shared_library  # noqa: E402
 from hidetc.driver.tune.keys import cpu_device  # noqa: E402
 
 CHAINS = 24
+GEMM_N = 1024      # the AMX GEMM's n x n x n (a multiple of 32)
 
 SOURCE = r"""
 #include <immintrin.h>
 #include <stdint.h>
-#define CHAINS %(chains)d
+#define CHAINS @CHAINS@
 /* f32: CHAINS independent FMA chains of 16 (AVX-512) or 8 (AVX2) lanes */
 float fma_loop(int64_t iters) {
 #ifdef __AVX512F__
@@ -60,7 +63,9 @@ float fma_loop(int64_t iters) {
 #endif
 }
 #ifdef __AMX_BF16__
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/syscall.h>
 typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16];
@@ -86,6 +91,73 @@ float amx_loop(int64_t iters) {
   _tile_stored(0, c, 64);
   _tile_release();
   return c[0];
+}
+/* A GEMM of n x n x n (n a multiple of 32) on AMX, single-threaded, as a first kernel
+ * would do it: A packed as [n/16][n/32][16][32] bf16 and B in the pair layout
+ * [n/16][n/32][16 k-pairs][16][2] (both outside the clock), 2 x 2 C tiles of 16 x 16
+ * per 32 x 32 block, K walked in steps of 32, no cache blocking. Returns the best of
+ * `reps` seconds; *err the largest relative error of 64 sampled entries against the
+ * product of the bf16-rounded inputs (double sums). */
+static uint16_t to_bf16(float f) { uint32_t u; memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+static float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f;
+  memcpy(&f, &u, 4); return f; }
+static double seconds_now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec; }
+double amx_gemm(int n, int reps, double *err) {
+  if (syscall(SYS_arch_prctl, 0x1023, 18)) return -1.0;
+  size_t nn = (size_t)n * n, kb_n = n / 32;
+  float *a = malloc(4 * nn), *b = malloc(4 * nn), *c = aligned_alloc(64, 4 * nn);
+  uint16_t *ap = aligned_alloc(64, 2 * nn), *bp = aligned_alloc(64, 2 * nn);
+  for (size_t i = 0; i < nn; ++i) { a[i] = (float)((int)(i * 37 % 101) - 50) / 64.0f;
+                                    b[i] = (float)((int)(i * 53 % 97) - 48) / 64.0f; }
+  for (int ib = 0; ib < n / 16; ++ib) for (size_t kb = 0; kb < kb_n; ++kb)
+    for (int r = 0; r < 16; ++r) for (int k = 0; k < 32; ++k)
+      ap[((ib * kb_n + kb) * 16 + r) * 32 + k] =
+          to_bf16(a[(size_t)(ib * 16 + r) * n + kb * 32 + k]);
+  for (int jb = 0; jb < n / 16; ++jb) for (size_t kb = 0; kb < kb_n; ++kb)
+    for (int kp = 0; kp < 16; ++kp) for (int j = 0; j < 16; ++j) for (int e = 0; e < 2; ++e)
+      bp[(((jb * kb_n + kb) * 16 + kp) * 16 + j) * 2 + e] =
+          to_bf16(b[(kb * 32 + 2 * kp + e) * n + jb * 16 + j]);
+  tile_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+  _tile_loadconfig(&cfg);
+  double best = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    double t0 = seconds_now();
+    for (int i0 = 0; i0 < n; i0 += 32) for (int j0 = 0; j0 < n; j0 += 32) {
+      _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+      const uint16_t *a0 = ap + (size_t)(i0 / 16) * kb_n * 512, *a1 = a0 + kb_n * 512;
+      const uint16_t *b0 = bp + (size_t)(j0 / 16) * kb_n * 512, *b1 = b0 + kb_n * 512;
+      for (size_t kb = 0; kb < kb_n; ++kb) {
+        _tile_loadd(4, a0 + kb * 512, 64); _tile_loadd(5, a1 + kb * 512, 64);
+        _tile_loadd(6, b0 + kb * 512, 64); _tile_loadd(7, b1 + kb * 512, 64);
+        _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+      }
+      float *c0 = c + (size_t)i0 * n + j0, *c1 = c0 + (size_t)16 * n;
+      _tile_stored(0, c0, 4 * n); _tile_stored(1, c0 + 16, 4 * n);
+      _tile_stored(2, c1, 4 * n); _tile_stored(3, c1 + 16, 4 * n);
+    }
+    double dt = seconds_now() - t0;
+    if (dt < best) best = dt;
+  }
+  _tile_release();
+  *err = 0;
+  for (int s = 0; s < 64; ++s) {
+    int i = (s * 131) % n, j = (s * 197) % n;
+    double ref = 0, d;
+    for (int k = 0; k < n; ++k)
+      ref += (double)from_bf16(to_bf16(a[(size_t)i * n + k])) *
+             from_bf16(to_bf16(b[(size_t)k * n + j]));
+    d = (ref - c[(size_t)i * n + j]) / (ref < 0 ? 1 - ref : 1 + ref);
+    d = d < 0 ? -d : d;
+    if (d > *err) *err = d;
+  }
+  free(a); free(b); free(c); free(ap); free(bp);
+  return best;
 }
 #endif
 #ifdef __AVX512BF16__
@@ -138,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     opt = ["-O2", *isa.gcc_flags] + (["-mavx512bw", "-mavx512bf16"] if bf16 else []) + \
         (["-mamx-tile", "-mamx-bf16"] if amx else [])
     with tempfile.TemporaryDirectory() as tmp:
-        lib_path = build_shared_library({"peak": SOURCE % {"chains": CHAINS}},
+        lib_path = build_shared_library({"peak": SOURCE.replace("@CHAINS@", str(CHAINS))},
                                         Path(tmp) / "peak.so", opt_flags=opt)
         lib = ctypes.CDLL(str(lib_path))
     result = {"cpu": cpu_device().removeprefix("cpu:"), "isa": isa.name,
@@ -159,6 +231,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result["amx_bf16_gflops"] = _rate(lib.amx_loop, 4 * 16 * 16 * 32 * 2, a.seconds)
             result["amx_over_f32"] = result["amx_bf16_gflops"] / result["f32_fma_gflops"]
+            lib.amx_gemm.restype = ctypes.c_double
+            lib.amx_gemm.argtypes = [ctypes.c_int, ctypes.c_int,
+                                     ctypes.POINTER(ctypes.c_double)]
+            err = ctypes.c_double()
+            secs = lib.amx_gemm(GEMM_N, 5, ctypes.byref(err))
+            result["amx_gemm"] = {"n": GEMM_N, "gflops": 2 * GEMM_N ** 3 / secs / 1e9,
+                                  "of_amx_peak": 2 * GEMM_N ** 3 / secs / 1e9 /
+                                  result["amx_bf16_gflops"], "max_rel_err": err.value}
     print(json.dumps(result, indent=1))
     if a.out:
         a.out.write_text(json.dumps(result, indent=1) + "\n")
