@@ -71,7 +71,8 @@ def main(debug: bool) -> None:
               help="Target device (default: auto = cuda when a GPU is visible, else cpu).")
 @click.option("--precision", type=click.Choice(list(PRECISIONS)), default=None,
               help="f32 (default), or f16: float16 storage and tensor cores, float32 "
-                   "accumulation (cuda target only; verified at 1e-2).")
+                   "accumulation (cuda target only; verified at 1e-2); bf16: checked "
+                   "(needs AVX512_BF16 on the cpu), kernels not built yet.")
 @click.option("--arch", default=None,
               help="cuda: architectures, e.g. sm_80,sm_90 (default: the visible GPU, else sm_90).")
 @click.option("--gpu", default=None,
