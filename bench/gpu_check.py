@@ -82,7 +82,8 @@ TEMPLATE_TESTS = ["tests/schedules/test_cuda_matmul_tc.py", "tests/schedules/tes
                   "tests/schedules/test_cuda_nhwc_kernels.py",
                   "tests/schedules/test_more_elementwise_kernels.py",
                   "tests/codegen/test_cuda_codegen.py", "tests/graph/test_grid_sample.py"]
-RUNTIME_TESTS = ["tests/runtime/test_cuda_runtime.py", "tests/runtime/test_cuda_runtime_gpu.py"]
+RUNTIME_TESTS = ["tests/runtime/test_cuda_runtime.py", "tests/runtime/test_cuda_runtime_dynamic.py",
+                 "tests/runtime/test_cuda_runtime_gpu.py"]
 
 
 @dataclass

@@ -388,41 +388,42 @@ class CPrinter:
         """A parallel loop of constant extent on the shares-then-steal schedule of
         `c_types.PARALLEL_SOURCE` (chunks of extent / PARALLEL_CHUNKS)."""
         extent = int(s.extent.value)
-        v, t = self.ident(s.var.name), self.ctype(s.var.dtype)
-        i2, i3 = ind + "  ", ind + "    "
-        return [f"{ind}{{", f"{i2}hidetc_par_t hidetc_par;",
-                f"{i2}hidetc_par_init(&hidetc_par, {extent}u, "
-                f"{max(1, extent // PARALLEL_CHUNKS)}u);",
-                f"{i2}#pragma omp parallel", f"{i2}{{",
-                f"{i3}int64_t hidetc_lo, hidetc_hi;",
-                f"{i3}while (hidetc_par_next(&hidetc_par, &hidetc_lo, &hidetc_hi)) {{",
-                f"{i3}  for ({t} {v} = ({t})hidetc_lo; {v} < ({t})hidetc_hi; ++{v}) {{",
-                *self.block(s.body, i3 + "    "),
-                f"{i3}  }}", f"{i3}}}", f"{i2}}}", f"{ind}}}"]
+        return [f"{ind}{{", *self._par_region(
+            s, ind + "  ", f"{extent}u", f"{max(1, extent // PARALLEL_CHUNKS)}u"), f"{ind}}}"]
 
     def _parallel_for_runtime(self, s: For, ind: str) -> list[str]:
         """A parallel loop whose extent is known at run time only (a size parameter's
-        expression) on the same schedule as `_parallel_for`, chunks of extent /
-        PARALLEL_CHUNKS computed at run time; the iteration space is taken in spans of
-        PARALLEL_SPAN (one parallel region each) because a share holds 32-bit bounds."""
-        v, t = self.ident(s.var.name), self.ctype(s.var.dtype)
-        i2, i3, i4 = ind + "  ", ind + "    ", ind + "      "
+        expression) on the same schedule, chunks of extent / PARALLEL_CHUNKS computed at
+        run time; the iteration space is taken in spans of PARALLEL_SPAN (one parallel
+        region each) because a share holds 32-bit bounds."""
+        i2, i3 = ind + "  ", ind + "    "
         return [f"{ind}{{",
                 f"{i2}const int64_t hidetc_n = {self.expr(s.extent)};",
                 f"{i2}for (int64_t hidetc_base = 0; hidetc_base < hidetc_n; "
                 f"hidetc_base += {PARALLEL_SPAN}LL) {{",
                 f"{i3}const int64_t hidetc_span = hidetc_n - hidetc_base < {PARALLEL_SPAN}LL"
                 f" ? hidetc_n - hidetc_base : {PARALLEL_SPAN}LL;",
-                f"{i3}hidetc_par_t hidetc_par;",
-                f"{i3}hidetc_par_init(&hidetc_par, (uint64_t)hidetc_span, "
-                f"(uint64_t)hidetc_span / {PARALLEL_CHUNKS}u);",
-                f"{i3}#pragma omp parallel", f"{i3}{{",
-                f"{i4}int64_t hidetc_lo, hidetc_hi;",
-                f"{i4}while (hidetc_par_next(&hidetc_par, &hidetc_lo, &hidetc_hi)) {{",
-                f"{i4}  for ({t} {v} = ({t})(hidetc_base + hidetc_lo); "
-                f"{v} < ({t})(hidetc_base + hidetc_hi); ++{v}) {{",
-                *self.block(s.body, i4 + "    "),
-                f"{i4}  }}", f"{i4}}}", f"{i3}}}", f"{i2}}}", f"{ind}}}"]
+                *self._par_region(s, i3, "(uint64_t)hidetc_span",
+                                  f"(uint64_t)hidetc_span / {PARALLEL_CHUNKS}u",
+                                  "hidetc_base"),
+                f"{i2}}}", f"{ind}}}"]
+
+    def _par_region(self, s: For, ind: str, extent: str, chunk: str, base: str = ""
+                    ) -> list[str]:
+        """One parallel region running `s`'s body over `extent` iterations (C text) in
+        chunks of `chunk`, its loop variable offset by `base` (C text; none: 0)."""
+        v, t = self.ident(s.var.name), self.ctype(s.var.dtype)
+        i2 = ind + "  "
+        lo, hi = (f"({base} + hidetc_lo)", f"({base} + hidetc_hi)") if base else \
+            ("hidetc_lo", "hidetc_hi")
+        return [f"{ind}hidetc_par_t hidetc_par;",
+                f"{ind}hidetc_par_init(&hidetc_par, {extent}, {chunk});",
+                f"{ind}#pragma omp parallel", f"{ind}{{",
+                f"{i2}int64_t hidetc_lo, hidetc_hi;",
+                f"{i2}while (hidetc_par_next(&hidetc_par, &hidetc_lo, &hidetc_hi)) {{",
+                f"{i2}  for ({t} {v} = ({t}){lo}; {v} < ({t}){hi}; ++{v}) {{",
+                *self.block(s.body, i2 + "    "),
+                f"{i2}  }}", f"{i2}}}", f"{ind}}}"]
 
     def _if(self, s: If, ind: str) -> list[str]:
         lines = [f"{ind}if ({self.expr(s.cond)}) {{"] + self.block(s.then, ind + "  ")

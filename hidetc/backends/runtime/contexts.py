@@ -47,6 +47,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
+from hidetc.backends.runtime.sizes import Dynamic, Pass, pass_for
 from hidetc.errors import ArtifactError, InputError
 
 CLOSED = "this model was closed; load it again to run it"
@@ -203,11 +204,19 @@ class OwnContext:
 
 class Executor:
     """What every executor shares: `run` on a pooled context, `context(threads)` for a
-    caller's own, `set_threads`, and `last_latency_ms` of the calling thread's last
-    pass. A subclass sets `self.pool` (a `ContextPool` over its `new_context`)."""
+    caller's own, `set_threads`, `pass_of(inputs)`, and `last_latency_ms` of the calling
+    thread's last pass. A subclass sets `self.pool` (a `ContextPool` over its `new_context`)."""
 
     pool: ContextPool
     _local: threading.local
+    manifest: dict
+    dynamic: Optional[Dynamic]       # a dynamic artifact's sizes (`runtime.sizes`)
+
+    def pass_of(self, inputs: Mapping[str, np.ndarray]) -> Pass:
+        """The pass `inputs` make: the input and output specs at their sizes and the
+        dispatch variant (`runtime.sizes.pass_for`; a one-line InputError outside the
+        ranges)."""
+        return pass_for(self.manifest, self.dynamic, inputs)
 
     def _init_pool(self, limit: int, cores: int) -> None:
         self._local = threading.local()

@@ -50,7 +50,7 @@ from hidetc.backends.runtime.emulator.emulator import (
     build_emulated,
 )
 from hidetc.backends.runtime.executor import check_inputs, collect_outputs, value_bytes
-from hidetc.backends.runtime.sizes import Pass, pass_for, read_dynamic, variant_view
+from hidetc.backends.runtime.sizes import Pass, read_dynamic, variant_view, zero_inputs
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.errors import ArtifactError
 from hidetc.tir import scratch
@@ -125,11 +125,6 @@ class EmulatedCudaExecutor(Executor):
         if self.dynamic is None:
             return True
         return one.variant == 0 and bool(self.manifest["dynamic"]["variants"][0].get("static"))
-
-    def pass_of(self, inputs: Mapping[str, np.ndarray]) -> Pass:
-        """The pass `inputs` make (`runtime.sizes.pass_for`: specs at their sizes, the
-        dispatch variant), as `CudaExecutor.pass_of`."""
-        return pass_for(self.manifest, self.dynamic, inputs)
 
     def bound_pass(self, inputs: Mapping[str, np.ndarray]
                    ) -> tuple[Pass, tuple[LaunchSpec, ...]]:
@@ -476,7 +471,7 @@ class EmulatedContext:
         return result
 
     def measure(self, repeat: int, warmup: int) -> list[float]:
-        inputs = self._last_inputs or _zero_inputs(self.manifest, self._ex.dynamic)
+        inputs = self._last_inputs or zero_inputs(self.manifest, self._ex.dynamic)
         times = []
         for _ in range(warmup + repeat):
             self._run(inputs, None)
@@ -490,14 +485,6 @@ class EmulatedContext:
             self._run(inputs, seconds)
             passes.append(seconds)
         return [float(v) * 1e3 for v in np.median(np.asarray(passes), axis=0)]
-
-
-def _zero_inputs(manifest: dict, dynamic) -> dict[str, np.ndarray]:
-    """Zero inputs (a dynamic artifact's at each range's minimum)."""
-    if dynamic is None:
-        return {s["name"]: np.zeros(s["shape"], s["dtype"]) for s in manifest["inputs"]}
-    shapes = dynamic.shapes({name: lo for name, (lo, _) in dynamic.ranges.items()})
-    return {s["name"]: np.zeros(shapes[s["name"]], s["dtype"]) for s in manifest["inputs"]}
 
 
 @dataclass(frozen=True)

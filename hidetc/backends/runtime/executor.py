@@ -22,7 +22,7 @@ import numpy as np
 
 from hidetc.backends.runtime import wait_policy
 from hidetc.backends.runtime.contexts import Executor
-from hidetc.backends.runtime.sizes import Pass, pass_for, read_dynamic, variant_view
+from hidetc.backends.runtime.sizes import pass_for, read_dynamic, variant_view
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.backends.toolchain.cache import default_cache_dir
 from hidetc.errors import ArtifactError, InputError
@@ -178,10 +178,6 @@ class CpuExecutor(Executor):
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p] * args
         return fn
-
-    def pass_of(self, inputs: Mapping[str, np.ndarray]) -> Pass:
-        """The pass `inputs` make (`runtime.sizes.pass_for`)."""
-        return pass_for(self.manifest, self.dynamic, inputs)
 
     def sizes_of(self, inputs: Mapping[str, np.ndarray]) -> tuple[list[dict], list[dict],
                                                                   int, np.ndarray]:

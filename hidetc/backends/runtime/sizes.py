@@ -179,3 +179,12 @@ def variant_view(manifest: dict, variant: int) -> Optional[dict]:
         return None
     return {**manifest, "kernels": v["launch_kernels"],
             "memory": {**v["memory"], "dtypes": manifest["memory"].get("dtypes", {})}}
+
+
+def zero_inputs(manifest: dict, dynamic: Optional[Dynamic]) -> dict[str, np.ndarray]:
+    """Zero inputs of the manifest's specs (a dynamic artifact's at each range's
+    minimum)."""
+    if dynamic is None:
+        return {s["name"]: np.zeros(s["shape"], s["dtype"]) for s in manifest["inputs"]}
+    shapes = dynamic.shapes({name: lo for name, (lo, _) in dynamic.ranges.items()})
+    return {s["name"]: np.zeros(shapes[s["name"]], s["dtype"]) for s in manifest["inputs"]}

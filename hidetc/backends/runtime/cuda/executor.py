@@ -205,11 +205,6 @@ class CudaExecutor(Executor):
         self._variants = section.variants
         self._drv.Context.synchronize()
 
-    def pass_of(self, inputs: Mapping[str, np.ndarray]) -> Pass:
-        """The pass `inputs` make (`runtime.sizes.pass_for`; a one-line InputError
-        outside the ranges)."""
-        return pass_for(self.manifest, self.dynamic, inputs)
-
     def largest_pass(self) -> Pass:
         """The pass at every range's largest size (a static artifact's only pass): what
         a context's I/O buffers hold and its warm-up runs."""
