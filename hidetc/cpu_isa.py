@@ -52,12 +52,21 @@ ISAS = {isa.name: isa for isa in (AVX2, AVX512)}
 # Machine features recorded beside the ISA (`CpuTarget.features`): what a kernel family
 # beyond the f32 ones needs. AVX512_BF16 (Cooper Lake, Sapphire Rapids and on; Zen 4):
 # vdpbf16ps, pairs of bf16 multiplied and summed into f32 -- what `--precision bf16`
-# needs; AMX-BF16 and AVX512_VNNI for later kernels.
+# needs; AMX-BF16 (Sapphire Rapids and on): 16x16 f32 tiles += 16x32 x 32x16 bf16, the
+# bf16 GEMM's faster path where present; AVX512_VNNI for later kernels.
 BF16 = "avx512_bf16"
-FEATURES = (BF16, "amx_bf16", "avx512_vnni")
+AMX_BF16 = "amx_bf16"
+FEATURES = (BF16, AMX_BF16, "avx512_vnni")
 # the `--cpu-isa` names: an ISA, or an ISA with features (a cross-compile for a CPU
-# with AVX512_BF16)
-NAMED = {"avx2": ("avx2", ()), "avx512": ("avx512", ()), "avx512_bf16": ("avx512", (BF16,))}
+# with AVX512_BF16, or with AMX-BF16 too)
+NAMED = {"avx2": ("avx2", ()), "avx512": ("avx512", ()), "avx512_bf16": ("avx512", (BF16,)),
+         "amx_bf16": ("avx512", (BF16, AMX_BF16))}
+
+
+def bf16_features(features) -> tuple[str, ...]:
+    """The features a bf16 kernel built for a machine with `features` uses: AVX512_BF16,
+    and AMX-BF16 where the machine has it."""
+    return tuple(f for f in (BF16, AMX_BF16) if f in features)
 
 
 @functools.lru_cache(maxsize=None)

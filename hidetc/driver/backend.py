@@ -44,7 +44,12 @@ from hidetc.driver.tune.measure_cuda import measure_cuda, prebuild_cuda
 from hidetc.errors import ConfigError
 from hidetc.fusion.partition import NO_GATHER, NO_GATHERING_PROLOGUES
 from hidetc.graph.passes.choose_layout import wants_nhwc, wants_nhwc_cpu
-from hidetc.graph.pipeline import ATTENTION_PASSES, CPU_HALF_PASSES, layout_passes
+from hidetc.graph.pipeline import (
+    ATTENTION_PASSES,
+    CPU_BF16_PASSES,
+    CPU_HALF_PASSES,
+    layout_passes,
+)
 from hidetc.schedules import cpu as cpu_schedules
 from hidetc.schedules import cuda as cuda_schedules
 from hidetc.target import (
@@ -71,17 +76,18 @@ class CpuBackend:
 
     def graph_passes(self, precision: str) -> tuple:
         """Half-precision MatMuls/Convs widened to float32 (the templates are float32
-        only), then channels-last convolutions (`wants_nhwc_cpu`)."""
-        return CPU_HALF_PASSES + layout_passes(wants_nhwc_cpu)
+        only), then channels-last convolutions (`wants_nhwc_cpu`); bf16: then the GEMM
+        anchors marked to compute their products in bf16 (`compute_bf16`)."""
+        bf16 = CPU_BF16_PASSES if precision == "bf16" else ()
+        return CPU_HALF_PASSES + layout_passes(wants_nhwc_cpu) + bf16
 
     def check_precision(self, precision: str, named: bool, machine: CpuTarget) -> None:
-        """The cpu computes in f32 (f16 models compute there between Casts); bf16 needs
-        a machine with AVX512_BF16 (`machine`: this host's, or the named --cpu-isa)."""
+        """The cpu computes in f32 (f16 models compute there between Casts) and in bf16
+        on a machine with AVX512_BF16 (`machine` checks it: this host's, or the named
+        --cpu-isa)."""
         if precision == "f16":
             picked = "" if named else ", and --target auto picked cpu (no usable CUDA GPU here)"
             raise ConfigError(f16_needs_cuda(picked))
-        if precision == "bf16":
-            raise ConfigError(bf16_not_built("cpu"))
 
     def machine(self, cfg: CompileConfig) -> CpuTarget:
         """This host's cpu (or the named --cpu-isa / --cpu-cores: `avx512_bf16` for a CPU
@@ -139,10 +145,11 @@ class CpuBackend:
                 "resources": resources}
 
     def manifest_facts(self, machine: CpuTarget, precision: str = "f32") -> dict:
-        """The ISA of the kernels and the machine features they use (AVX512_BF16 for a
-        bf16 artifact): a host without one refuses to load the artifact."""
-        return {"cpu_isa": machine.isa,
-                "cpu_features": [cpu_isa.BF16] if precision == "bf16" else []}
+        """The ISA of the kernels and the machine features they use (a bf16 artifact:
+        AVX512_BF16, and AMX-BF16 where the machine has it -- its kernels then use the
+        AMX tiles, `gemm_bf16.block_call`): a host without one refuses to load it."""
+        used = cpu_isa.bf16_features(machine.features) if precision == "bf16" else []
+        return {"cpu_isa": machine.isa, "cpu_features": list(used)}
 
     def space_set(self, arch: Optional[str] = None) -> tuple:
         """(label, machine, templates) for `hidetc inspect --space`: this host's cpu (the

@@ -71,6 +71,7 @@ from hidetc.graph.passes import (
     canonicalize_gemm,
     canonicalize_shapes,
     choose_layout,
+    compute_bf16,
     eliminate_common_subexpressions,
     eliminate_dead_code,
     flatten_concats,
@@ -106,6 +107,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
 PRECISION_PASSES: dict[str, tuple[tuple[str, Pass], ...]] = {
     "f32": (),
     "f16": (("to_float16", to_float16.run),),
+    "bf16": (),        # f32 tensors; the cpu backend marks its GEMM anchors (compute_bf16)
 }
 LAYOUT_PASS = "choose_layout"   # skipped by `lower_precision(..., layout="nchw")`
 
@@ -120,6 +122,7 @@ def layout_passes(policy: choose_layout.Policy) -> tuple[tuple[str, Pass], ...]:
 
 
 CPU_HALF_PASSES: tuple[tuple[str, Pass], ...] = (("widen_half_cpu", widen_half_cpu.run),)
+CPU_BF16_PASSES: tuple[tuple[str, Pass], ...] = (("compute_bf16", compute_bf16.run),)
 ATTENTION_PASSES: tuple[tuple[str, Pass], ...] = (("fuse_attention", fuse_attention.run),)
 
 

@@ -26,7 +26,8 @@ Decides:
 - `warp_operands`: (operands after the mask, optional trailing operands); the IR omits
   the mask and the CUDA printer passes the full one.
 - `printer`: which printer spells it ("c" or "cuda"), `defined_in` where its spelling
-  comes from ("immintrin.h", "gcc", "hidetc_cuda.h", "cuda": a CUDA built-in).
+  comes from ("immintrin.h", "gcc", "hidetc_cuda.h", "cuda": a CUDA built-in, "c_bf16":
+  the bf16 GEMM blocks of `hidetc.backends.codegen.c_bf16`).
 """
 from __future__ import annotations
 
@@ -57,6 +58,11 @@ def _cuda(name: str, address_args: tuple[int, ...] = (), pure: bool = False,
     return Intrinsic(name, "cuda", defined_in, address_args, pure, **facts)
 
 
+# the bf16 GEMM blocks (C helpers of `hidetc.backends.codegen.c_bf16`, carried by the
+# modules that call them): (a, lda, b, pst, c, ldc, rows, panels, kp), a, b, c by address
+BF16_AMX, BF16_DP = "hidetc_bf16_gemm_amx", "hidetc_bf16_gemm_dp"
+BF16_CALLS = (BF16_AMX, BF16_DP)
+
 _RECORDS: list[Intrinsic] = [
     # AVX2/FMA and AVX-512F (schedules/cpu/avx2.py), and gcc's software prefetch
     *(_x86(f"_mm{bits}_{op}_ps") for bits in (256, 512)
@@ -66,6 +72,9 @@ _RECORDS: list[Intrinsic] = [
     _x86("_mm256_storeu_ps", (0,), pure=False), _x86("_mm512_storeu_ps", (0,), pure=False),
     _x86("_mm256_broadcast_ss", (0,), value_form=("_mm256_set1_ps", 1)),
     Intrinsic("__builtin_prefetch", "c", "gcc", (0,), pure=False),   # (&x, rw, locality)
+    # the bf16 GEMM blocks (C helpers carried by the modules that call them)
+    *(Intrinsic(name, "c", "c_bf16", (0, 2, 4), pure=False)
+      for name in BF16_CALLS),
     # CUDA built-ins (the emulator's hidetc_emu.h implements each)
     *(_cuda(name, defined_in="cuda", warp_operands=(2, 1))
       for name in ("__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync")),

@@ -15,9 +15,20 @@ per runtime loads the model, runs one inference and reports its own peak RSS
 (VmHWM: ru_maxrss would include the forking parent's), both children importing the
 same libraries. Peers: ONNX
 Runtime's CPU provider on the cpu target, its CUDA provider where onnxruntime-gpu is
-installed on the cuda target; PyTorch with `--vs torch` (`hidetc.tools.bench_torch`). Where
-ONNX Runtime cannot load or run the model (an op or type it lacks), hidetc is timed
-alone and the table says why under the row (`onnxruntime_note`).
+installed on the cuda target; PyTorch with `--vs torch` (`hidetc.tools.bench_torch`: its
+own definitions of the five benchmark models, timed by its own loop); OpenVINO's CPU
+plugin with `--vs openvino` (`hidetc.tools.bench_openvino`: the same model file at
+OpenVINO's default inference precision, "openvino", and at f32, "openvino_f32", each
+timed in the rounds beside hidetc and ONNX Runtime, its precision in
+`openvino_precision`). Where ONNX Runtime cannot load or run the model (an op or type it
+lacks), hidetc is timed alone and the table says why under the row (`onnxruntime_note`;
+`openvino_note` likewise).
+
+Errors: ONNX Runtime's outputs (f32, on the same inputs) are the reference; `check` is
+hidetc's verdict against them at the precision's tolerance, and `<engine>_error`
+(`hidetc_error`, `openvino_error`, ...) each engine's norm-wise relative error,
+||y - ref|| / ||ref||, the largest over the outputs (`norm_error`; the table's `err`).
+The torch peers have none: their weights are not the model file's.
 
 Ranges of sizes (`--dim seq=1..512`, `--shape ids=1x1..512`: passed to the compile as
 `hidetc compile` takes them; a benchmark model name then builds its dynamic variant): a
@@ -246,7 +257,7 @@ def peak_memory(kind: str, target: str, path: Path, inputs: dict, work: Path) ->
 
 def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str = "f32",
                   repeat: int = 20, tiny: bool = False, memory: bool = True,
-                  profile: bool = False, vs_torch: bool = False,
+                  profile: bool = False, vs_torch: bool = False, vs_openvino: bool = False,
                   at: Optional[Mapping[str, Sequence[int]]] = None,
                   log: Callable[[str], None] = lambda s: None,
                   **compile_options) -> Iterator[dict]:
@@ -255,9 +266,13 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
     `compile_options` go to the compile (`dims`, `shapes`: sizes or ranges, as
     `hidetc.compile_model` takes them); binding sizes of an artifact directory, an `at`
     name the artifact has no symbol of, or an `at` size outside its range is a one-line
-    error, raised before any timing."""
+    error, raised before any timing (`vs_openvino` without openvino installed: before
+    the compile)."""
     import hidetc
     from hidetc.driver.verify import ort_errors, ort_reason
+    if vs_openvino:
+        from hidetc.tools.bench_openvino import require
+        require()
     bindings = {k: compile_options.get(k) for k in ("dims", "shapes")}
     ranged = any(bindings.values())
     name, onnx_path, artifact = _subject(arg, work, tiny, ranged)
@@ -294,6 +309,12 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
             session, why = _ort_session(onnx_path, model.target)
         except ort_errors() as exc:
             why = f"onnxruntime cannot run this model: {ort_reason(exc)}"
+    peers, note = {}, None      # name -> a runner of the model file (.run(inputs) -> outputs)
+    if vs_openvino:
+        from hidetc.tools.bench_openvino import openvino_peers
+        outputs = [o.name for o in proto.graph.output] if proto is not None else ()
+        peers, note = openvino_peers(onnx_path, model.target, outputs)
+    head.update({"openvino_note": note} if note else {})
     dynamic = read_dynamic(manifest)
     for sizes in points:
         row = ({"model": name, "sizes": sizes} | head) if sizes else dict(head)
@@ -302,7 +323,7 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
             row.update(variant=variant, kernels=manifest["dynamic"]["variants"][variant].get(
                 "kernels", row["kernels"]))
         inputs = _inputs(model, proto, _input_shapes(model, dynamic, sizes), seed=1)
-        _time_row(row, model, inputs, session, why, onnx_path, repeat, vs_torch, log)
+        _time_row(row, model, inputs, session, why, onnx_path, repeat, vs_torch, log, peers)
         if memory:
             row["hidetc_peak_mb"] = peak_memory("hidetc", model.target, artifact, inputs, work)
             if "onnxruntime_ms" in row:
@@ -318,14 +339,36 @@ def bench_subject(arg: str, work: Path, *, target: str = "auto", precision: str 
         yield row
 
 
+def norm_error(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]
+               ) -> float:
+    """The largest over `reference`'s outputs of the norm-wise relative error of
+    `outputs`' same-named one, ||y - ref|| / ||ref|| in float64 (integer outputs too;
+    where ||ref|| = 0, ||y||). inf for a missing output, a shape that differs, or a
+    non-finite value where the reference has another (`float_errors`)."""
+    from hidetc.driver.verify import float_errors
+    worst = 0.0
+    for name, ref in reference.items():
+        got = outputs.get(name)
+        if got is None or np.shape(got) != np.shape(ref):
+            return float("inf")
+        worst = max(worst, float_errors(np.asarray(got, np.float64),
+                                        np.asarray(ref, np.float64))[0])
+    return worst
+
+
 def _time_row(row: dict, model, inputs: dict, session, why: Optional[str],
               onnx_path: Optional[Path], repeat: int, vs_torch: bool,
-              log: Callable[[str], None]) -> None:
+              log: Callable[[str], None], peers: Optional[Mapping] = None) -> None:
     """Fill `row` with one size's check against ONNX Runtime (`session`; None: the row
-    says `why`, where the model file is known) and the timings of both runtimes on
-    `inputs`."""
+    says `why`, where the model file is known), each engine's error against its outputs
+    (`norm_error`) and the timings of hidetc, ONNX Runtime and `peers` (name -> an object
+    whose `.run(inputs)` returns the outputs by name, `.precision` its inference
+    precision: `bench_openvino.Peer`) on `inputs`, in the same rounds. `check` is at
+    the compile's bound for the precision (`TOLERANCES`)."""
+    from hidetc.driver.config import TOLERANCES
     from hidetc.driver.verify import compare, ort_errors, ort_reason
     runners = {"hidetc": lambda: model.run(inputs)}
+    reference = None
     if session is not None:
         try:
             reference = dict(zip([o.name for o in session.get_outputs()],
@@ -335,17 +378,29 @@ def _time_row(row: dict, model, inputs: dict, session, why: Optional[str],
     if onnx_path is not None and session is None:
         row["onnxruntime_note"] = why
     elif session is not None:
-        tol = 1e-2 if row["precision"] == "f16" else 1e-4
-        row["check"] = compare(model.run(inputs), reference, tol)["status"]
+        outputs = model.run(inputs)
+        row["check"] = compare(outputs, reference, TOLERANCES[row["precision"]])["status"]
+        row["hidetc_error"] = norm_error(outputs, reference)
         runners["onnxruntime"] = lambda: session.run(None, inputs)
+    for peer_name, peer in (peers or {}).items():
+        try:
+            got = peer.run(inputs)
+        except RuntimeError as exc:     # (OpenVINO's errors; one line in the row)
+            from hidetc.tools.bench_openvino import reason
+            row[f"{peer_name}_note"] = f"{peer_name} cannot run this model: {reason(exc)}"
+            continue
+        row[f"{peer_name}_precision"] = peer.precision
+        if reference is not None:
+            row[f"{peer_name}_error"] = norm_error(got, reference)
+        runners[peer_name] = lambda peer=peer: peer.run(inputs)
     log(f"{_label(row)}: timing ({', '.join(runners)})")
     timed = alternate(runners, repeat)
     row["hidetc_ms"] = timed["hidetc"]["median_ms"]
-    if "onnxruntime" in timed:
-        row["onnxruntime_ms"] = timed["onnxruntime"]["median_ms"]
-        row["ratio_onnxruntime"] = row["hidetc_ms"] / row["onnxruntime_ms"]
-        row["ratio_onnxruntime_paired"] = paired_ratio(timed["hidetc"]["round_best_ms"],
-                                                       timed["onnxruntime"]["round_best_ms"])
+    for peer_name in list(runners)[1:]:     # onnxruntime, then `peers`
+        ms = row[f"{peer_name}_ms"] = timed[peer_name]["median_ms"]
+        row[f"ratio_{peer_name}"] = row["hidetc_ms"] / ms
+        row[f"ratio_{peer_name}_paired"] = paired_ratio(timed["hidetc"]["round_best_ms"],
+                                                        timed[peer_name]["round_best_ms"])
     if vs_torch and onnx_path is not None:
         from hidetc.tools.bench_torch import torch_peers
         for peer, ms in torch_peers(row["model"], model.target, row["precision"], inputs,
@@ -360,9 +415,20 @@ def _label(row: dict) -> str:
     return f"{row['model']} {sizes}" if sizes else row["model"]
 
 
+# the peers that run the model file, timed in the rounds: a line each under the row
+FILE_PEERS = ("openvino", "openvino_f32")
+
+
+def _err(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.1e}"
+
+
 def format_table(rows: list[dict]) -> str:
+    """The header and each row's line (`err`: hidetc's `norm_error` against ONNX Runtime),
+    then a line per torch peer, per file peer (ms, ratios, inference precision, err) and
+    per note."""
     head = (f"{'model':<16}{'target':<7}{'prec':<5}{'hidetc ms':>10}{'ORT ms':>9}{'ratio':>7}"
-            f"{'paired':>7}{'kernels':>8}{'compile s':>10}{'peak MiB':>17}  check")
+            f"{'paired':>7}{'kernels':>8}{'compile s':>10}{'peak MiB':>17}{'err':>9}  check")
     lines = [head]
     for r in rows:
         ort_ms = f"{r['onnxruntime_ms']:.2f}" if "onnxruntime_ms" in r else "-"
@@ -378,16 +444,24 @@ def format_table(rows: list[dict]) -> str:
         label = _label(r) + (" " if r.get("sizes") else "")    # (a long label stays apart)
         lines.append(f"{label:<16}{r['target']:<7}{r['precision']:<5}"
                      f"{r['hidetc_ms']:>10.2f}{ort_ms:>9}{ratio:>7}{paired:>7}{r['kernels']:>8}"
-                     f"{comp:>10}{mem:>17}  {r.get('check', '-')}")
+                     f"{comp:>10}{mem:>17}{_err(r.get('hidetc_error')):>9}  "
+                     f"{r.get('check', '-')}")
         for key in sorted(k for k in r if k.startswith("ratio_torch")):
             peer = key[len("ratio_"):]
             lines.append(f"{'':<16}{'':<12}vs {peer}: {r[peer + '_ms']:.2f} ms, "
                          f"ratio {r[key]:.2f}x")
+        for peer in (p for p in FILE_PEERS if f"{p}_ms" in r):
+            lines.append(f"{'':<16}{'':<12}vs {peer} ({r[peer + '_precision']}): "
+                         f"{r[peer + '_ms']:.2f} ms, ratio {r['ratio_' + peer]:.2f}x, "
+                         f"paired {r['ratio_' + peer + '_paired']:.2f}x, "
+                         f"err {_err(r.get(peer + '_error'))}")
         if r.get("cuda_graph") is False:
             lines.append(f"{'':<16}{'':<12}no CUDA graph: stream launches "
                          f"({r.get('cuda_graph_unavailable')})")
         if r.get("onnxruntime_note"):
             lines.append(f"{'':<16}{'':<12}no ORT timing: {r['onnxruntime_note']}")
+        lines += [f"{'':<16}{'':<12}no {p} timing: {r[p + '_note']}" for p in FILE_PEERS
+                  if r.get(p + "_note")]
     return "\n".join(lines)
 
 

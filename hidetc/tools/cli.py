@@ -22,7 +22,7 @@ from hidetc.backends.runtime.emulated import SanitizerError
 from hidetc.cpu_isa import current as current_isa
 from hidetc.driver import api
 from hidetc.driver.backend import BACKENDS
-from hidetc.driver.config import LAYOUTS, PRECISIONS
+from hidetc.driver.config import CPU_ISAS, LAYOUTS, PRECISIONS
 from hidetc.driver.kernel_check import check_kernels
 from hidetc.driver.tune.keys import cpu_device
 from hidetc.driver.verify import time_call
@@ -78,11 +78,11 @@ def main(debug: bool) -> None:
 @click.option("--gpu", default=None,
               help="cuda: compile for this GPU's limits (a100, a10, l4, l40s, rtx4090, "
                    "h100-pcie, h100-sxm, h200); default: the visible GPU, else --arch's.")
-@click.option("--cpu-isa", type=click.Choice(["avx2", "avx512", "avx512_bf16"]),
-              default=None,
+@click.option("--cpu-isa", type=click.Choice(list(CPU_ISAS)), default=None,
               help="cpu: the vector ISA of the kernels (default: $HIDETC_CPU_ISA, else "
                    "AVX-512 where the host has it, else AVX2); avx512_bf16: AVX-512 on a "
-                   "CPU with AVX512_BF16 (what --precision bf16 needs).")
+                   "CPU with AVX512_BF16 (what --precision bf16 needs); amx_bf16: and "
+                   "AMX-BF16 (bf16 GEMMs on AMX tiles).")
 @click.option("--cpu-cores", type=click.IntRange(1), default=None,
               help="cpu: shape the parallel loops for this many cores (a cross-compile "
                    "for another machine; default: the cores this process may use).")
@@ -332,8 +332,12 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, em
 @click.option("--repeat", type=click.IntRange(1), default=20, show_default=True,
               help="Timed calls per runner (after warm-up), interleaved in rounds.")
 @click.option("--tiny", is_flag=True, help="The tiny variants of the benchmark models.")
-@click.option("--vs", "peers", type=click.Choice(["onnxruntime", "torch"]), multiple=True,
-              help="Peers beside ONNX Runtime (always timed when a model file is known).")
+@click.option("--vs", "peers", type=click.Choice(["onnxruntime", "torch", "openvino"]),
+              multiple=True,
+              help="Peers beside ONNX Runtime (always timed when a model file is known): "
+                   "torch (PyTorch's own five benchmark models), openvino (OpenVINO's CPU "
+                   "plugin on the same model file, at its default inference precision and "
+                   "at f32; pip install 'hidetc[openvino]'); repeatable.")
 @click.option("--profile", is_flag=True,
               help="Per-kernel times (cpu: the launcher's clock; cuda: CUDA events per launch).")
 @click.option("--no-memory", is_flag=True, help="Skip the peak-memory child processes.")
@@ -357,9 +361,11 @@ def run_cmd(out_dir, input_path, output_path, repeat, threads, compare_model, em
 @_handle_errors
 def bench_cmd(subjects, target, precision, repeat, tiny, peers, profile, no_memory, work,
               json_path, plot_path, tune, shape_args, dim_args, at_args):
-    """Time models beside ONNX Runtime (and PyTorch with --vs torch). SUBJECTS: benchmark
-    model names (default: the five), .onnx files or artifact directories. An artifact for
-    ranges of sizes (--dim/--shape, or a directory compiled so) gets a row per size."""
+    """Time models beside ONNX Runtime (and PyTorch with --vs torch, OpenVINO with --vs
+    openvino). SUBJECTS: benchmark model names (default: the five), .onnx files or artifact
+    directories. An artifact for ranges of sizes (--dim/--shape, or a directory compiled
+    so) gets a row per size. err: each engine's norm-wise relative error against ONNX
+    Runtime's outputs (the largest over the outputs)."""
     import platform
 
     import models
@@ -373,7 +379,8 @@ def bench_cmd(subjects, target, precision, repeat, tiny, peers, profile, no_memo
     for subject in subjects or sorted(models.REGISTRY):
         for row in bench_subject(subject, work, target=target, precision=precision,
                                  repeat=repeat, tiny=tiny, memory=not no_memory,
-                                 profile=profile, vs_torch="torch" in peers, at=at, tune=tune,
+                                 profile=profile, vs_torch="torch" in peers,
+                                 vs_openvino="openvino" in peers, at=at, tune=tune,
                                  log=lambda m: click.echo(m, err=True), **sizes):
             rows.append(row)
             click.echo("\n".join(format_table([row]).splitlines()[1:]))
@@ -385,6 +392,7 @@ def bench_cmd(subjects, target, precision, repeat, tiny, peers, profile, no_memo
                "machine": platform.processor() or platform.machine(),
                "cpu": cpu_device().removeprefix("cpu:"), "cpu_isa": current_isa().name,
                "onnxruntime": _version("onnxruntime"),
+               **({"openvino": _version("openvino")} if "openvino" in peers else {}),
                "cores": os.cpu_count(), "hidetc": __version__, "repeat": repeat,
                "rows": rows}
         json_path.write_text(json.dumps(doc, indent=2) + "\n")

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from hidetc.backends.codegen.c import print_c_module
+from hidetc.backends.codegen.c_bf16 import BF16_SOURCE
 from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.backends.runtime.emulator.emulator import EMULATOR_DIR
 from hidetc.compute.narrow_types import C_FUNCTIONS as NARROW_FUNCTIONS
@@ -72,10 +73,16 @@ def test_every_cuda_builtin_is_implemented_by_the_emulator(name):
     assert _defines(EMU_HEADER, name), f"{name}: the emulator (hidetc_emu.h) lacks it"
 
 
+@pytest.mark.parametrize("name", [r.name for r in REGISTRY.values() if r.defined_in == "c_bf16"])
+def test_every_bf16_block_helper_is_defined_in_its_source(name):
+    assert _defines(BF16_SOURCE, name), f"{name}: not in c_bf16.BF16_SOURCE"
+
+
 def test_records_are_consistent():
     for record in REGISTRY.values():
         assert record.printer in ("c", "cuda")
-        assert all(0 <= i < 4 for i in record.address_args)
+        assert list(record.address_args) == sorted(set(record.address_args))
+        assert all(0 <= i < 9 for i in record.address_args)
         if record.copy_bytes or record.asynchronous:
             assert record.copy_bytes in (4, 8, 16) and record.address_args[:2] == (0, 1)
             assert not record.pure

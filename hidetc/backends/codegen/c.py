@@ -68,6 +68,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from hidetc.backends.codegen.c_bf16 import BF16_SOURCE
 from hidetc.backends.codegen.c_math import FAST_FLOAT32
 from hidetc.backends.codegen.c_scratch import stack_bytes
 from hidetc.backends.codegen.c_types import (  # noqa: F401  (re-exported: the CUDA printer, tests)
@@ -190,6 +191,7 @@ class CPrinter:
         self.fn = fn
         self.malloced: set[Buffer] = set()
         self.uses_x86 = False  # set when a registered C intrinsic was printed
+        self.uses_bf16 = False  # set when a bf16 GEMM block (c_bf16) was printed
 
     # per-target hooks --------------------------------------------------------------------
     def ctype(self, dtype: str) -> str:
@@ -264,6 +266,7 @@ class CPrinter:
         record = intrinsics.lookup(e.func, "c")
         if record is not None:
             self.uses_x86 = True
+            self.uses_bf16 |= record.defined_in == "c_bf16"
             return self._intrinsic_call(e, record.address_args), _ATOM
         if e.func in NARROW_FUNCTIONS:
             return f"{e.func}({', '.join(self.expr(a) for a in e.args)})", _ATOM
@@ -523,6 +526,8 @@ def print_c_module(functions: Sequence[Function], prelude: str = "",
     if any(p.uses_x86 for p in printers):
         head += _X86_HEADER
     parts = [head, helpers_source()]
+    if any(p.uses_bf16 for p in printers):
+        parts.append(BF16_SOURCE)
     if prelude:
         parts.append(prelude.rstrip("\n") + "\n")
     parts.extend(bodies)

@@ -12,7 +12,7 @@ import platform
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hidetc import __version__
+from hidetc import __version__, cpu_isa
 from hidetc.backends.toolchain.gcc import compiler_identity, find_compiler
 from hidetc.backends.toolchain.nvcc import nvcc_identity
 from hidetc.compute.task import Task
@@ -75,10 +75,13 @@ def cpu_arch(target: CpuTarget) -> str:
     the instruction set (x86-64-avx2 or x86-64-avx512: configs measured with one ISA's
     kernels are not the other's) and the cores the task shapes are built for
     ("x86-64-avx512/16c"): a cross-compile for 16 cores takes the winners measured on a
-    16-core machine of that ISA."""
+    16-core machine of that ISA. The bf16 features follow the ISA
+    ("x86-64-avx512+avx512_bf16+amx_bf16/2c"): a bf16 kernel runs on AMX tiles where the
+    machine has them and on vdpbf16ps where not, so their winners differ."""
     machine = platform.machine().lower()
     isa = f"x86-64-{target.isa}" if machine in ("x86_64", "amd64") else machine or "unknown"
-    return f"{isa}/{target.cores}c"
+    features = "".join(f"+{f}" for f in cpu_isa.bf16_features(target.features))
+    return f"{isa}{features}/{target.cores}c"
 
 
 @functools.lru_cache(maxsize=None)

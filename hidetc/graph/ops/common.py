@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Sequence
 
-import ml_dtypes  # noqa: F401  (registers the "bfloat16" dtype name with numpy)
+import ml_dtypes  # (also registers the "bfloat16" dtype name with numpy)
 import numpy as np
 
 from hidetc.errors import ShapeError
@@ -141,6 +141,15 @@ def unidirectional(op: str, target: Sequence[int], shape: Sequence[int], index: 
     tail = tuple(target)[len(target) - len(shape):] if len(shape) <= len(target) else None
     if tail is None or any(s != t and s != 1 for s, t in zip(shape, tail)):
         fail(op, f"input {index} has shape {fmt(shape)}, not broadcastable to {fmt(target)}")
+
+
+def bf16_operands(inputs: Sequence[np.ndarray], attrs) -> list:
+    """The operands of a product-summing op (MatMul, Conv) as it computes them: rounded to
+    bf16 (nearest even) and back to float32 when the node has `compute="bfloat16"`
+    (`hidetc.graph.passes.compute_bf16`), else as they are."""
+    if attrs.get("compute") != "bfloat16":
+        return list(inputs)
+    return [x.astype(ml_dtypes.bfloat16).astype(np.float32) for x in inputs]
 
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:

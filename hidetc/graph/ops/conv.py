@@ -20,6 +20,7 @@ from hidetc.graph.ir import FLOAT_DTYPES, TensorType
 from hidetc.graph.ops.common import (
     arity,
     attr_ints,
+    bf16_operands,
     dtype_in,
     fail,
     fmt,
@@ -156,7 +157,7 @@ def _conv_infer(types, attrs, values):
 
 
 def _conv_ref(inputs, attrs):
-    x, w = inputs[0], inputs[1]
+    x, w = bf16_operands(inputs[:2], attrs)
     bias = inputs[2] if len(inputs) > 2 else None
     work = np.float32 if x.dtype != np.float64 else np.float64
     n, c = x.shape[:2]

@@ -20,6 +20,7 @@ from hidetc.graph.ir import FLOAT_DTYPES, TensorType
 from hidetc.graph.ops.common import (
     NUMERIC,
     arity,
+    bf16_operands,
     broadcast,
     compute_dtype,
     dtype_in,
@@ -65,7 +66,7 @@ def _matmul_infer(types, attrs, values):
 
 
 def _matmul_ref(inputs, attrs):
-    a, b = inputs
+    a, b = bf16_operands(inputs, attrs)
     work = compute_dtype(a.dtype)
     return [np.matmul(a.astype(work, copy=False), b.astype(work, copy=False)).astype(a.dtype)]
 

@@ -32,8 +32,10 @@ from hidetc.schedules.common.reducers import REDUCERS
 from hidetc.schedules.common.scan_lines import ARG_OPS
 from hidetc.schedules.cpu import (
     conv,
+    conv_bf16,
     injective,
     matmul,
+    matmul_bf16,
     matmul_integer,
     pool,
     prepack,
@@ -52,6 +54,14 @@ TEMPLATES: dict[str, Template] = {
     "MatMul": matmul.TEMPLATE,
     "Conv": conv.TEMPLATE,
     "ConvNHWC": conv.TEMPLATE,
+}
+
+# the templates of anchors marked compute="bfloat16" (`graph.passes.compute_bf16`:
+# --precision bf16), f32 tensors with bf16 products
+BF16_TEMPLATES: dict[str, Template] = {
+    "MatMul": matmul_bf16.TEMPLATE,
+    "Conv": conv_bf16.TEMPLATE,
+    "ConvNHWC": conv_bf16.TEMPLATE,
 }
 
 RULES: dict[str, Builder] = {
@@ -188,8 +198,10 @@ def anchor_template(task: Task, constant_weights: bool, target: CpuTarget
 
 def kernel_choice(task: Task, target: CpuTarget) -> tuple[Template | None, Any]:
     """(template, its default config for `target`) for a templated op, else (None,
-    None): the rule builds the kernel. `build_kernel` builds exactly this choice."""
-    template = TEMPLATES.get(task.op)
+    None): the rule builds the kernel. `build_kernel` builds exactly this choice. An
+    anchor marked compute="bfloat16" takes its `BF16_TEMPLATES` template."""
+    bf16 = task.attr("compute") == "bfloat16"
+    template = (BF16_TEMPLATES if bf16 else TEMPLATES).get(task.op)
     if template is None or matmul_integer.is_integer_matmul(task):
         return None, None
     check_dtypes(task)

@@ -23,7 +23,9 @@ from hidetc.schedules.template import Target
 
 WEIGHT_INPUT = 1   # the operand packed: Conv's W, MatMul's B
 # base template name -> module with can_prepack / prepack_tag / prepack_weights
-MODULES = {"cpu.conv": "hidetc.schedules.cpu.conv", "cpu.matmul": "hidetc.schedules.cpu.matmul"}
+MODULES = {"cpu.conv": "hidetc.schedules.cpu.conv", "cpu.matmul": "hidetc.schedules.cpu.matmul",
+           "cpu.matmul.bf16": "hidetc.schedules.cpu.matmul_bf16",
+           "cpu.conv.bf16": "hidetc.schedules.cpu.conv_bf16"}
 
 
 class Prepacked:

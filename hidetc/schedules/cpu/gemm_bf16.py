@@ -1,0 +1,208 @@
+"""The bf16 GEMM of the cpu target (`--precision bf16`): f32 tensors in and out, the
+products' operands rounded to bf16, every sum in f32 (the ONNX op's reference with
+`compute="bfloat16"`, `hidetc.graph.ops.nn`).
+
+For `batch` independent M x N x K problems C = A x B (A and B f32 values, or B packed
+at compile time), the kernel in words:
+
+    apack[mat][Mp][Kp]  (bf16, once per call, parallel over 32-row blocks):
+        A_mat[min(row, M-1)][k] rounded to nearest even; zero for k >= K
+        (Mp = M rounded up to 32, Kp = K rounded up to 32)
+    bpack[mat][N/16 panels][Kp/2][16][2]  (bf16; packed at compile time when B is a
+        constant -- `pack_weights` -- else once per call, parallel over panels):
+        the pair-interleaved layout: (B[2i][j], B[2i+1][j]) adjacent; zero past K and N
+    tasks (batch, M/MT, N/NC) in one parallel loop, each:
+        cbuf[MT][NC] = the block helper over its rows and panels (`c_bf16`: AMX-BF16
+                       tiles where the target has them, else AVX512_BF16 `vdpbf16ps`)
+        store(bt, i0 + r, j0 + j, cbuf[r][j]) for the valid r, j  (the epilogues)
+
+Rows past M are clamped on load (computed, never stored), columns past N and the K
+padding are zeros in the packed operands, so any M, N, K >= 0 (and symbolic M, N: the
+extents are expressions) computes exactly the reference's products and stores every
+output once, after its whole K sum. The schedule's knobs (`Bf16Config`): MT rows (a
+multiple of 32: two 16-row AMX tiles) x NC columns (a multiple of 32) per task; the
+space is their 4 x 5 product, clamped to the problem; `default_bf16` balances the
+tasks over the target's cores.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import ml_dtypes
+import numpy as np
+
+from hidetc.compute.injective import unravel
+from hidetc.errors import UnsupportedOpError
+from hidetc.graph.guards import hint_value
+from hidetc.schedules.template import CpuTarget
+from hidetc.tir.builder import KernelBuilder
+from hidetc.tir.intrinsics import BF16_AMX, BF16_DP
+from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, cast, minimum, select
+from hidetc.tir.mapping import spatial
+
+ROWS = 32        # apack's row padding and MT's unit: two 16-row AMX tiles
+PANEL = 16       # columns of a B panel (one AMX tile, one zmm of pairs)
+K_STEP = 32      # bf16 per AMX A-tile row: Kp's unit
+MT_CHOICES = (32, 64, 128, 256)
+NC_CHOICES = (32, 64, 128, 256, 512)
+BF16 = "bfloat16"
+
+Value = Callable[[Expr, Expr, Expr], Expr]       # (matrix, row or k, k or column) -> f32
+Store = Callable[[Expr, Expr, Expr, Expr], None]  # (batch index, row, column, value)
+PackA = Callable[[KernelBuilder, Buffer, ExprLike], None]   # (kb, apack, Kp)
+
+
+@dataclass(frozen=True)
+class Bf16Config:
+    """Rows (MT) x columns (NC) of one task; both multiples of 32."""
+    mt: int = 64
+    nc: int = 128
+
+
+def bf16_space() -> list[Bf16Config]:
+    return [Bf16Config(mt, nc) for mt, nc in itertools.product(MT_CHOICES, NC_CHOICES)]
+
+
+def round_up(x: ExprLike, unit: int) -> ExprLike:
+    return -(-x // unit) * unit if isinstance(x, int) else (x + (unit - 1)) // unit * unit
+
+
+def clamp(cfg: Bf16Config, m: int, n: int) -> tuple[int, int]:
+    """(MT, NC) of `cfg` no larger than the problem needs (M, N at their hint)."""
+    return (min(cfg.mt, round_up(max(m, 1), ROWS)),
+            min(cfg.nc, round_up(max(n, 1), PANEL)))
+
+
+def default_bf16(m: ExprLike, n: ExprLike, k: ExprLike, batch: int,
+                 target: CpuTarget) -> Bf16Config:
+    """The config whose busiest core computes the fewest padded products (the tasks
+    split statically over `target.cores`), ties to the larger tile (fewer calls, B
+    panels reused by more rows). Symbolic sizes are taken at the build's hint."""
+    m, n = hint_value(m), hint_value(n)
+
+    def cost(cfg: Bf16Config) -> tuple:
+        mt, nc = clamp(cfg, m, n)
+        tasks = batch * -(-max(m, 1) // mt) * -(-max(n, 1) // nc)
+        busiest = -(-tasks // target.cores)
+        return busiest * mt * nc, -mt * nc
+    return min(bf16_space(), key=cost)
+
+
+def block_call(target: CpuTarget) -> str:
+    """The block helper the target runs: AMX tiles where it has AMX-BF16, else
+    `vdpbf16ps`; a target with neither cannot run a bf16 kernel."""
+    if "amx_bf16" in target.features:
+        return BF16_AMX
+    if "avx512_bf16" in target.features:
+        return BF16_DP
+    raise UnsupportedOpError(f"a bf16 kernel needs AVX512_BF16, which the {target.describe()} "
+                             f"target lacks")
+
+
+def pack_weights(b: np.ndarray) -> np.ndarray:
+    """A constant B [K, N] (f32) as the kernel's bpack of one matrix: [N/16 panels]
+    [Kp/2][16][2] bf16 (rounded to nearest even), zero past K and N."""
+    k, n = b.shape
+    kp, panels = round_up(max(k, 1), K_STEP), -(-n // PANEL)
+    mat = np.zeros((kp, panels * PANEL), np.float32)
+    mat[:k, :n] = b
+    pairs = mat.reshape(kp // 2, 2, panels, PANEL).transpose(2, 0, 3, 1)
+    return np.ascontiguousarray(pairs).astype(ml_dtypes.bfloat16)
+
+
+def packed_shape(k: ExprLike, n: ExprLike) -> tuple:
+    """The shape of `pack_weights`' result for a K x N matrix."""
+    return (-(-n // PANEL) if isinstance(n, int) else (n + PANEL - 1) // PANEL,
+            round_up(k, K_STEP) // 2 if isinstance(k, int) else round_up(k, K_STEP) // 2,
+            PANEL, 2)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """`batch` problems of M x N x K: `a_count` A matrices (`a_of(bt)` the one of batch
+    index bt), `b_count` B matrices (`b_of`), `a_value(mat, row, k)`, `b_value(mat, k,
+    col)` (None: `b_packed` holds B as `pack_weights` laid it out, one matrix).
+    `pack_a(kb, apack, kp)`, when given, fills apack itself (its own parallel loop; a
+    convolution's im2col gather) instead of `a_value` per element."""
+    batch: tuple
+    m: ExprLike
+    n: ExprLike
+    k: ExprLike
+    a_count: int
+    a_of: Callable[[tuple], Expr]
+    a_value: Value
+    b_count: int
+    b_of: Callable[[tuple], Expr]
+    b_value: Optional[Value] = None
+    b_packed: Optional[Buffer] = None
+    pack_a: Optional[PackA] = None
+
+
+def emit_bf16_gemm(kb: KernelBuilder, p: Problem, cfg: Bf16Config, target: CpuTarget,
+                   store: Store) -> None:
+    """The kernel body (see the module docstring); `store(bidx, row, col, value)` writes
+    one output (bidx: the batch index tuple)."""
+    helper = block_call(target)
+    mt, nc = clamp(cfg, hint_value(p.m), hint_value(p.n))
+    kp = round_up(p.k, K_STEP)
+    apack = _pack_a(kb, p, kp) if p.pack_a is None else _alloc_a(kb, p, kp)
+    if p.pack_a is not None:
+        p.pack_a(kb, apack, kp)
+    bpack = p.b_packed if p.b_packed is not None else _pack_b(kb, p, kp)
+    m_tiles = (p.m + (mt - 1)) // mt
+    n_tiles = (p.n + (nc - 1)) // nc
+    nbatch = math.prod(p.batch)
+    with kb.for_range(nbatch * m_tiles * n_tiles, kind="parallel", name="p") as task:
+        with kb.for_mapping(spatial(nbatch, m_tiles, n_tiles), task,
+                            names=["bt", "ib", "jb"]) as (bt, ib, jb):
+            bidx = tuple(unravel(bt, p.batch))
+            i0, j0 = ib * mt, jb * nc
+            rows, cols = minimum(p.m - i0, mt), minimum(p.n - j0, nc)
+            panels = (cols + (PANEL - 1)) // PANEL
+            cbuf = kb.alloc("cbuf", "float32", (mt, nc))
+            b_at = (bpack[jb * (nc // PANEL), 0, 0, 0] if p.b_packed is not None else
+                    bpack[p.b_of(bidx), jb * (nc // PANEL), 0, 0, 0])
+            kb.evaluate(call(helper, apack[p.a_of(bidx), i0, 0], kp, b_at,
+                             kp // 2 * (2 * PANEL), cbuf[0, 0], nc, rows, panels, kp,
+                             dtype="void"))
+            with kb.for_range(rows, name="r") as r, kb.for_range(cols, name="j") as j:
+                store(bidx, i0 + r, j0 + j, cbuf[r, j])
+
+
+def _pack_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
+    """apack: every A matrix rounded to bf16, rows padded to 32 (clamped copies), K to
+    Kp (zeros)."""
+    apack = _alloc_a(kb, p, kp)
+    blocks = (p.m + (ROWS - 1)) // ROWS
+    with kb.for_range(p.a_count * blocks, kind="parallel", name="pa") as pa:
+        with kb.for_mapping(spatial(p.a_count, blocks), pa, names=["mat", "rb"]) as (mat, rb):
+            with kb.for_range(ROWS, name="r") as r, kb.for_range(kp, name="k") as k:
+                row = rb * ROWS + r
+                value = p.a_value(mat, minimum(row, p.m - 1), minimum(k, p.k - 1))
+                kb.store(apack, (mat, row, k),
+                         cast(select(k < p.k, value, Const(0.0, "float32")), BF16))
+    return apack
+
+
+def _alloc_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
+    return kb.alloc("apack", BF16, (p.a_count, (p.m + (ROWS - 1)) // ROWS * ROWS, kp))
+
+
+def _pack_b(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
+    """bpack: every B matrix in the pair-interleaved panels of `pack_weights`, rounded
+    to bf16, zero past K and N."""
+    panels = (p.n + (PANEL - 1)) // PANEL
+    bpack = kb.alloc("bpack", BF16, (p.b_count, panels, kp // 2, PANEL, 2))
+    zero = Const(0.0, "float32")
+    with kb.for_range(p.b_count * panels, kind="parallel", name="pb") as pb:
+        with kb.for_mapping(spatial(p.b_count, panels), pb, names=["mat", "jp"]) as (mat, jp):
+            with kb.for_range(kp // 2, name="i") as i, \
+                    kb.for_range(PANEL, name="j") as j, kb.for_range(2, name="t") as t:
+                k, col = 2 * i + t, jp * PANEL + j
+                value = p.b_value(mat, minimum(k, p.k - 1), minimum(col, p.n - 1))
+                kb.store(bpack, (mat, jp, i, j, t),
+                         cast(select(k < p.k, select(col < p.n, value, zero), zero), BF16))
+    return bpack
