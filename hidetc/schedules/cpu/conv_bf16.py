@@ -8,9 +8,11 @@ own order ((kh*KW + kw)*C + c for OHWI, (c*KH + kh)*KW + kw for OIHW), so the we
 are W.reshape(OC, K)^T: packed once at compile time (`prepack_weights`, the bf16 pair
 panels of `gemm_bf16.pack_weights`, half the f32 bytes) when constant. The im2col gather
 is the A packing (`_gather`, one parallel loop over 32-row blocks before the tasks):
-per output position and tap, one run of C contiguous channels (NHWC) or one element
-per channel (NCHW), zero for taps in the padding (indices clamped, so no load leaves
-the image); positions past M repeat the last one. Then `gemm_bf16`'s tasks; the bias
+per output position, NHWC with C a multiple of 32 copies each 32-wide K chunk (32
+channels of one tap, contiguous on both sides; zeros for a tap in the padding);
+otherwise (and NCHW) per tap, one run of C channels (NHWC) or one element per channel (NCHW),
+zero for taps in the padding (indices clamped, so no load leaves the image); positions
+past M repeat the last one. Then `gemm_bf16`'s tasks; the bias
 is added in the store (the epilogue after it).
 
 Guarantees: the reference's result (`hidetc.graph.ops.conv`, with the operands rounded)
@@ -27,9 +29,11 @@ from hidetc.compute.task import Task
 from hidetc.schedules.common.conv_geometry import ConvGeometry, conv_geometry
 from hidetc.schedules.cpu.gemm_bf16 import (
     BF16,
+    K_STEP,
     ROWS,
     Bf16Config,
     Problem,
+    a_at,
     bf16_space,
     default_bf16,
     emit_bf16_gemm,
@@ -143,22 +147,55 @@ def _gather(kb: KernelBuilder, geo: ConvGeometry, x: Buffer, apack: Buffer,
         n = _var(kb, "n", pos // (geo.oh * geo.ow))
         oh = _var(kb, "oh", pos // geo.ow % geo.oh)
         ow = _var(kb, "ow", pos % geo.ow)
-        with kb.for_range(geo.kh, name="kh") as kh, kb.for_range(geo.kw, name="kw") as kw:
-            ih = oh * geo.strides[0] - geo.pads[0] + kh * geo.dilations[0]
-            iw = ow * geo.strides[1] - geo.pads[1] + kw * geo.dilations[1]
-            inside = kb.declare("inside", "bool", logical_and(ih >= 0, ih < geo.h,
-                                                              iw >= 0, iw < geo.w))
-            ihc = _var(kb, "ihc", maximum(minimum(ih, geo.h - 1), 0))
-            iwc = _var(kb, "iwc", maximum(minimum(iw, geo.w - 1), 0))
-            with kb.for_range(geo.c, name="c") as c:
-                if geo.channels_last:
-                    value, col = x[n, ihc, iwc, c], (kh * geo.kw + kw) * geo.c + c
-                else:
-                    value, col = x[n, c, ihc, iwc], (c * geo.kh + kh) * geo.kw + kw
-                kb.store(apack, (0, row, col), cast(select(inside, value, zero), BF16))
+        if geo.channels_last and geo.c % K_STEP == 0:
+            _chunks(kb, geo, x, apack, (row, n, oh, ow))
+        else:
+            with kb.for_range(geo.kh, name="kh") as kh:
+                _taps(kb, geo, x, apack, (row, n, oh, ow), kh)
         if not isinstance(kp, int) or kp > k:
             with kb.for_range(kp - k, name="kz") as kz:
-                kb.store(apack, (0, row, k + kz), cast(zero, BF16))
+                kb.store(apack, a_at(0, row, k + kz), cast(zero, BF16))
+
+
+def _chunks(kb: KernelBuilder, geo: ConvGeometry, x: Buffer, apack: Buffer,
+            at: tuple) -> None:
+    """NHWC with C a multiple of 32: each 32-wide K chunk is 32 channels of one tap,
+    contiguous in X and in one apack tile row -- a straight (vectorizable) copy, or
+    zeros where the tap is in the padding."""
+    row, n, oh, ow = at
+    with kb.for_range(_k(geo) // K_STEP, name="ks") as ks:
+        tap = _var(kb, "tap", ks * K_STEP // geo.c)
+        c0 = _var(kb, "c0", ks * K_STEP % geo.c)
+        ih = _var(kb, "ih", oh * geo.strides[0] - geo.pads[0] + tap // geo.kw * geo.dilations[0])
+        iw = _var(kb, "iw", ow * geo.strides[1] - geo.pads[1] + tap % geo.kw * geo.dilations[1])
+        with kb.if_then(logical_and(ih >= 0, ih < geo.h, iw >= 0, iw < geo.w)):
+            with kb.for_range(K_STEP, name="kk") as kk:
+                kb.store(apack, (0, row // 16, ks, row % 16, kk),
+                         cast(x[n, ih, iw, c0 + kk], BF16))
+        with kb.otherwise():
+            with kb.for_range(K_STEP, name="kk") as kk:
+                kb.store(apack, (0, row // 16, ks, row % 16, kk),
+                         cast(Const(0.0, "float32"), BF16))
+
+
+def _taps(kb: KernelBuilder, geo: ConvGeometry, x: Buffer, apack: Buffer, at: tuple,
+          kh: Expr) -> None:
+    """One kernel row's taps, each checked: zero where it falls in the padding."""
+    row, n, oh, ow = at
+    zero = Const(0.0, "float32")
+    with kb.for_range(geo.kw, name="kw") as kw:
+        ih = oh * geo.strides[0] - geo.pads[0] + kh * geo.dilations[0]
+        iw = ow * geo.strides[1] - geo.pads[1] + kw * geo.dilations[1]
+        inside = kb.declare("inside", "bool", logical_and(ih >= 0, ih < geo.h,
+                                                          iw >= 0, iw < geo.w))
+        ihc = _var(kb, "ihc", maximum(minimum(ih, geo.h - 1), 0))
+        iwc = _var(kb, "iwc", maximum(minimum(iw, geo.w - 1), 0))
+        with kb.for_range(geo.c, name="c") as c:
+            if geo.channels_last:
+                value, col = x[n, ihc, iwc, c], (kh * geo.kw + kw) * geo.c + c
+            else:
+                value, col = x[n, c, ihc, iwc], (c * geo.kh + kh) * geo.kw + kw
+            kb.store(apack, a_at(0, row, col), cast(select(inside, value, zero), BF16))
 
 
 def _var(kb: KernelBuilder, name: str, value: ExprLike) -> Expr:

@@ -5,14 +5,14 @@ products' operands rounded to bf16, every sum in f32 (the ONNX op's reference wi
 For `batch` independent M x N x K problems C = A x B (A and B f32 values, or B packed
 at compile time), the kernel in words:
 
-    apack[mat][Mp][Kp]  (bf16, once per call, parallel over 32-row blocks):
-        A_mat[min(row, M-1)][k] rounded to nearest even; zero for k >= K
-        (Mp = M rounded up to 32, Kp = K rounded up to 32)
+    apack[mat][Mp/16][Kp/32][16][32]  (bf16 16 x 32 tiles, `a_at`; once per call,
+        parallel over 32-row blocks): A_mat[min(row, M-1)][k] rounded to nearest even;
+        zero for k >= K (Mp = M rounded up to 32, Kp = K rounded up to 32)
     bpack[mat][N/16 panels][Kp/2][16][2]  (bf16; packed at compile time when B is a
         constant -- `pack_weights` -- else once per call, parallel over panels):
         the pair-interleaved layout: (B[2i][j], B[2i+1][j]) adjacent; zero past K and N
     tasks (batch, M/MT, N/NC) in one parallel loop, each:
-        cbuf[MT][NC] = the block helper over its rows and panels (`c_bf16`: AMX-BF16
+        cbuf[MT][NC+16] = the block helper over its rows and panels (`c_bf16`: AMX-BF16
                        tiles where the target has them, else AVX512_BF16 `vdpbf16ps`)
         store(bt, i0 + r, j0 + j, cbuf[r][j]) for the valid r, j  (the epilogues)
 
@@ -40,12 +40,13 @@ from hidetc.graph.guards import hint_value
 from hidetc.schedules.template import CpuTarget
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.intrinsics import BF16_AMX, BF16_DP
-from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, cast, minimum, select
+from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, cast, minimum, ne, select
 from hidetc.tir.mapping import spatial
 
 ROWS = 32        # apack's row padding and MT's unit: two 16-row AMX tiles
 PANEL = 16       # columns of a B panel (one AMX tile, one zmm of pairs)
 K_STEP = 32      # bf16 per AMX A-tile row: Kp's unit
+CBUF_PAD = 16    # floats past NC in a cbuf row: rows 2 KB apart would share L1 sets
 MT_CHOICES = (32, 64, 128, 256)
 NC_CHOICES = (32, 64, 128, 256, 512)
 BF16 = "bfloat16"
@@ -162,11 +163,12 @@ def emit_bf16_gemm(kb: KernelBuilder, p: Problem, cfg: Bf16Config, target: CpuTa
             i0, j0 = ib * mt, jb * nc
             rows, cols = minimum(p.m - i0, mt), minimum(p.n - j0, nc)
             panels = (cols + (PANEL - 1)) // PANEL
-            cbuf = kb.alloc("cbuf", "float32", (mt, nc))
+            ldc = nc + CBUF_PAD
+            cbuf = kb.alloc("cbuf", "float32", (mt, ldc))
             b_at = (bpack[jb * (nc // PANEL), 0, 0, 0] if p.b_packed is not None else
                     bpack[p.b_of(bidx), jb * (nc // PANEL), 0, 0, 0])
-            kb.evaluate(call(helper, apack[p.a_of(bidx), i0, 0], kp, b_at,
-                             kp // 2 * (2 * PANEL), cbuf[0, 0], nc, rows, panels, kp,
+            kb.evaluate(call(helper, apack[p.a_of(bidx), ib * (mt // 16), 0, 0, 0], kp, b_at,
+                             kp // 2 * (2 * PANEL), cbuf[0, 0], ldc, rows, panels, kp,
                              dtype="void"))
             with kb.for_range(rows, name="r") as r, kb.for_range(cols, name="j") as j:
                 store(bidx, i0 + r, j0 + j, cbuf[r, j])
@@ -174,21 +176,47 @@ def emit_bf16_gemm(kb: KernelBuilder, p: Problem, cfg: Bf16Config, target: CpuTa
 
 def _pack_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
     """apack: every A matrix rounded to bf16, rows padded to 32 (clamped copies), K to
-    Kp (zeros)."""
+    Kp (zeros). The whole 32-wide K chunks are plain copies, contiguous on both sides
+    (gcc vectorizes them); only a ragged last chunk checks k < K."""
     apack = _alloc_a(kb, p, kp)
     blocks = (p.m + (ROWS - 1)) // ROWS
+    full = p.k // K_STEP
     with kb.for_range(p.a_count * blocks, kind="parallel", name="pa") as pa:
         with kb.for_mapping(spatial(p.a_count, blocks), pa, names=["mat", "rb"]) as (mat, rb):
-            with kb.for_range(ROWS, name="r") as r, kb.for_range(kp, name="k") as k:
+            with kb.for_range(ROWS, name="r") as r:
                 row = rb * ROWS + r
-                value = p.a_value(mat, minimum(row, p.m - 1), minimum(k, p.k - 1))
-                kb.store(apack, (mat, row, k),
-                         cast(select(k < p.k, value, Const(0.0, "float32")), BF16))
+                clamped = minimum(row, p.m - 1)
+                with kb.for_range(full, name="ks") as ks, \
+                        kb.for_range(K_STEP, name="kk") as kk:
+                    kb.store(apack, (mat, row // 16, ks, row % 16, kk),
+                             cast(p.a_value(mat, clamped, ks * K_STEP + kk), BF16))
+                if isinstance(p.k, int):
+                    if p.k % K_STEP:
+                        _tail(kb, p, apack, (mat, row, clamped), full)
+                else:                  # a symbolic K: the tail chunk only where ragged
+                    with kb.if_then(ne(p.k % K_STEP, 0)):
+                        _tail(kb, p, apack, (mat, row, clamped), full)
     return apack
 
 
+def _tail(kb: KernelBuilder, p: Problem, apack: Buffer, at: tuple, full: ExprLike) -> None:
+    """The ragged last K chunk of one row: A where k < K, zero after."""
+    mat, row, clamped = at
+    with kb.for_range(K_STEP, name="kt") as kt:
+        k = full * K_STEP + kt
+        value = p.a_value(mat, clamped, minimum(k, p.k - 1))
+        kb.store(apack, (mat, row // 16, full, row % 16, kt),
+                 cast(select(k < p.k, value, Const(0.0, "float32")), BF16))
+
+
 def _alloc_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
-    return kb.alloc("apack", BF16, (p.a_count, (p.m + (ROWS - 1)) // ROWS * ROWS, kp))
+    return kb.alloc("apack", BF16, (p.a_count, (p.m + (ROWS - 1)) // ROWS * 2, kp // K_STEP,
+                                    16, K_STEP))
+
+
+def a_at(mat: ExprLike, row: ExprLike, k: ExprLike) -> tuple:
+    """apack's index of A_mat[row][k]: 16 x 32 tiles, one contiguous KB each."""
+    return (mat, row // 16, k // K_STEP, row % 16, k % K_STEP)
 
 
 def _pack_b(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
