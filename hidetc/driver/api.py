@@ -136,7 +136,8 @@ def _recover(writer: ArtifactWriter, manifest: dict, ctx: CompileContext, graph,
     """The verification recovery (`verification.recover_artifact`) with this compile's
     rebuilds: the same selection with other configs; and, where the default layout pass
     changed the model, the model once more with its own NCHW layout (its graph passes
-    run only if the exact-order rebuilds did not pass)."""
+    run only if the exact-order rebuilds did not pass); bf16: before that, the model with
+    its costliest bf16 nodes in f32 (`hidetc.driver.recover_bf16`)."""
     def build(new_choices: dict) -> tuple[dict, CompileConfig]:
         writer.reset()
         return (_written(writer, ctx, ctx.plan(selection, new_choices), tuning, model_path),
@@ -152,9 +153,17 @@ def _recover(writer: ArtifactWriter, manifest: dict, ctx: CompileContext, graph,
         writer.reset()
         return (_written(writer, nchw, nchw.plan(again, kept_choices), kept_tuning,
                          model_path), nchw.cfg)
+    def retry_f32(names: tuple[str, ...]) -> tuple[dict, CompileConfig]:
+        kept = ctx.with_config(keep_f32=ctx.cfg.keep_f32 + names)
+        again = kept.select(kept.optimize(graph))
+        kept_choices, kept_tuning = _tune(kept, again, measure)
+        writer.reset()
+        return (_written(writer, kept, kept.plan(again, kept_choices), kept_tuning,
+                         model_path), kept.cfg)
     return recover_artifact(writer, manifest, plan, choices, failure, build,
                             retry if ctx.cfg.layout == "auto" else None, yardstick,
-                            optimized, verifier)
+                            optimized, verifier,
+                            retry_f32 if ctx.cfg.precision == "bf16" else None)
 
 
 def _compile_ranges(model_path: Path, out_dir, ctx: CompileContext, graph,

@@ -46,8 +46,8 @@ from hidetc.fusion.partition import NO_GATHER, NO_GATHERING_PROLOGUES
 from hidetc.graph.passes.choose_layout import wants_nhwc, wants_nhwc_cpu
 from hidetc.graph.pipeline import (
     ATTENTION_PASSES,
-    CPU_BF16_PASSES,
     CPU_HALF_PASSES,
+    bf16_passes,
     layout_passes,
 )
 from hidetc.schedules import cpu as cpu_schedules
@@ -74,11 +74,12 @@ class CpuBackend:
     measure = staticmethod(measure_cpu)
     prebuild = staticmethod(prebuild_cpu)
 
-    def graph_passes(self, precision: str) -> tuple:
+    def graph_passes(self, precision: str, keep_f32: Sequence[str] = ()) -> tuple:
         """Half-precision MatMuls/Convs widened to float32 (the templates are float32
         only), then channels-last convolutions (`wants_nhwc_cpu`); bf16: then the GEMM
-        anchors marked to compute their products in bf16 (`compute_bf16`)."""
-        bf16 = CPU_BF16_PASSES if precision == "bf16" else ()
+        anchors marked to compute their products in bf16 (`compute_bf16`), but for the
+        nodes named in `keep_f32`."""
+        bf16 = bf16_passes(keep_f32) if precision == "bf16" else ()
         return CPU_HALF_PASSES + layout_passes(wants_nhwc_cpu) + bf16
 
     def check_precision(self, precision: str, named: bool, machine: CpuTarget) -> None:
@@ -175,7 +176,7 @@ class CudaBackend:
     measure = staticmethod(measure_cuda)
     prebuild = staticmethod(prebuild_cuda)
 
-    def graph_passes(self, precision: str) -> tuple:
+    def graph_passes(self, precision: str, keep_f32: Sequence[str] = ()) -> tuple:
         """f16: channels-last tensor-core convolutions (`wants_nhwc`; f32 graphs stay
         NCHW: the SIMT GEMM is NCHW); then attention chains fused."""
         layout = layout_passes(wants_nhwc) if precision == "f16" else ()

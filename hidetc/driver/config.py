@@ -80,6 +80,7 @@ class CompileConfig:
     dim_opts: dict[str, list[int]] | None = None           # named dim -> sizes to tune at
     graph_cache: int = 8          # cuda, ranges: shapes each context keeps captured (a
                                   # CUDA graph each; least recently used ones go)
+    keep_f32: tuple[str, ...] = ()  # bf16: nodes (of the lowered graph) computed in f32
 
     def __post_init__(self):
         if self.target not in TARGETS:
@@ -105,6 +106,10 @@ class CompileConfig:
                               f"{self.graph_cache!r}")
         if self.space is not None and self.space not in (0, 1, 2):
             raise ConfigError(f"space: expected 0, 1 or 2, got {self.space!r}")
+        if isinstance(self.keep_f32, str) or not all(
+                isinstance(n, str) for n in self.keep_f32):
+            raise ConfigError(f"keep_f32: expected a list of node names, got {self.keep_f32!r}")
+        object.__setattr__(self, "keep_f32", tuple(self.keep_f32))
         for key, check in (("shapes", _check_shapes), ("dims", _check_dims),
                            ("shape_opts", _check_shape_opts), ("dim_opts", _check_dim_opts)):
             if getattr(self, key) is not None:

@@ -92,7 +92,8 @@ class CompileContext:
         policy unless `layout: nchw`)."""
         optimized = optimize(graph, verify=self.cfg.verify_ir, dump_dir=self.dump("graph"))
         return lower_precision(optimized, self.cfg.precision, dump_dir=self.dump("graph"),
-                               passes=self.backend.graph_passes(self.cfg.precision),
+                               passes=self.backend.graph_passes(self.cfg.precision,
+                                                                self.cfg.keep_f32),
                                layout=self.cfg.layout)
 
     def select(self, graph: Graph) -> Selection:

@@ -22,6 +22,7 @@ from hidetc.backends.runtime.select import make_executor
 from hidetc.driver.config import CompileConfig
 from hidetc.driver.launch import ExecutionPlan
 from hidetc.driver.recover import recover, worst_kernel
+from hidetc.driver.recover_bf16 import bf16_errors, recover_bf16
 from hidetc.driver.verify import (
     compare,
     exact_outputs,
@@ -111,16 +112,18 @@ def _exact_note(entry: dict) -> str:
 def recover_artifact(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan,
                      choices: dict, failure: VerificationError, build: Callable,
                      retry_nchw: Optional[Callable], yardstick: Yardstick,
-                     optimized, verifier: Verifier) -> dict:
+                     optimized, verifier: Verifier,
+                     retry_f32: Optional[Callable] = None) -> dict:
     """Verification failed: rebuild the diverging kernels with exact-order configs
     (`hidetc.driver.recover`) -- `build(choices)` plans the same selection with them and
     writes the artifact, returning (manifest, the config it was built with: what its
     verifier is given) --; failing that, `retry_nchw()` (where the layout was left to
     the compiler) builds the whole model once more with the model's own NCHW layout (the
     layout pass changes the kernels and their summation order everywhere) the same way,
-    or returns None where the layout pass changed nothing. Returns the manifest that
-    passes, else raises the failure naming the kernel that diverges most on exact
-    inputs."""
+    or returns None where the layout pass changed nothing. A bf16 compile first tries
+    `retry_f32(names)` (those nodes recompiled in f32: `hidetc.driver.recover_bf16`).
+    Returns the manifest that passes, else raises the failure naming the kernel that
+    diverges most on exact inputs."""
     executor = make_executor(writer.path, manifest, warn_cores=False)
     run_with_hook = getattr(executor, "run_with_hook", None)
     if run_with_hook is None:
@@ -143,6 +146,14 @@ def recover_artifact(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan
         return passed
     tried = ("exact-order rebuilds did not pass either" if rebuilds
              else "no kernel has an exact-order config to rebuild with")
+    if retry_f32 is not None:
+        ranked = bf16_errors(optimized, reference, yardstick.inputs)
+        passed = recover_bf16(ranked, min(yardstick.tolerances.values()),
+                              lambda names: checked(retry_f32(names)), str(failure))
+        if passed:
+            return passed
+        if ranked:
+            tried += ", nor did computing its bf16 GEMMs in f32"
     nchw = retry_nchw() if retry_nchw is not None else None
     if nchw is not None:
         tried += ", nor did the model's own NCHW layout"

@@ -64,7 +64,7 @@ to `dump_dir/00_input.txt` and then `dump_dir/NN_<pass>.txt` after pass NN.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from hidetc.graph.ir import Graph
 from hidetc.graph.passes import (
@@ -122,7 +122,11 @@ def layout_passes(policy: choose_layout.Policy) -> tuple[tuple[str, Pass], ...]:
 
 
 CPU_HALF_PASSES: tuple[tuple[str, Pass], ...] = (("widen_half_cpu", widen_half_cpu.run),)
-CPU_BF16_PASSES: tuple[tuple[str, Pass], ...] = (("compute_bf16", compute_bf16.run),)
+
+
+def bf16_passes(keep_f32: Collection[str] = ()) -> tuple[tuple[str, Pass], ...]:
+    """The cpu's bf16 marking (`compute_bf16`), leaving the nodes `keep_f32` names f32."""
+    return (("compute_bf16", lambda graph: compute_bf16.run(graph, keep_f32)),)
 ATTENTION_PASSES: tuple[tuple[str, Pass], ...] = (("fuse_attention", fuse_attention.run),)
 
 
