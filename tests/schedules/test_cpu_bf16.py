@@ -65,7 +65,10 @@ CONV = [((1, 3, 11, 13), (5, 3, 3, 3), True, {"pads": [1, 1, 1, 1]}),
         ((1, 16, 7, 9), (13, 16, 1, 1), True, {}),
         ((1, 3, 23, 19), (8, 3, 7, 7), True, {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
         ((1, 64, 5, 6), (40, 64, 3, 3), True, {"pads": [1, 1, 1, 1]}),
-        ((2, 5, 12, 12), (7, 5, 3, 3), True, {"strides": [2, 2], "pads": [0, 1, 2, 0]})]
+        ((2, 5, 12, 12), (7, 5, 3, 3), True, {"strides": [2, 2], "pads": [0, 1, 2, 0]}),
+        # NHWC gather chunks of 16 and 8 channels (C = 48, 24), a 1x7 and a 7x1 tap row
+        ((1, 48, 9, 10), (20, 48, 1, 7), True, {"pads": [0, 3, 0, 3]}),
+        ((1, 24, 11, 6), (9, 24, 7, 1), False, {"pads": [3, 0, 3, 0], "strides": [2, 1]})]
 
 
 def reference(task: Task, inputs: list[np.ndarray]) -> np.ndarray:

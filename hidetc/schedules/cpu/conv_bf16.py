@@ -8,8 +8,8 @@ own order ((kh*KW + kw)*C + c for OHWI, (c*KH + kh)*KW + kw for OIHW), so the we
 are W.reshape(OC, K)^T: packed once at compile time (`prepack_weights`, the bf16 pair
 panels of `gemm_bf16.pack_weights`, half the f32 bytes) when constant. The im2col gather
 is the A packing (`_gather`, one parallel loop over 32-row blocks before the tasks):
-per output position, NHWC with C a multiple of 32 copies each 32-wide K chunk (32
-channels of one tap, contiguous on both sides; zeros for a tap in the padding);
+per output position, NHWC with C a multiple of 32, 16 or 8 copies each K chunk of that
+width (channels of one tap, contiguous on both sides; zeros for a tap in the padding);
 otherwise (and NCHW) per tap, one run of C channels (NHWC) or one element per channel (NCHW),
 zero for taps in the padding (indices clamped, so no load leaves the image); positions
 past M repeat the last one. Then `gemm_bf16`'s tasks; the bias
@@ -147,8 +147,8 @@ def _gather(kb: KernelBuilder, geo: ConvGeometry, x: Buffer, apack: Buffer,
         n = _var(kb, "n", pos // (geo.oh * geo.ow))
         oh = _var(kb, "oh", pos // geo.ow % geo.oh)
         ow = _var(kb, "ow", pos % geo.ow)
-        if geo.channels_last and geo.c % K_STEP == 0:
-            _chunks(kb, geo, x, apack, (row, n, oh, ow))
+        if chunk_width(geo):
+            _chunks(kb, geo, x, apack, (row, n, oh, ow), chunk_width(geo))
         else:
             with kb.for_range(geo.kh, name="kh") as kh:
                 _taps(kb, geo, x, apack, (row, n, oh, ow), kh)
@@ -157,24 +157,37 @@ def _gather(kb: KernelBuilder, geo: ConvGeometry, x: Buffer, apack: Buffer,
                 kb.store(apack, a_at(0, row, k + kz), cast(zero, BF16))
 
 
+CHUNKS = (32, 16, 8)    # chunk widths of the NHWC gather, widest dividing C first
+
+
+def chunk_width(geo: ConvGeometry) -> int:
+    """The NHWC gather's chunk: the widest of CHUNKS dividing C (0: none does)."""
+    if not geo.channels_last:
+        return 0
+    return next((w for w in CHUNKS if geo.c % w == 0), 0)
+
+
 def _chunks(kb: KernelBuilder, geo: ConvGeometry, x: Buffer, apack: Buffer,
-            at: tuple) -> None:
-    """NHWC with C a multiple of 32: each 32-wide K chunk is 32 channels of one tap,
-    contiguous in X and in one apack tile row -- a straight (vectorizable) copy, or
-    zeros where the tap is in the padding."""
+            at: tuple, width: int) -> None:
+    """NHWC with C a multiple of `width` (32, 16 or 8): each `width`-wide K chunk is
+    that many channels of one tap, contiguous in X and within one apack tile row (32
+    is a multiple of the width) -- a straight (vectorizable) copy, or zeros where the
+    tap is in the padding."""
     row, n, oh, ow = at
-    with kb.for_range(_k(geo) // K_STEP, name="ks") as ks:
-        tap = _var(kb, "tap", ks * K_STEP // geo.c)
-        c0 = _var(kb, "c0", ks * K_STEP % geo.c)
+    with kb.for_range(_k(geo) // width, name="ks") as ks:
+        k0 = ks * width
+        tap = _var(kb, "tap", k0 // geo.c)
+        c0 = _var(kb, "c0", k0 % geo.c)
         ih = _var(kb, "ih", oh * geo.strides[0] - geo.pads[0] + tap // geo.kw * geo.dilations[0])
         iw = _var(kb, "iw", ow * geo.strides[1] - geo.pads[1] + tap % geo.kw * geo.dilations[1])
+        tile, col = k0 // K_STEP, k0 % K_STEP
         with kb.if_then(logical_and(ih >= 0, ih < geo.h, iw >= 0, iw < geo.w)):
-            with kb.for_range(K_STEP, name="kk") as kk:
-                kb.store(apack, (0, row // 16, ks, row % 16, kk),
+            with kb.for_range(width, name="kk") as kk:
+                kb.store(apack, (0, row // 16, tile, row % 16, col + kk),
                          cast(x[n, ih, iw, c0 + kk], BF16))
         with kb.otherwise():
-            with kb.for_range(K_STEP, name="kk") as kk:
-                kb.store(apack, (0, row // 16, ks, row % 16, kk),
+            with kb.for_range(width, name="kk") as kk:
+                kb.store(apack, (0, row // 16, tile, row % 16, col + kk),
                          cast(Const(0.0, "float32"), BF16))
 
 
