@@ -7,13 +7,14 @@ im2col(X)[pos][k] x W^T[k][oc], M = N*OH*OW, N = OC, K = KH*KW*C, with k in the 
 own order ((kh*KW + kw)*C + c for OHWI, (c*KH + kh)*KW + kw for OIHW), so the weights
 are W.reshape(OC, K)^T: packed once at compile time (`prepack_weights`, the bf16 pair
 panels of `gemm_bf16.pack_weights`, half the f32 bytes) when constant. The im2col gather
-is the A packing (`_gather`, one parallel loop over 32-row blocks before the tasks):
-per output position, NHWC with C a multiple of 32, 16 or 8 copies each K chunk of that
-width (channels of one tap, contiguous on both sides; zeros for a tap in the padding);
-otherwise (and NCHW) per tap, one run of C channels (NHWC) or one element per channel (NCHW),
-zero for taps in the padding (indices clamped, so no load leaves the image); positions
-past M repeat the last one. Then `gemm_bf16`'s tasks; the bias
-is added in the store (the epilogue after it).
+is the A packing (`_gather`: each task's own rows where a task has all the columns, so
+the im2col block stays in the core's caches; else once before the tasks): per output
+position, NHWC with C a multiple of 32, 16 or 8 copies each
+K chunk of that width (channels of one tap, contiguous on both sides; zeros for a tap
+in the padding); otherwise (and NCHW) per tap, one run of C channels (NHWC) or one
+element per channel (NCHW), zero for taps in the padding (indices clamped, so no load
+leaves the image); positions past M repeat the last one. Then `gemm_bf16`'s tasks; the
+bias is added in the store (the epilogue after it).
 
 Guarantees: the reference's result (`hidetc.graph.ops.conv`, with the operands rounded)
 up to the order of the f32 additions, for any geometry of one group (strides, pads,
@@ -30,7 +31,6 @@ from hidetc.schedules.common.conv_geometry import ConvGeometry, conv_geometry
 from hidetc.schedules.cpu.gemm_bf16 import (
     BF16,
     K_STEP,
-    ROWS,
     Bf16Config,
     Problem,
     a_at,
@@ -128,33 +128,31 @@ def build_conv_bf16(task: Task, cfg: Bf16Config, name: str, target: CpuTarget,
 
     problem = Problem((), m, geo.oc, k, 1, lambda bidx: 0, None, 1, lambda bidx: 0,
                       None if prepacked else b_value, w if prepacked else None,
-                      pack_a=lambda kb_, apack, kp: _gather(kb_, geo, x, apack, kp))
+                      pack_a=lambda kb_, *at: _gather(kb_, geo, x, *at))
     emit_bf16_gemm(kb, problem, cfg, target, store)
     return kb.finish()
 
 
 def _gather(kb: KernelBuilder, geo: ConvGeometry, x: Buffer, apack: Buffer,
-            kp: ExprLike) -> None:
-    """apack[0][pos][k] = X at output position min(pos, M-1), tap and channel of k,
-    rounded to bf16; zero in the padding and for k >= K."""
+            kp: ExprLike, i0: Expr, rows: int, base: Expr) -> None:
+    """apack[0][base + r][k] = X at output position min(i0 + r, M-1), tap and channel
+    of k, rounded to bf16, for r < rows; zero in the padding and for k >= K."""
     m, k = geo.n * geo.oh * geo.ow, _k(geo)
-    blocks = (m + (ROWS - 1)) // ROWS
     zero = Const(0.0, "float32")
-    with kb.for_range(blocks, kind="parallel", name="rb") as rb, \
-            kb.for_range(ROWS, name="r") as r:
-        row = rb * ROWS + r
-        pos = _var(kb, "pos", minimum(row, m - 1))
+    with kb.for_range(rows, name="r") as r_in:
+        r = base + r_in
+        pos = _var(kb, "pos", minimum(i0 + r_in, m - 1))
         n = _var(kb, "n", pos // (geo.oh * geo.ow))
         oh = _var(kb, "oh", pos // geo.ow % geo.oh)
         ow = _var(kb, "ow", pos % geo.ow)
         if chunk_width(geo):
-            _chunks(kb, geo, x, apack, (row, n, oh, ow), chunk_width(geo))
+            _chunks(kb, geo, x, apack, (r, n, oh, ow), chunk_width(geo))
         else:
             with kb.for_range(geo.kh, name="kh") as kh:
-                _taps(kb, geo, x, apack, (row, n, oh, ow), kh)
+                _taps(kb, geo, x, apack, (r, n, oh, ow), kh)
         if not isinstance(kp, int) or kp > k:
             with kb.for_range(kp - k, name="kz") as kz:
-                kb.store(apack, a_at(0, row, k + kz), cast(zero, BF16))
+                kb.store(apack, a_at(0, r, k + kz), cast(zero, BF16))
 
 
 CHUNKS = (32, 16, 8)    # chunk widths of the NHWC gather, widest dividing C first

@@ -6,7 +6,8 @@ For `batch` independent M x N x K problems C = A x B (A and B f32 values, or B p
 at compile time), the kernel in words:
 
     apack[mat][Mp/16][Kp/32][16][32]  (bf16 16 x 32 tiles, `a_at`; once per call,
-        parallel over 32-row blocks): A_mat[min(row, M-1)][k] rounded to nearest even;
+        parallel over 32-row blocks -- or per task, its own MT rows, for an im2col
+        gather: `Problem.pack_a`): A_mat[min(row, M-1)][k] rounded to nearest even;
         zero for k >= K (Mp = M rounded up to 32, Kp = K rounded up to 32)
     bpack[mat][N/16 panels][Kp/2][16][2]  (bf16; packed at compile time when B is a
         constant -- `pack_weights` -- else once per call, parallel over panels):
@@ -53,7 +54,8 @@ BF16 = "bfloat16"
 
 Value = Callable[[Expr, Expr, Expr], Expr]       # (matrix, row or k, k or column) -> f32
 Store = Callable[[Expr, Expr, Expr, Expr], None]  # (batch index, row, column, value)
-PackA = Callable[[KernelBuilder, Buffer, ExprLike], None]   # (kb, apack, Kp)
+# (kb, apack, Kp, i0, rows, base): apack rows base .. base+rows-1 = A rows i0 .. (clamped)
+PackA = Callable[[KernelBuilder, Buffer, ExprLike, Expr, int, Expr], None]
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,12 @@ class Problem:
     """`batch` problems of M x N x K: `a_count` A matrices (`a_of(bt)` the one of batch
     index bt), `b_count` B matrices (`b_of`), `a_value(mat, row, k)`, `b_value(mat, k,
     col)` (None: `b_packed` holds B as `pack_weights` laid it out, one matrix).
-    `pack_a(kb, apack, kp)`, when given, fills apack itself (its own parallel loop; a
-    convolution's im2col gather) instead of `a_value` per element."""
+    `pack_a(kb, apack, kp, i0, rows, base)`, when given, fills apack rows base ..
+    base+rows-1 with A's rows i0 .. (clamped to M-1) instead of `a_value` per element:
+    a convolution's im2col gather. Where one task has all the columns, each task
+    gathers its own MT rows into its own apack [1][MT/16][Kp/32][16][32] (K = KH*KW*C
+    columns make a whole-matrix apack too big for the caches: packed before the tasks,
+    it went to memory and back); otherwise every row is gathered once before them."""
     batch: tuple
     m: ExprLike
     n: ExprLike
@@ -149,12 +155,13 @@ def emit_bf16_gemm(kb: KernelBuilder, p: Problem, cfg: Bf16Config, target: CpuTa
     helper = block_call(target)
     mt, nc = clamp(cfg, hint_value(p.m), hint_value(p.n))
     kp = round_up(p.k, K_STEP)
-    apack = _pack_a(kb, p, kp) if p.pack_a is None else _alloc_a(kb, p, kp)
-    if p.pack_a is not None:
-        p.pack_a(kb, apack, kp)
-    bpack = p.b_packed if p.b_packed is not None else _pack_b(kb, p, kp)
     m_tiles = (p.m + (mt - 1)) // mt
     n_tiles = (p.n + (nc - 1)) // nc
+    # a gather per task where each task has all the columns (else it would repeat)
+    own_rows = p.pack_a is not None and -(-hint_value(p.n) // nc) == 1
+    apack = None if own_rows else _pack_a(kb, p, kp) if p.pack_a is None else \
+        _gathered_a(kb, p, kp)
+    bpack = p.b_packed if p.b_packed is not None else _pack_b(kb, p, kp)
     nbatch = math.prod(p.batch)
     with kb.for_range(nbatch * m_tiles * n_tiles, kind="parallel", name="p") as task:
         with kb.for_mapping(spatial(nbatch, m_tiles, n_tiles), task,
@@ -167,7 +174,13 @@ def emit_bf16_gemm(kb: KernelBuilder, p: Problem, cfg: Bf16Config, target: CpuTa
             cbuf = kb.alloc("cbuf", "float32", (mt, ldc))
             b_at = (bpack[jb * (nc // PANEL), 0, 0, 0] if p.b_packed is not None else
                     bpack[p.b_of(bidx), jb * (nc // PANEL), 0, 0, 0])
-            kb.evaluate(call(helper, apack[p.a_of(bidx), ib * (mt // 16), 0, 0, 0], kp, b_at,
+            if apack is None:          # the task's own rows (an im2col gather)
+                own = kb.alloc("apack", BF16, (1, mt // 16, kp // K_STEP, 16, K_STEP))
+                p.pack_a(kb, own, kp, i0, mt, 0)
+                a_at_ = own[0, 0, 0, 0, 0]
+            else:
+                a_at_ = apack[p.a_of(bidx), ib * (mt // 16), 0, 0, 0]
+            kb.evaluate(call(helper, a_at_, kp, b_at,
                              kp // 2 * (2 * PANEL), cbuf[0, 0], ldc, rows, panels, kp,
                              dtype="void"))
             with kb.for_range(rows, name="r") as r, kb.for_range(cols, name="j") as j:
@@ -196,6 +209,15 @@ def _pack_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
                 else:                  # a symbolic K: the tail chunk only where ragged
                     with kb.if_then(ne(p.k % K_STEP, 0)):
                         _tail(kb, p, apack, (mat, row, clamped), full)
+    return apack
+
+
+def _gathered_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
+    """One apack of every row from `p.pack_a`, in parallel over 32-row blocks (a
+    gather whose tasks split the columns: each row is gathered once, not per task)."""
+    apack = _alloc_a(kb, p, kp)
+    with kb.for_range((p.m + (ROWS - 1)) // ROWS, kind="parallel", name="rb") as rb:
+        p.pack_a(kb, apack, kp, rb * ROWS, ROWS, rb * ROWS)
     return apack
 
 
