@@ -156,3 +156,31 @@ def test_keep_f32_is_a_list_of_names():
     assert CompileConfig(keep_f32=["a", "b"]).keep_f32 == ("a", "b")
     with pytest.raises(Exception, match="keep_f32: expected a list of node names"):
         CompileConfig(keep_f32="a")
+
+
+@pytest.mark.skipif(cpu_isa.BF16 not in cpu_isa.host_features(),
+                    reason="this CPU lacks AVX512_BF16")
+def test_a_range_of_sizes_in_bf16(tmp_path):
+    """Symbolic M (the bf16 kernels' extents are expressions): one artifact for n in
+    1..70, verified at the range's sizes, and run at sizes between them."""
+    make = helper.make_node
+    w1 = (RNG.standard_normal((40, 72)) * 0.2).astype(np.float32)
+    w2 = (RNG.standard_normal((72, 33)) * 0.2).astype(np.float32)
+    graph = helper.make_graph(
+        [make("MatMul", ["x", "w1"], ["h"]), make("Relu", ["h"], ["r"]),
+         make("MatMul", ["r", "w2"], ["y"])], "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 40])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 33])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    result = api.compile_model(tmp_path / "m.onnx", tmp_path / "out", config=CompileConfig(
+        target="cpu", precision="bf16", tune=False, dims={"n": "1..70"}))
+    assert result.manifest["verification"]["status"] == "passed"
+    loaded = hidetc.load(tmp_path / "out")
+    for n in (1, 17, 33, 70):
+        x = RNG.standard_normal((n, 40)).astype(np.float32)
+        (y,) = loaded.run({"x": x}).values()
+        want = np.maximum(x @ w1, 0) @ w2
+        assert y.shape == (n, 33) and norm_error(y, want) <= TOLERANCES["bf16"]
