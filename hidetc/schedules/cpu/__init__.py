@@ -6,7 +6,8 @@ generation (Shape, Constant*, Range, Identity, Dropout, ...) are folded or remov
 the graph passes before this.
 
 `TEMPLATES` maps the ops that have a schedule template (space / default / build, see
-`hidetc.schedules.template`) to it, for the tuner; `build_kernel` builds their default
+`hidetc.schedules.template`) to it, for the tuner (`BF16_TEMPLATES`: the templates of
+anchors marked compute="bfloat16" by `--precision bf16`); `build_kernel` builds their default
 config for the target; the other ops have a `RULES` entry. A task with an empty output
 gets an empty kernel (`hidetc.schedules.common.empty.build_empty`).
 
