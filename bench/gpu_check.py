@@ -15,14 +15,17 @@ its own cap (a fault, a hang or a kill costs that row only), clipped by the budg
   install_pycuda  the carried wheels (.whl/) into /tmp/site, when there are any
   device          pycuda import and device query: name, SMs, memory, driver, clocks
   primitives      the intrinsics tests (cp.async zero-fill, ldmatrix x1/x2/x4 and trans,
-                  mma.m16n8k16, shuffles, votes, vector copies, halves, atomics) run ON the
-                  GPU against their independent numpy references (HIDETC_KERNEL_DEVICE)
+                  mma.m16n8k16 on f16 and bf16, shuffles, votes, vector copies, f16 and
+                  bf16 conversions, atomics) run ON the GPU against their independent
+                  numpy references (HIDETC_KERNEL_DEVICE)
   kernels         the hand-written DSL kernel tests the same way
   templates       the tensor-core and SIMT templates on 8 model shapes vs numpy
   runtime         the runtime's GPU tests: module load per arch (cubin, PTX JIT), CUDA
                   graph capture and replay, dynamic shared memory above 48 KB, fault
                   location, per-launch profile
   model_f16_NAME  the five models in f16, one process each (bench/gpu_model.py)
+  model_bf16_NAME the five models in bf16 the same way (bfloat16 storage, the bf16
+                  tensor cores; checked at the bf16 tolerance, 2e-2; no peers yet)
   peers           PyTorch eager and eager+CUDA graph (channels_last for the CNNs) for all
                   five in one process (bench/gpu_peers.py), then eager+graph f32
   model_f32_NAME  the five models in f32 (peers with TF32 off)
@@ -30,13 +33,14 @@ its own cap (a fault, a hang or a kill costs that row only), clipped by the budg
                   and 384: outputs vs ONNX Runtime, device time dynamic/static
                   (bench/gpu_dynamic.py)
   peers_compile   torch.compile (reduce-overhead) for BERT-base and ResNet-50, f16
-  template_tests  the template tests (awkward shapes, sampled configs) on the GPU
+  template_tests  the template tests (awkward shapes, sampled configs; f16, and bf16 in
+                  tests/schedules/test_cuda_tc_bf16.py) on the GPU
   tune            BERT-base f16 tuned with --space 2 (how long the full space takes)
   cuda_ops        the template cases beside cuBLAS/cuDNN (bench/cuda_ops.py)
   cpu_NAME        the five models on this machine's CPU beside ONNX Runtime (hidetc bench)
 Without a usable GPU (no pycuda, a broken driver) the steps that need one are recorded
 as skipped with the device step's reason; the rest run. `--dry-run` (for a machine
-without a GPU; at most ~5 minutes here) runs every step it can the same way: tiny
+without a GPU; at most ~6 minutes here) runs every step it can the same way: tiny
 models, the emulator in place of the device, the fake driver's runtime tests, the peers
 skipped when torch is absent; it is how this script is tested before the minutes count.
 Exit status: 0 when every step that ran passed, 1 otherwise (the files are written
@@ -67,7 +71,7 @@ import gpu_report  # noqa: E402
 
 MODELS = ("resnet50", "inception_v3", "mobilenet_v2", "bert_base", "gpt2")
 VISION = ("resnet50", "inception_v3", "mobilenet_v2")
-BUDGET_S = {"gpu": 460.0, "dry-run": 300.0}
+BUDGET_S = {"gpu": 460.0, "dry-run": 360.0}
 MIN_STEP_S = 10.0            # a step is started only with this much of the budget left
 REPORT_S = 5.0               # kept back for the last report
 CHILD_MARGIN_S = 8.0         # a child's own time box is its limit less this (it saves first)
@@ -81,6 +85,7 @@ TEMPLATE_TESTS = ["tests/schedules/test_cuda_matmul_tc.py", "tests/schedules/tes
                   "tests/schedules/test_cuda_conv_gemm.py", "tests/schedules/test_cuda_reduce.py",
                   "tests/schedules/test_cuda_nhwc_kernels.py",
                   "tests/schedules/test_more_elementwise_kernels.py",
+                  "tests/schedules/test_cuda_tc_bf16.py",
                   "tests/codegen/test_cuda_codegen.py", "tests/graph/test_grid_sample.py"]
 RUNTIME_TESTS = ["tests/runtime/test_cuda_runtime.py", "tests/runtime/test_cuda_runtime_dynamic.py",
                  "tests/runtime/test_cuda_runtime_gpu.py"]
@@ -172,6 +177,7 @@ def plan(run: Run) -> list[Step]:
              pytest_step("runtime", 60, RUNTIME_TESTS, run,
                          marker="gpu" if run.device == "gpu" else "not gpu", needs_gpu=False)]
     steps += [model_step(m, "f16", 60, run) for m in MODELS]
+    steps += [model_step(m, "bf16", 60, run) for m in MODELS]
     graph_f16 = [(m, "eager+graph-cl" if m in VISION else "eager+graph", "f16") for m in MODELS]
     steps.append(peers_step("peers", 120, graph_f16 + [(m, "eager", "f16") for m in MODELS] +
                             [(m, "eager+graph", "f32") for m in MODELS], run))

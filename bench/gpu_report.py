@@ -5,7 +5,8 @@ results.md, the one-line progress of each step and the compact summary printed l
   `models` (model -> precision -> bench/gpu_model.py's record), `peers` (model ->
   "mode precision" -> bench/gpu_peers.py's row) and `cpu` (model -> `hidetc bench` row).
 - `ratios(doc)`: per model and precision, hidetc's device ms over each peer's and over
-  the fastest, against the target (f16 <= 0.8x of the fastest peer, f32 <= 0.9x), with
+  the fastest, against the target (f16 and bf16 <= 0.8x of the fastest peer of that
+  precision -- the bf16 models have no peers yet --, f32 <= 0.9x), with
   the recorded torch.compile figure (bench/results/2026-11-30-h200-peers.json) beside.
 - `summary(doc)` stays under SUMMARY_LIMIT characters (the device tool returns the last
   12,000 of the output): one line per step, the model table, the first faults.
@@ -17,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED_PEERS = ROOT / "bench" / "results" / "2026-11-30-h200-peers.json"
-TARGET = {"f16": 0.8, "f32": 0.9}          # hidetc / fastest peer of the same precision
+TARGET = {"f16": 0.8, "bf16": 0.8, "f32": 0.9}   # hidetc / fastest peer, same precision
 PEER_MODES = ("eager", "eager+graph", "eager+graph-cl", "compile")
 SUMMARY_LIMIT = 10_000
 FINE = ("passed", "skipped", "compiled", "unavailable")   # statuses that are no fault

@@ -36,7 +36,7 @@ from hidetc.backends.runtime.select import gpu_available, gpu_limits, gpu_name
 from hidetc.backends.toolchain.nvcc import default_arch, parse_archs
 from hidetc.driver.build import build_cpu_library, launch_table
 from hidetc.driver.build_cuda import build_cuda_modules
-from hidetc.driver.config import CompileConfig, bf16_needs, bf16_not_built, f16_needs_cuda
+from hidetc.driver.config import CompileConfig, bf16_needs, f16_needs_cuda
 from hidetc.driver.launch import ExecutionPlan
 from hidetc.driver.tune.keys import cpu_arch, cpu_device, gcc_version, nvcc_version
 from hidetc.driver.tune.measure import measure_cpu, prebuild_cpu
@@ -47,6 +47,7 @@ from hidetc.graph.passes.choose_layout import wants_nhwc, wants_nhwc_cpu
 from hidetc.graph.pipeline import (
     ATTENTION_PASSES,
     CPU_HALF_PASSES,
+    CUDA_BF16_PASSES,
     bf16_passes,
     layout_passes,
 )
@@ -177,15 +178,18 @@ class CudaBackend:
     prebuild = staticmethod(prebuild_cuda)
 
     def graph_passes(self, precision: str, keep_f32: Sequence[str] = ()) -> tuple:
-        """f16: channels-last tensor-core convolutions (`wants_nhwc`; f32 graphs stay
-        NCHW: the SIMT GEMM is NCHW); then attention chains fused."""
-        layout = layout_passes(wants_nhwc) if precision == "f16" else ()
-        return layout + ATTENTION_PASSES
+        """bf16: first bfloat16 storage (`CUDA_BF16_PASSES`; f16's lowering ran before,
+        `PRECISION_PASSES`); f16 and bf16: channels-last tensor-core convolutions
+        (`wants_nhwc`; f32 graphs stay NCHW: the SIMT GEMM is NCHW); then attention
+        chains fused. `keep_f32` (the cpu's bf16 recovery) is not read: every tensor
+        is stored in bfloat16 here."""
+        storage = CUDA_BF16_PASSES if precision == "bf16" else ()
+        layout = layout_passes(wants_nhwc) if precision in ("f16", "bf16") else ()
+        return storage + layout + ATTENTION_PASSES
 
     def check_precision(self, precision: str, named: bool, machine: CudaTarget) -> None:
-        """f32 and f16 both compute here; bf16 not yet."""
-        if precision == "bf16":
-            raise ConfigError(bf16_not_built("cuda"))
+        """f32, f16 and bf16 all compute here (the archs built, sm_80 and newer, have
+        f16 and bf16 tensor cores)."""
 
     @staticmethod
     def archs(cfg: CompileConfig) -> tuple[str, ...]:

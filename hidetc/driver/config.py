@@ -4,7 +4,9 @@ are `ConfigError`s naming the file and key.
 
 Precision: "f32" computes everything in float32; "f16" stores the model's float32
 tensors as float16 (weights and activations; tensor cores for MatMul) with float32
-accumulation and float32 for the numerically sensitive reductions, cuda target only.
+accumulation and float32 for the numerically sensitive reductions, cuda target only;
+"bf16" on cuda does the same in bfloat16, on the cpu it computes the GEMM anchors with
+bfloat16 operands (the tensors stay float32).
 The verification tolerance (`rtol`) defaults per precision (`TOLERANCES`); an explicit
 `rtol` wins. `CompileConfig.tolerance` is the effective bound.
 
@@ -189,11 +191,6 @@ def _check_shape_opts(opts: Any) -> dict[str, list[list[int]]]:
 def _check_dim_opts(opts: Any) -> dict[str, list[int]]:
     return {name: _positive_ints("dim_opts", name, sizes)
             for name, sizes in _names("dim_opts", opts, "dimension name: [sizes]").items()}
-
-
-def bf16_not_built(target: str) -> str:
-    return (f"--precision bf16 on the {target} target: its bf16 kernels are not built yet; "
-            f"use --precision f32")
 
 
 def bf16_needs(where: str, has: str) -> str:

@@ -36,6 +36,15 @@ from hidetc.graph.evaluate import TYPE_VALUED_OPS
 from hidetc.graph.ir import Graph
 from hidetc.graph.reference import run_graph
 
+# numpy's float types, and bfloat16 (ml_dtypes': not a numpy floating subtype): compared
+# norm-wise; every other type element by element
+BFLOAT16 = np.dtype("bfloat16")
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return np.issubdtype(dtype, np.floating) or dtype == BFLOAT16
+
+
 PASS_THROUGH = ("Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand")
 
 
@@ -173,7 +182,7 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
             report[name] = {"error": f"shape {list(got.shape)} != {list(ref.shape)}"}
             ok = False
             continue
-        if not np.issubdtype(ref.dtype, np.floating):
+        if not is_float(ref.dtype):
             mismatches = int(np.count_nonzero(got != ref))
             report[name] = {"mismatches": mismatches}
             ok &= mismatches == 0

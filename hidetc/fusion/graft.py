@@ -8,8 +8,8 @@ rewrites that Function (before lowering):
 
 - **prologue**: every read of an input produced inside the group, `Load(B, i)`, becomes
   the producer's compute expression at that index (`hidetc.compute.injective.COMPUTE`;
-  float16 operands widened to float32 and each member's result rounded to its own
-  dtype, exactly what the unfused kernels store),
+  float16 and bfloat16 operands widened to float32 and each member's result rounded to
+  its own dtype, exactly what the unfused cuda kernels store),
   recursively through prologue chains, reading the producers' own inputs from new
   buffer parameters. Copies that take the buffer's address (`hidetc_copy{4,8,16}`,
   `hidetc_ld_f4`, `hidetc_cp_async{4,8,16}` of the tensor-core pipeline) are expanded
@@ -85,9 +85,10 @@ from hidetc.tir.ir import (
 
 
 def widen(value: Expr) -> Expr:
-    """A float16 value in float32 for arithmetic (the unfused kernels' rule: compute in
-    float32, round once per op at its store -- here, at each member's result)."""
-    return cast(value, "float32") if value.dtype == "float16" else value
+    """A float16 or bfloat16 value in float32 for arithmetic (the unfused cuda kernels'
+    rule: compute in float32, round once per op at its store -- here, at each member's
+    result)."""
+    return cast(value, "float32") if value.dtype in ("float16", "bfloat16") else value
 
 
 class GraftError(ValueError):

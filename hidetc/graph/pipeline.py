@@ -32,6 +32,8 @@ Then, once the graph is optimized, the precision lowering `PRECISION_PASSES[prec
                        interface kept float32 by Casts after the inputs and before the
                        outputs, parameter inputs untouched. The graph verifier always
                        runs after it (the types are all rewritten).
+  bf16: nothing here: the targets differ (the cpu keeps float32 tensors, cuda stores
+                       bfloat16), so each backend lists its own.
 Then the target's passes, which its backend lists (`hidetc.driver.backend`, its
 `graph_passes(precision)`), from the pieces here:
   cpu:  widen_half_cpu  MatMul/Conv on float16/bfloat16 -> float32 between Casts (the
@@ -46,11 +48,13 @@ Then the target's passes, which its backend lists (`hidetc.driver.backend`, its
                         NCHW values (SegFormer's head); fold_movement_chains:
                         Transpose/Reshape chains that move no element (what the layout
                         pass leaves where NHWC meets the model's reshuffles) -> Reshape.
-  cuda: layout_passes(wants_nhwc), for f16 only: Conv with C/G % 8 == 0 -> NHWC
+  cuda: to_bfloat16     bf16 only (`CUDA_BF16_PASSES`): `to_float16.run` with dtype
+                        bfloat16, float32 tensors -> bfloat16 storage as f16's above;
+        layout_passes(wants_nhwc), for f16 and bf16: Conv with C/G % 8 == 0 -> NHWC
                         (ConvNHWC on tensor cores), depthwise Conv on a multiple of 8
                         channels too (the channel-vector kernel); f32 cuda graphs stay
                         NCHW (the SIMT GEMM is NCHW);
-        fuse_attention  float16 MatMul -> [scale, mask, bias]* -> Softmax -> MatMul
+        fuse_attention  float16 or bfloat16 MatMul -> [scale, mask, bias]* -> Softmax -> MatMul
                         chains -> one FusedAttention node (the tensor-core flash-style
                         kernel, `schedules/cuda/attention.py`).
 `lower_precision(..., layout="nchw")` (`--layout nchw`) leaves `choose_layout` out.
@@ -122,6 +126,11 @@ def layout_passes(policy: choose_layout.Policy) -> tuple[tuple[str, Pass], ...]:
 
 
 CPU_HALF_PASSES: tuple[tuple[str, Pass], ...] = (("widen_half_cpu", widen_half_cpu.run),)
+
+
+# cuda bf16: bfloat16 storage, the float16 lowering with another target type
+CUDA_BF16_PASSES: tuple[tuple[str, Pass], ...] = (
+    ("to_bfloat16", lambda graph: to_float16.run(graph, "bfloat16")),)
 
 
 def bf16_passes(keep_f32: Collection[str] = ()) -> tuple[tuple[str, Pass], ...]:

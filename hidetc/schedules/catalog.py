@@ -21,7 +21,7 @@ from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.template import MAX_SPACE, Target
 
-DTYPES = {"f32": "float32", "f16": "float16"}
+DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
 @dataclass(frozen=True)

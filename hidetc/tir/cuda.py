@@ -20,9 +20,10 @@ Each returns the IR the CUDA printer (`hidetc.backends.codegen.cuda`) and the de
                                            `count` 32-bit registers dst[0..count); lane
                                            i gives the row address of row i%8 of
                                            matrix i//8
-    `mma_m16n8k16(d, a, b, c=d)`           hidetc_mma_m16n8k16_f16f32: d = a @ b + c on
-                                           the PTX fragments (a: 4, b: 2 32-bit
-                                           registers of f16 pairs; c, d: 4 floats)
+    `mma_m16n8k16(d, a, b, c=d, dtype)`    hidetc_mma_m16n8k16_{f16,bf16}f32: d = a @ b + c
+                                           on the PTX fragments (a: 4, b: 2 32-bit
+                                           registers of f16 or bf16 pairs, per `dtype`;
+                                           c, d: 4 floats)
 - between blocks (split-K's partial sums): `threadfence()` (__threadfence: this
   thread's global writes are seen by every block before its later ones), `atomic_add(
   element, value)` (atomicAdd on a global or shared element: its old value),
@@ -233,19 +234,30 @@ def ldmatrix(dst: Expr, smem: Expr, count: int = 4, trans: bool = False) -> Eval
     and +1) of matrix m (the transposed element pair with `trans`)."""
     if count not in (1, 2, 4):
         raise ValueError(f"ldmatrix loads 1, 2 or 4 matrices, got {count}")
-    regs = _registers(dst, "ldmatrix destination", count, ("uint32", "int32", "float16"))
+    regs = _registers(dst, "ldmatrix destination", count,
+                      ("uint32", "int32", "float16", "bfloat16"))
     row = _element(smem, "ldmatrix source", ("shared",))
     if np.dtype(row.dtype).itemsize != 2:
         raise ValueError(f"ldmatrix reads 16-bit elements, {row.buffer.name} is {row.dtype}")
     return _void(f"hidetc_ldmatrix_x{count}{'_trans' if trans else ''}", regs, row)
 
 
-def mma_m16n8k16(d: Expr, a: Expr, b: Expr, c: Expr | None = None) -> Evaluate:
-    """`mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`: d = a @ b + c (c defaults to
-    d: accumulate in place). a: 4 registers (f16 pairs), b: 2, c and d: 4 floats."""
+# the operand type of mma.m16n8k16 -> its helper (f32 accumulation)
+MMA_M16N8K16 = {"float16": "hidetc_mma_m16n8k16_f16f32",
+                "bfloat16": "hidetc_mma_m16n8k16_bf16f32"}
+
+
+def mma_m16n8k16(d: Expr, a: Expr, b: Expr, c: Expr | None = None,
+                 dtype: str = "float16") -> Evaluate:
+    """`mma.sync.aligned.m16n8k16.row.col.f32.<t>.<t>.f32` with t the operands' `dtype`
+    (float16 or bfloat16; the fragment layouts are the same): d = a @ b + c (c defaults
+    to d: accumulate in place). a: 4 registers (pairs of `dtype`), b: 2, c and d: 4
+    floats."""
+    if dtype not in MMA_M16N8K16:
+        raise ValueError(f"mma.m16n8k16 takes float16 or bfloat16 operands, got {dtype!r}")
     c = d if c is None else c
     fd = _registers(d, "mma accumulator d", 4, ("float32",))
-    fa = _registers(a, "mma operand a", 4, ("uint32", "int32", "float16"))
-    fb = _registers(b, "mma operand b", 2, ("uint32", "int32", "float16"))
+    fa = _registers(a, "mma operand a", 4, ("uint32", "int32", dtype))
+    fb = _registers(b, "mma operand b", 2, ("uint32", "int32", dtype))
     fc = _registers(c, "mma accumulator c", 4, ("float32",))
-    return _void("hidetc_mma_m16n8k16_f16f32", fd, fa, fb, fc)
+    return _void(MMA_M16N8K16[dtype], fd, fa, fb, fc)

@@ -98,6 +98,7 @@ _RECORDS: list[Intrinsic] = [
     *(_cuda(f"hidetc_ldmatrix_x{n}{t}", (0, 1)) for n in (1, 2, 4) for t in ("", "_trans")),
     _cuda("hidetc_ld_f4", (0, 1), copy_bytes=16),
     _cuda("hidetc_mma_m16n8k16_f16f32", (0, 1, 2, 3)),
+    _cuda("hidetc_mma_m16n8k16_bf16f32", (0, 1, 2, 3)),
     # `&x` of a buffer element (the printer prints the address itself, no call)
     Intrinsic("address_of", "cuda", "cuda", (0,), pure=True),
 ]

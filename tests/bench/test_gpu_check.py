@@ -144,7 +144,7 @@ def test_without_a_gpu_the_steps_that_need_none_still_run(tmp_path):
 def test_a_dry_run_model_step_runs_on_the_emulator(tmp_path):
     out = tmp_path / "o"
     proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), "--dry-run",
-                           "--only", "model_f16_bert_base,peers"],
+                           "--only", "model_f16_bert_base,model_bf16_bert_base,peers"],
                           capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, OUT=str(out), PYTHON=sys.executable,
                                    HIDETC_GPU_WORK=str(tmp_path / "work")))
@@ -158,6 +158,8 @@ def test_a_dry_run_model_step_runs_on_the_emulator(tmp_path):
     assert len(top) == min(20, record["launches"]) and top[0]["ms"] >= top[-1]["ms"]
     assert {"grid", "block", "template", "config"} <= set(top[0])
     assert doc["steps"]["peers"]["status"] == "skipped"
+    bf16 = doc["models"]["bert_base"]["bf16"]             # at the bf16 tolerance
+    assert bf16["check"]["status"] == "passed" and bf16["check"]["rtol"] == 2e-2
     assert not (out / "gpu" / "work").exists()      # artifacts stay out of $OUT
 
 
@@ -165,7 +167,7 @@ def test_a_dry_run_model_step_runs_on_the_emulator(tmp_path):
 def test_the_dry_run_writes_every_step_and_model(tmp_path):
     out = tmp_path / "o"
     proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), "--dry-run"],
-                          capture_output=True, text=True, timeout=420,
+                          capture_output=True, text=True, timeout=480,
                           env=dict(os.environ, OUT=str(out), PYTHON=sys.executable,
                                    HIDETC_GPU_WORK=str(tmp_path / "work")))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -173,7 +175,7 @@ def test_the_dry_run_writes_every_step_and_model(tmp_path):
     assert {"device", "primitives", "kernels", "templates", "runtime", "peers",
             "template_tests", "cuda_ops"} <= set(doc["steps"])
     assert all(doc["steps"][f"model_{p}_{m}"]["status"] == "passed"
-               for p in ("f16", "f32") for m in gpu_check.MODELS)
+               for p in ("f16", "bf16", "f32") for m in gpu_check.MODELS)
     assert set(doc["models"]) == set(gpu_check.MODELS)
     assert all(e["status"] in gpu_report.FINE for e in doc["steps"].values())
     assert len(proc.stdout.split("== GPU check")[-1]) < 12_000

@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 import shutil
 
-import numpy as np
 import onnx
 import pytest
 from helpers import targets
-from onnx import TensorProto, helper, numpy_helper
+from helpers.precision_models import ops_model
+from onnx import helper
 
 import hidetc
 import models
@@ -146,34 +146,6 @@ def test_tiny_model_f16_emulated(name, tmp_path):
     assert errors and max(errors) > 0      # really float16: not bit-equal to float32
 
 
-def _ops_model() -> onnx.ModelProto:
-    """Pools, elementwise math, a layout op and a MatMul with awkward sizes."""
-    rng = np.random.default_rng(0)
-    make = helper.make_node
-    nodes = [
-        make("MaxPool", ["x"], ["mp"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
-        make("AveragePool", ["mp"], ["ap"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        make("AveragePool", ["mp"], ["ap2"], kernel_shape=[2, 2], count_include_pad=1,
-             pads=[0, 0, 1, 1]),
-        make("Sigmoid", ["ap"], ["sg"]), make("Mul", ["sg", "ap2"], ["m"]),
-        make("HardSigmoid", ["m"], ["hs"]), make("Sub", ["hs", "m"], ["d"]),
-        make("Transpose", ["d"], ["t"], perm=[0, 1, 3, 2]),
-        make("Reshape", ["t", "shape"], ["r"]), make("MatMul", ["r", "w"], ["mm"]),
-        make("Tanh", ["mm"], ["y"]),
-    ]
-    inits = [numpy_helper.from_array(np.array([3, 25], np.int64), "shape"),
-             numpy_helper.from_array((rng.standard_normal((25, 7)) * 0.5).astype(np.float32),
-                                     "w")]
-    graph = helper.make_graph(
-        nodes, "f16_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 9])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 7]),
-         helper.make_tensor_value_info("ap", TensorProto.FLOAT, [1, 3, 5, 5])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
-
-
 @needs_nvcc
 def test_f16_ops_emulated(tmp_path):
-    compile_and_compare(_ops_model(), tmp_path)
+    compile_and_compare(ops_model(), tmp_path)

@@ -1,11 +1,14 @@
 """Every emulated intrinsic against an independent reference: shuffles of all kinds and
 widths (CUDA Programming Guide semantics), votes with partial masks, __syncwarp,
 float16 conversions on every half and on float/double edge values (numpy's correctly
-rounded conversions), atomics, the ldmatrix fragment layouts and mma.m16n8k16 (PTX ISA
-layouts, written out here independently of the emulator). The hand-written kernels
+rounded conversions), bfloat16 conversions the same way (every bfloat16, float and double
+ties, the reference rounding written out here), atomics, the ldmatrix fragment layouts
+and mma.m16n8k16 on f16 and on bf16 operands (PTX ISA layouts, written out here
+independently of the emulator). The hand-written kernels
 are one .cu unit that nvcc must also compile for sm_80 and sm_90."""
 import shutil
 
+import ml_dtypes  # noqa: F401  (the "bfloat16" dtype name)
 import numpy as np
 import pytest
 from helpers.kernel_device import kernel_module
@@ -59,6 +62,16 @@ extern "C" __global__ void half_convert(const unsigned short *hbits, float *h2f,
   }
 }
 
+extern "C" __global__ void bf16_convert(const unsigned short *bbits, float *b2f,
+                                        const float *f, unsigned short *f2b,
+                                        const double *d, unsigned short *d2b, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+    b2f[i] = __bfloat162float(__ushort_as_bfloat16(bbits[i]));
+    f2b[i] = __bfloat16_as_ushort(__float2bfloat16_rn(f[i]));
+    d2b[i] = __bfloat16_as_ushort(__double2bfloat16(d[i]));
+  }
+}
+
 extern "C" __global__ void atomics(const int *keys, const float *vals, int *hist,
                                    float *fsum, int *maxi, int *slot, int *winners, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -108,7 +121,7 @@ extern "C" __global__ void ldmatrix_layouts(const unsigned short *src, unsigned 
 
 /* fragments gathered from global memory per the PTX ISA layout (no ldmatrix) */
 extern "C" __global__ void mma_fragments(const unsigned short *A, const unsigned short *B,
-                                         const float *C, float *D) {
+                                         const float *C, float *D, int bf16) {
   int lane = threadIdx.x, g = lane / 4, t = lane % 4;
   unsigned a[4], b[2];
   float c[4], d[4];
@@ -119,7 +132,8 @@ extern "C" __global__ void mma_fragments(const unsigned short *A, const unsigned
   }
   for (int i = 0; i < 2; i++)
     b[i] = B[(2 * t + 8 * i) * 8 + g] | (unsigned)B[(2 * t + 8 * i + 1) * 8 + g] << 16;
-  hidetc_mma_m16n8k16_f16f32(d, a, b, c);
+  if (bf16) hidetc_mma_m16n8k16_bf16f32(d, a, b, c);
+  else hidetc_mma_m16n8k16_f16f32(d, a, b, c);
   for (int i = 0; i < 4; i++) D[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = d[i];
 }
 
@@ -138,6 +152,10 @@ extern "C" void half_convert_emu_entry(void **a) {
   half_convert((const unsigned short *)a[0], (float *)a[1], (const float *)a[2],
                (unsigned short *)a[3], (const double *)a[4], (unsigned short *)a[5], *(int *)a[6]);
 }
+extern "C" void bf16_convert_emu_entry(void **a) {
+  bf16_convert((const unsigned short *)a[0], (float *)a[1], (const float *)a[2],
+               (unsigned short *)a[3], (const double *)a[4], (unsigned short *)a[5], *(int *)a[6]);
+}
 extern "C" void atomics_emu_entry(void **a) {
   atomics((const int *)a[0], (const float *)a[1], (int *)a[2], (float *)a[3], (int *)a[4],
           (int *)a[5], (int *)a[6], *(int *)a[7]);
@@ -148,7 +166,7 @@ extern "C" void ldmatrix_layouts_emu_entry(void **a) {
 }
 extern "C" void mma_fragments_emu_entry(void **a) {
   mma_fragments((const unsigned short *)a[0], (const unsigned short *)a[1],
-                (const float *)a[2], (float *)a[3]);
+                (const float *)a[2], (float *)a[3], *(int *)a[4]);
 }
 #endif
 """
@@ -258,6 +276,62 @@ def test_half_conversions_every_half_and_edge_values(module):
             np.testing.assert_array_equal(got[~nan], want.view(np.uint16)[~nan])
 
 
+# bfloat16 conversions ------------------------------------------------------------------
+BF16_MAX = (2.0 - 2.0 ** -7) * 2.0 ** 127
+
+
+def bf16_rounded(x: np.ndarray) -> np.ndarray:
+    """float64 -> the nearest bfloat16 (ties to even), as float64, written out: the
+    quantum is 2^(e - 8) for |x| in [2^(e-1), 2^e) (8 significant bits), at least the
+    smallest subnormal 2^-133; past the largest finite value plus half its quantum, inf.
+    (ml_dtypes rounds a double to float first: twice.)"""
+    out = np.array(x, np.float64)
+    finite = np.isfinite(out) & (out != 0)
+    _, e = np.frexp(out[finite])
+    quantum = np.ldexp(1.0, np.maximum(e - 8, -133))
+    out[finite] = np.round(out[finite] / quantum) * quantum      # numpy: ties to even
+    big = np.abs(out) > BF16_MAX
+    out[big] = np.copysign(np.inf, out[big])
+    return out
+
+
+def _bf16_edge_doubles():
+    with np.errstate(invalid="ignore"):              # the NaN bit patterns
+        bf16 = np.arange(1 << 16, dtype=np.uint16).view("bfloat16").astype(np.float64)
+    finite = np.sort(bf16[np.isfinite(bf16)])
+    mids = (finite[:-1] + finite[1:]) / 2                          # exact ties
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, BF16_MAX, 3.4e38, 2.0 ** -133,
+                2.0 ** -134, 2.0 ** -134 * 1.0000001, 2.0 ** -135, 1e-45, 1e300]
+    return np.concatenate([mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf),
+                           specials, -np.array(specials)])
+
+
+def test_bf16_conversions_every_bf16_and_edge_values(module):
+    """bf16 -> float exact on every bf16 (NaN payloads included); float -> bf16 and
+    double -> bf16 rounded once to nearest even (a double near a tie is not rounded
+    to float first), NaN stays NaN, past the range inf."""
+    n = 1 << 16
+    bbits = np.arange(n, dtype=np.uint16)
+    edges = _bf16_edge_doubles()
+    with np.errstate(over="ignore"):                 # 1e300 -> inf
+        f = np.concatenate([edges.astype(np.float32), RNG.integers(
+            0, 2 ** 32, n, dtype=np.uint32).view(np.float32)])[:n]
+    d = np.concatenate([edges, RNG.standard_normal(n) * 1e3])[:n]
+    b2f, f2b, d2b = np.zeros(n, np.float32), np.zeros(n, np.uint16), np.zeros(n, np.uint16)
+    module.launch("bf16_convert", 64, 256, [bbits, b2f, f, f2b, d, d2b, np.int32(n)])
+    np.testing.assert_array_equal(b2f.view(np.uint32), bbits.astype(np.uint32) << 16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for got, src in ((f2b, f.astype(np.float64)), (d2b, d)):
+            want = bf16_rounded(src)
+            nan = np.isnan(want)
+            assert (np.isnan(got.view("bfloat16").astype(np.float64)) == nan).all()
+            np.testing.assert_array_equal(got.view("bfloat16").astype(np.float64)[~nan],
+                                          want[~nan])
+    assert np.array_equal(f2b[:len(edges)][np.isfinite(f[:len(edges)])],   # ml_dtypes
+                          f[:len(edges)][np.isfinite(f[:len(edges)])].astype("bfloat16")
+                          .view(np.uint16))
+
+
 def test_atomics(module):
     n = 1000
     keys = RNG.integers(0, 7, n).astype(np.int32)
@@ -310,11 +384,18 @@ def test_ldmatrix_layouts(module):
                                       err_msg=f"x{count} trans={trans}")
 
 
-def test_mma_m16n8k16(module):
-    A = RNG.uniform(-2, 2, (16, 16)).astype(np.float16)
-    B = RNG.uniform(-2, 2, (16, 8)).astype(np.float16)
-    C = RNG.standard_normal((16, 8)).astype(np.float32)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mma_m16n8k16(module, dtype):
+    """d = a @ b + c on random fragments of each operand type: the products are exact in
+    f32, so the result is the float64 one within the f32 accumulation. bfloat16 operands
+    span float32's range (a bf16 read as f16 would be far off)."""
+    scale = 2.0 ** RNG.integers(-20, 21, (16, 1)) if dtype == "bfloat16" else 1.0
+    A = (RNG.uniform(-2, 2, (16, 16)) * scale).astype(dtype)
+    B = RNG.uniform(-2, 2, (16, 8)).astype(dtype)
+    C = (RNG.standard_normal((16, 8)) * scale).astype(np.float32)
     D = np.zeros((16, 8), np.float32)
-    module.launch("mma_fragments", 1, 32, [A.view(np.uint16), B.view(np.uint16), C, D])
+    module.launch("mma_fragments", 1, 32, [A.view(np.uint16), B.view(np.uint16), C, D,
+                                           np.int32(dtype == "bfloat16")])
     want = A.astype(np.float64) @ B.astype(np.float64) + C
-    np.testing.assert_allclose(D, want, rtol=1e-6, atol=1e-6)
+    bound = 1e-6 * (np.abs(want) + np.abs(want).max(axis=1, keepdims=True))   # per row's scale
+    assert (np.abs(D - want) <= bound).all(), np.abs(D - want).max()

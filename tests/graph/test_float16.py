@@ -1,10 +1,13 @@
 """The float16 lowering (`--precision f16`): float32 tensors become float16 inside the
 graph, the interface stays float32, parameter inputs keep their dtype, and the numpy
-reference of the lowered graph stays within the f16 tolerance of the original."""
+reference of the lowered graph stays within the f16 tolerance of the original. The same
+pass with bfloat16 (`--precision bf16` on cuda) at the bf16 tolerance, its constants
+saturated too (float32's largest rounds to bfloat16's infinity)."""
 from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from hidetc.driver.backend import BACKENDS
@@ -18,7 +21,7 @@ from hidetc.graph.reference import run_graph
 from hidetc.graph.verify import verify_graph
 
 RNG = np.random.default_rng(0)
-F32, F16 = "float32", "float16"
+F32, F16, BF16 = "float32", "float16", "bfloat16"
 
 
 def build(inputs: dict[str, TensorType], constants: dict[str, np.ndarray],
@@ -67,7 +70,7 @@ def convnet() -> Graph:
 
 
 def float_values(graph: Graph) -> dict[str, str]:
-    return {v: t.dtype for v, t in graph.types.items() if t.dtype in (F32, F16)}
+    return {v: t.dtype for v, t in graph.types.items() if t.dtype in (F32, F16, BF16)}
 
 
 def assert_lowered(before: Graph, after: Graph) -> None:
@@ -82,9 +85,10 @@ def assert_lowered(before: Graph, after: Graph) -> None:
         assert array.dtype != np.float32, name
 
 
-def assert_close(before: Graph, after: Graph, inputs: dict) -> None:
-    report = compare(run_graph(after, inputs), run_graph(before, inputs), rtol=1e-2)
+def assert_close(before: Graph, after: Graph, inputs: dict, rtol: float = 1e-2) -> dict:
+    report = compare(run_graph(after, inputs), run_graph(before, inputs), rtol=rtol)
     assert report["status"] == "passed", report
+    return report
 
 
 def test_mlp_types_interface_and_accuracy():
@@ -172,6 +176,53 @@ def test_constants_saturate_to_float16_range():
     assert converted.dtype == np.float16
     np.testing.assert_array_equal(converted[:4], [-65504, 65504, -np.inf, 0.5])
     assert np.isnan(converted[4])
+
+
+def test_bfloat16_lowering_mlp_and_convnet():
+    """dtype bfloat16: the same rewrite, bfloat16 inside (weights, the input's Cast, the
+    MatMuls), float32 outside, within the bf16 tolerance and really rounded."""
+    for graph, x in ((mlp(), RNG.standard_normal((4, 16))),
+                     (convnet(), RNG.standard_normal((1, 3, 8, 8)))):
+        lowered = to_float16.run(graph, BF16)
+        assert_lowered(graph, lowered)
+        assert F16 not in float_values(lowered).values()
+        first = lowered.nodes[0]
+        assert (first.op, first.inputs, first.outputs, first.attr("to")) == \
+            ("Cast", ("x",), ("x_bf16",), BF16)
+        anchors = [n for n in lowered.nodes if n.op in ("MatMul", "Conv")]
+        assert anchors and all(lowered.types[v].dtype == BF16 for n in anchors
+                               for v in n.inputs if v)
+        for out in lowered.outputs:
+            cast = lowered.producers()[out]
+            assert cast.op == "Cast" and lowered.types[cast.inputs[0]].dtype == BF16
+        report = assert_close(graph, lowered, {"x": x.astype(np.float32)}, rtol=2e-2)
+        assert max(o["rel_error"] for o in report["outputs"].values()) > 1e-4
+
+
+def test_constants_saturate_to_bfloat16_range():
+    big = np.array([-3.4028235e38, 3.4e38, -np.inf, 0.5, 1.00390625, np.nan], np.float32)
+    converted = to_float16.to_half(big, BF16)
+    assert converted.dtype == np.dtype(BF16)
+    top = float(np.array(3.3895313892515355e38, np.float32))
+    np.testing.assert_array_equal(converted[:5].astype(np.float64),
+                                  [-top, top, -np.inf, 0.5, 1.0])   # a tie: to even
+    assert np.isnan(converted[5].astype(np.float32))
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        to_float16.run(mlp(), "float64")
+
+
+def test_cuda_bf16_passes_lower_then_layout_then_attention(tmp_path):
+    graph = mlp()
+    lowered = lower_precision(graph, "bf16", dump_dir=str(tmp_path),
+                              passes=BACKENDS["cuda"].graph_passes("bf16"))
+    assert_lowered(graph, lowered)
+    dumped = sorted(p.name for p in tmp_path.iterdir())
+    assert [name[3:] for name in dumped] == [
+        "to_bfloat16.txt", "choose_layout.txt", "hoist_transposes.txt",
+        "fold_movement_chains.txt", "fuse_attention.txt"]
+    assert "bfloat16" in (tmp_path / dumped[0]).read_text()
+    cpu = lower_precision(graph, "bf16", passes=BACKENDS["cpu"].graph_passes("bf16"))
+    assert BF16 not in float_values(cpu).values()       # the cpu keeps f32 tensors
 
 
 def test_nothing_to_lower_returns_same_graph():

@@ -92,7 +92,7 @@ def test_space_and_registration():
     assert 30 < len(SPACE) <= MAX_SPACE and len(set(SPACE)) == len(SPACE)
     per_task = TEMPLATE.space(conv_task(*SHAPES[0]), TARGET)   # the tiles at their splits
     assert len(per_task) == len(SPACE) and {replace(c, splits=1) for c in per_task} == set(SPACE)
-    assert TEMPLATE.name == "cuda.conv_tc" and TEMPLATE.precisions == ("f16",)
+    assert TEMPLATE.name == "cuda.conv_tc" and TEMPLATE.precisions == ("f16", "bf16")
     assert TEMPLATES["ConvNHWC"] is TEMPLATE and supports("ConvNHWC")
     big = conv_task((8, 56, 56, 64), 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, False)
     cfg = TEMPLATE.default(big, TARGET)        # many tiles: a big one, unsplit, N = 64 wide

@@ -294,7 +294,7 @@ def test_space_is_hardware_centric_and_fits_the_limits():
     assert check_config(ReduceConfig(48, 1, 4, False)) is not None
     for op in OPS:
         assert TEMPLATES[op] is TEMPLATE and supports(op)
-    assert TEMPLATE.precisions == ("f32", "f16")
+    assert TEMPLATE.precisions == ("f32", "f16", "bf16")
     for dtype in (F32, F16):     # what `hidetc inspect --space` reports (OPS[0]: Softmax)
         tasks = representative_tasks(OPS[0], dtype)
         assert [len(TEMPLATE.space(t, CUDA)) for t in tasks.values()] == [168]

@@ -43,7 +43,16 @@ What the printer adds to the C printer (`hidetc.backends.codegen.c.CPrinter`, su
   math calls use the header's `hidetc_<fn>_float16`, which compute in float and round
   once. A half mixed with another dtype is converted explicitly to the promoted dtype
   (`__half2float`, `__float2half_rn`, `__double2half`); constants print as
-  `__float2half_rn(<exact float>)`. bfloat16 is not supported yet.
+  `__float2half_rn(<exact float>)`.
+- bfloat16 is `__nv_bfloat16` (cuda_bf16.h). Every operation on it is computed in
+  float and rounded once (`_in_float`): its operands widened by `__bfloat162float`
+  (exact), the float operation, the result rounded by `__float2bfloat16_rn` (round to
+  nearest even); comparisons compare the floats. For + - * / and sqrt that is the
+  correctly rounded bfloat16 operation (float has more than twice bfloat16's 8 bits).
+  Conversions: from float32 `__float2bfloat16_rn`, from float64 and the integers
+  `__double2bfloat16` (one rounding; every int32 is a double), to other types through
+  float; constants print as `__float2bfloat16_rn(<exact float>)`; BitCast through
+  `__bfloat16_as_ushort` / `__ushort_as_bfloat16`.
 
 Assumes `hidetc.tir.pipeline.lower` ran (flattened, verified). Guarantees: nvcc
 (sm_80+) and the emulator (g++ -DHIDETC_EMULATE) compile the same text.
@@ -66,6 +75,7 @@ from hidetc.backends.codegen.c import (
     c_name,
     const_text,
 )
+from hidetc.compute.bitcast import bits_text
 from hidetc.tir import intrinsics
 from hidetc.tir.functor import Rewriter, collect
 from hidetc.tir.ir import (
@@ -100,8 +110,9 @@ SHARED_MEMORY_LIMIT = 48 * 1024  # bytes of static shared memory per kernel
 DYNAMIC_SHARED_LIMIT = 227 * 1024
 DYNAMIC_SHARED_NAME = "hidetc_smem"
 SHARED_ALIGN = 16
-CUDA_TYPES = {**C_TYPES, "float16": "half"}
-F16 = "float16"
+CUDA_TYPES = {**C_TYPES, "float16": "half", "bfloat16": "__nv_bfloat16"}
+F16, BF16, F32 = "float16", "bfloat16", "float32"
+HALVES = (F16, BF16)
 
 F16_MATH = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt",
                       "erf", "tanh", "sinh", "cosh", "asinh", "acosh", "atanh", "floor",
@@ -126,9 +137,26 @@ def cuda_type(dtype: str) -> str:
 
 def _to(e: Expr, dtype: str) -> Expr:
     """`e` converted to `dtype` when a half is involved (C++ converts the rest itself)."""
-    if e.dtype == dtype or F16 not in (e.dtype, dtype):
+    if e.dtype == dtype or (e.dtype not in HALVES and dtype not in HALVES):
         return e
     return Cast(e, dtype)
+
+
+def _in_float(e: Expr) -> Expr:
+    """A BinOp, UnOp or math Call on bfloat16 operands as the float operation on the
+    widened operands, rounded back to bfloat16 when its result is one (a comparison or
+    a predicate stays bool)."""
+    def wide(x: Expr) -> Expr:
+        return Cast(x, F32) if x.dtype == BF16 else x
+
+    if isinstance(e, BinOp):
+        inner: Expr = BinOp(e.op, wide(e.a), wide(e.b))
+    elif isinstance(e, UnOp):
+        inner = UnOp(e.op, wide(e.a))
+    else:
+        inner = Call(e.func, tuple(wide(a) for a in e.args),
+                     F32 if e.dtype == BF16 else e.dtype)
+    return Cast(inner, BF16) if e.dtype == BF16 else inner
 
 
 class _WrittenThrough(Rewriter):
@@ -161,6 +189,9 @@ class CudaPrinter(CPrinter):
     def const_str(self, c: Const) -> str:
         if c.dtype == F16:
             return f"__float2half_rn({const_text(Const(float(np.float16(c.value)), 'float32'))})"
+        if c.dtype == BF16:   # the bfloat16 value (nearest even) is a float32: exact
+            value = float(np.array(c.value, np.float32).astype(BF16))
+            return f"__float2bfloat16_rn({const_text(Const(value, F32))})"
         cuda_type(c.dtype)
         return const_text(c)
 
@@ -176,6 +207,8 @@ class CudaPrinter(CPrinter):
             return super()._binop(e)
         common = promote(e.a.dtype, e.b.dtype) if e.op in CMP_OPS else e.dtype
         a, b = _to(e.a, common), _to(e.b, common)
+        if common == BF16:
+            return self._expr(_in_float(BinOp(e.op, a, b)))
         if common != F16:
             return super()._binop(e if (a, b) == (e.a, e.b) else BinOp(e.op, a, b))
         if e.op in ("min", "max"):
@@ -186,6 +219,8 @@ class CudaPrinter(CPrinter):
         return f"{func}({self.expr(a)}, {self.expr(b)})", PREC_ATOM
 
     def _unop(self, e: UnOp) -> tuple[str, int]:
+        if e.dtype == BF16:
+            return self._expr(_in_float(e))
         if e.op == "neg" and e.dtype == F16:
             return f"__hneg({self.expr(e.a)})", PREC_ATOM
         return super()._unop(e)
@@ -198,7 +233,18 @@ class CudaPrinter(CPrinter):
         src, dst = e.value.dtype, e.dtype
         if src == dst:
             return self._expr(e.value)
+        if src == BF16 and dst != F32:          # through float (exact)
+            return self._cast(Cast(Cast(e.value, F32), dst))
+        if dst == BF16 and src == F16:
+            return self._cast(Cast(Cast(e.value, F32), dst))
         value = self.expr(e.value)
+        if src == BF16:
+            return f"__bfloat162float({value})", PREC_ATOM
+        if dst == BF16:
+            if src == F32:
+                return f"__float2bfloat16_rn({value})", PREC_ATOM
+            inner = value if src == "float64" else f"(double)({value})"
+            return f"__double2bfloat16({inner})", PREC_ATOM
         if dst == F16:
             if src == "float64":
                 return f"__double2half({value})", PREC_ATOM
@@ -238,8 +284,22 @@ class CudaPrinter(CPrinter):
                              f"{required}..{required + optional} operands, got {len(args)}")
         return f"{e.func}({', '.join(args)})"
 
+    def _bitcast(self, e: Call) -> str:
+        """BitCast with bfloat16 on either side: through its 16 bits as uint16."""
+        (x,) = e.args
+        if BF16 not in (x.dtype, e.dtype):
+            return super()._bitcast(e)
+        src, value = x.dtype, self.expr(x)
+        if src == BF16:
+            src, value = "uint16", f"__bfloat16_as_ushort({value})"
+        if e.dtype != BF16:
+            return bits_text(src, e.dtype, value, self.ctype)
+        return f"__ushort_as_bfloat16({bits_text(src, 'uint16', value, self.ctype)})"
+
     def _math_call(self, e: Call) -> tuple[str, int]:
         dtype = e.args[0].dtype if e.args else e.dtype
+        if BF16 in (dtype, e.dtype):
+            return self._expr(_in_float(e))
         if dtype == F16 and e.func in F16_MATH:
             args = ", ".join(self.expr(_to(a, F16)) for a in e.args)
             return f"hidetc_{e.func}_float16({args})", PREC_ATOM

@@ -58,6 +58,7 @@ from hidetc.tir import scratch
 # float outputs start as this NaN (a payload no arithmetic produces): still there after
 # a pass, an element was never written
 SENTINEL = {np.dtype(np.float32): np.uint32(0x7FC0DEAD), np.dtype(np.float16): np.uint16(0x7EAD),
+            np.dtype("bfloat16"): np.uint16(0x7FED),
             np.dtype(np.float64): np.uint64(0x7FF80000DEADBEEF)}
 RED_ZONE = 256       # poisoned bytes before and after every value in a sanitized pass
 # pooled contexts of an emulated model: the emulator runs one launch at a time, so more

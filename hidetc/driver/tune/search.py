@@ -136,9 +136,10 @@ def _kernel_key(template, task: Task, target: Target) -> Callable[[Any], Any]:
     return lambda config: key(task, config, target)
 
 
-# float32 / float16 unit roundoff: a share below a few of them is below what an exact
+# unit roundoff per float type: a share below a few of them is below what an exact
 # kernel's own output rounding costs, so the share never goes under BUDGET_FLOOR of them
-UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "float64": 2.0 ** -53}
+UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8,
+                 "float64": 2.0 ** -53}
 BUDGET_FLOOR = 4
 
 

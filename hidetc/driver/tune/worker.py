@@ -57,10 +57,10 @@ Shared with the cuda worker (`hidetc.driver.tune.worker_cuda`): the protocol loo
 process exits at once, because its device is unusable), the timing loop `timed_runs`,
 `make_inputs` and `mismatch`.
 
-Inputs: seeded normal floats; integers in [0, 2) (valid indices into any non-empty
-axis), random bools. Parameter inputs (task.params) are passed to the reference as
-arrays, not to the kernel. Assumes the task's op has a numpy reference and f32/f64 or
-integer dtypes (the cpu target).
+Inputs: seeded normal floats (bfloat16, ml_dtypes' type, counts as a float throughout:
+`floating`); integers in [0, 2) (valid indices into any non-empty axis), random bools.
+Parameter inputs (task.params) are passed to the reference as arrays, not to the
+kernel. Assumes the task's op has a numpy reference and float or integer dtypes.
 """
 from __future__ import annotations
 
@@ -75,9 +75,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import ml_dtypes
 import numpy as np
 
-RTOL = {"float32": 1e-4, "float64": 1e-4, "float16": 1e-2}
+RTOL = {"float32": 1e-4, "float64": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
 ROTATE_COPIES = 3
 ROTATE_CACHE_FACTOR = 2      # rotated weight copies cover this many times the LLC
 ROTATE_MAX = 256
@@ -96,6 +97,12 @@ def _die_with_parent() -> None:
         pass
 
 
+def floating(dtype) -> bool:
+    """numpy's float types and bfloat16 (not a numpy floating subtype)."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype == ml_dtypes.bfloat16
+
+
 def make_inputs(task, seed: int) -> list:
     """Every task input: arrays for buffers, arrays of the frozen values for params."""
     rng = np.random.default_rng(seed)
@@ -105,7 +112,7 @@ def make_inputs(task, seed: int) -> list:
             arrays.append(None)
         elif p is not None:
             arrays.append(np.asarray(p, dtype=t.dtype).reshape(t.shape))
-        elif t.dtype.startswith("float"):
+        elif floating(t.dtype):
             arrays.append(rng.standard_normal(t.shape).astype(t.dtype))
         elif t.dtype == "bool":
             arrays.append(rng.integers(0, 2, t.shape).astype(bool))
@@ -134,7 +141,7 @@ def mismatch(got: np.ndarray, ref: np.ndarray, budget: float | None = None) -> s
     if got.shape != ref.shape and got.size != ref.size:
         return f"wrong result: shape {list(got.shape)} != {list(ref.shape)}"
     ref = ref.reshape(got.shape)
-    if not np.issubdtype(ref.dtype, np.floating):
+    if not floating(ref.dtype):
         bad = int(np.count_nonzero(got != ref))
         return f"wrong result: {bad} mismatches" if bad else None
     rel = rel_error(got, ref)
@@ -155,9 +162,9 @@ def wide_reference(task, inputs: list) -> list[np.ndarray]:
     from hidetc.graph.ops.registry import get_op
     op, attrs = get_op(task.op), dict(task.attrs)
     native = [np.asarray(r) for r in op.reference(inputs, attrs)]
-    if not any(isinstance(a, np.ndarray) and a.dtype.kind == "f" for a in inputs):
+    if not any(isinstance(a, np.ndarray) and floating(a.dtype) for a in inputs):
         return native
-    wide_inputs = [a.astype(np.float64) if isinstance(a, np.ndarray) and a.dtype.kind == "f"
+    wide_inputs = [a.astype(np.float64) if isinstance(a, np.ndarray) and floating(a.dtype)
                    else a for a in inputs]
     try:
         wide = [np.asarray(r) for r in op.reference(wide_inputs, attrs)]
@@ -167,7 +174,7 @@ def wide_reference(task, inputs: list) -> list[np.ndarray]:
         return native
     out = []
     for w, n in zip(wide, native):
-        if (n.dtype.kind != "f" or w.shape != n.shape
+        if (not floating(n.dtype) or w.shape != n.shape
                 or not rel_error(w.astype(n.dtype), n) <= RTOL.get(str(n.dtype), 1e-4)):
             out.append(n)
         else:
@@ -177,7 +184,7 @@ def wide_reference(task, inputs: list) -> list[np.ndarray]:
 
 def _fill_poison(outs: list) -> None:
     for o in outs:
-        if np.issubdtype(o.dtype, np.floating):
+        if floating(o.dtype):
             o.fill(np.nan)
         elif o.dtype != np.bool_:
             o.fill(np.iinfo(o.dtype).min)

@@ -22,8 +22,8 @@ shared bytes) and JOB["backend"] says how it runs:
 Per candidate. Correctness first, on the task's real shapes: the outputs of input set
 0 are filled with NaN (ints: a sentinel), one launch, outputs copied back and compared
 with the op's numpy reference (`get_op(task.op).reference`, norm-wise, `worker.RTOL`:
-1e-4 for f32, 1e-2 for f16; a mismatch is "wrong result: ..."; past the job's
-`budget_rtol`, "over the numerics budget: ..."). float16 inputs are random float16
+1e-4 for f32, 1e-2 for f16, 2e-2 for bf16; a mismatch is "wrong result: ..."; past the
+job's `budget_rtol`, "over the numerics budget: ..."). Half inputs are random half
 values (standard normal: |x| < ~5, no overflow in the products), and the reference is
 computed in float64 from those very values (`worker.wide_reference`).
 Then timing (`timed_runs`: warm-up, at most `repeat` timed launches within the time
@@ -50,6 +50,7 @@ import numpy as np
 from hidetc.driver.tune import worker as cpu_worker
 from hidetc.driver.tune.worker import (
     Fault,
+    floating,
     make_inputs,
     mismatch,
     serve,
@@ -78,7 +79,7 @@ def rotation_copies(footprint: int, l2_bytes: int) -> int:
 
 def inputs_and_reference(task, seed: int) -> tuple[list, list[np.ndarray]]:
     """The task's inputs (`worker.make_inputs`) and its reference outputs, computed in
-    float64 from the (float16 or float32) inputs (`worker.wide_reference`)."""
+    float64 from the (half or float32) inputs (`worker.wide_reference`)."""
     inputs = make_inputs(task, seed)
     return inputs, wide_reference(task, inputs)
 
@@ -86,7 +87,7 @@ def inputs_and_reference(task, seed: int) -> tuple[list, list[np.ndarray]]:
 def poison(shape, dtype) -> np.ndarray:
     """What an output holds before the checked launch: NaN, the int minimum, False."""
     dtype = np.dtype(dtype)
-    if np.issubdtype(dtype, np.floating):
+    if floating(dtype):
         return np.full(shape, np.nan, dtype)
     if dtype == np.bool_:
         return np.zeros(shape, dtype)

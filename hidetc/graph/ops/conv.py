@@ -196,7 +196,8 @@ def _pool_geometry(name: str, x: np.ndarray, attrs: dict) -> Window:
 def _maxpool_ref(inputs, attrs):
     x = inputs[0]
     win = _pool_geometry("MaxPool", x, attrs)
-    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    floating = x.dtype.kind == "f" or x.dtype.name == "bfloat16"   # ml_dtypes' kind is "V"
+    low = -np.inf if floating else np.iinfo(x.dtype).min
     view = windows(_pad(x, win, low), win)
     dims = len(win.out)
     return [np.max(view, axis=tuple(range(-dims, 0))).astype(x.dtype)]

@@ -134,7 +134,7 @@ UNARY: dict[str, tuple[Fn, tuple[str, ...], str | None]] = {
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype.kind == "f":
+    if a.dtype.kind == "f" or a.dtype.name == "bfloat16":   # ml_dtypes' kind is "V"
         return np.divide(a, b)
     quotient = np.floor_divide(a, b)
     fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))

@@ -102,7 +102,7 @@ def _depthwise(graph: Graph, node: Node, icg: int) -> bool:
 
 
 def wants_nhwc(graph: Graph, node: Node) -> bool:
-    """cuda f16: C/G a positive multiple of 8 (one 16-byte chunk per pixel), or a
+    """cuda f16 and bf16: C/G a positive multiple of 8 (one 16-byte chunk per pixel), or a
     depthwise conv on a multiple of 8 channels (16-byte channel vectors)."""
     icg = _conv_channels(graph, node)
     if icg is None or icg == 0:

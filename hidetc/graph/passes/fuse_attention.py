@@ -1,7 +1,7 @@
 """Fold attention into one FusedAttention node (`hidetc.graph.ops.fused_attention`) for
-the cuda target's float16 tensor-core kernel (`hidetc.schedules.cuda.attention`).
+the cuda target's half-precision tensor-core kernel (`hidetc.schedules.cuda.attention`).
 
-Matched, in float16:
+Matched, in float16 or bfloat16 (the scores and Q, Kt, V all of that one type):
 
     S = MatMul(Q, Kt) -> [Div|Mul by a scalar constant, Add(., E), Where(C, ., scalar
     constant)]* -> Softmax(axis = last) -> O = MatMul(P, V)
@@ -24,7 +24,7 @@ import numpy as np
 from hidetc.graph.ir import Graph, Node
 from hidetc.graph.passes.common import Rewriter
 
-F16 = "float16"
+HALVES = ("float16", "bfloat16")
 MAX_HEAD = 128
 SCALAR_STEPS = {"Div": "div", "Mul": "mul"}
 
@@ -61,7 +61,7 @@ def _match(graph: Graph, softmax: Node, producer: dict[str, Node],
         return private(value) and node is not None and \
             node.op in ("MatMul", "Add", "Where", *SCALAR_STEPS)
 
-    if scores.dtype != F16 or rank < 2 or softmax.attr("axis", -1) % rank != rank - 1:
+    if scores.dtype not in HALVES or rank < 2 or softmax.attr("axis", -1) % rank != rank - 1:
         return None
     out = softmax.outputs[0]
     users = readers.get(out, [])
@@ -104,7 +104,7 @@ def _match(graph: Graph, softmax: Node, producer: dict[str, Node],
     q, kt, v = first.inputs[0], first.inputs[1], last.inputs[1]
     for operand in (q, kt, v):
         t = graph.types[operand]
-        if t.dtype != F16 or len(t.shape) < 2:
+        if t.dtype != scores.dtype or len(t.shape) < 2:
             return None
     if graph.types[q].shape[-1] > MAX_HEAD or graph.types[v].shape[-1] > MAX_HEAD:
         return None

@@ -11,7 +11,7 @@ C / num_groups channels x spatial elements, then `* scale[c] + bias[c]` per chan
 GroupNormalization with one group per channel; MeanVarianceNormalization's kept
 positions over the `axes` elements (default [0, 2, 3]).
 
-Numerics: statistics in the arithmetic dtype (float32 for float32 and float16 storage,
+Numerics: statistics in the arithmetic dtype (float32 for float32 and half storage,
 float64 for float64) with the first element of the row as shift: d = mean(x - s),
 var = mean(((x - s) - d)^2) (no cancellation when |mean| >> std, unlike E[x^2] -
 E[x]^2). Group/InstanceNormalization: y = (x - mean) / sqrt(var + epsilon); MVN follows ONNX's
@@ -33,7 +33,7 @@ from hidetc.tir.ir import Const, Expr, Function, as_expr, block_idx, call, cast,
 from hidetc.tir.mapping import spatial
 
 THREADS = 256
-WIDE = {"float16": "float32"}
+WIDE = {"float16": "float32", "bfloat16": "float32"}
 
 
 def emit_row_norm(kb: KernelBuilder, n: int, x_at: Callable[[Expr], Expr],

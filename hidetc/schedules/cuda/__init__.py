@@ -6,10 +6,11 @@ returns a Function with target "cuda" and its launch shape in the attrs `grid` a
 `hidetc.schedules.template`) to it, for the tuner; `build_kernel` builds their default
 config for the target (`kernel_choice`); the rest have a `RULES` entry (depthwise
 convolutions too: the direct kernels, which win there). MatMul: the f32 SIMT template
-(`matmul_simt`), and for float16 (`--precision f16`) the tensor-core template
-(`matmul_tc`, sm_80+, f32 accumulation) under the key "MatMul/f16", and for f16
-MatMuls of few rows the GEMV template (`matmul_gemv`, "MatMul/f16-small-m") where the
-cost model prefers it; `kernel_choice(task, target)` picks per task."""
+(`matmul_simt`), and for float16 and bfloat16 (`--precision f16` / `bf16`) the
+tensor-core template (`matmul_tc`, sm_80+, f32 accumulation) under the key "MatMul/f16",
+and for half MatMuls of few rows the GEMV template (`matmul_gemv`,
+"MatMul/f16-small-m") where the cost model prefers it; `kernel_choice(task, target)`
+picks per task."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -76,7 +77,8 @@ RULES: dict[str, Builder] = {
 
 def template_for(task: Task) -> Template | None:
     """The template serving `task` (None for rule kernels): a MatMul goes to tensor
-    cores whenever `matmul_tc.check_task` accepts it (float16), else to SIMT."""
+    cores whenever `matmul_tc.check_task` accepts it (float16 or bfloat16), else to
+    SIMT."""
     if task.op == "MatMul":
         try:
             matmul_tc.check_task(task)
@@ -157,7 +159,7 @@ def anchor_template(task: Task, constant_weights: bool, target: CudaTarget
 def kernel_choice(task: Task, target: CudaTarget) -> tuple[Template | None, Any]:
     """(template, its default config for `target`) for a templated task, else (None,
     None): a rule builds the kernel (depthwise Conv and ConvNHWC: the direct kernels,
-    which win there). An f16 MatMul of at most `matmul_gemv.SMALL_M` rows takes the
+    which win there). A half MatMul of at most `matmul_gemv.SMALL_M` rows takes the
     GEMV template where the cost model estimates its default below the tensor-core
     template's. What `build_kernel` builds, and what the tuner tunes."""
     if task.op == "Conv" and conv_geometry(task).depthwise:

@@ -1,6 +1,6 @@
 """CUDA rule: FusedAttention (`hidetc.graph.ops.fused_attention`) on tensor cores, float16
-in and out with float32 accumulation, flash-attention style: the scores never leave
-the SM.
+or bfloat16 in and out (the "half type" below; the mma of that type) with float32
+accumulation, flash-attention style: the scores never leave the SM.
 
 One block per (batch entry, BM = 64 query rows), 4 warps of 16 rows each (grid: query
 tiles on x, the batch on y). The block's Q tile is copied to shared memory once and
@@ -10,24 +10,25 @@ BN = 64 keys:
   fill past the ends; the swizzled layouts of `tc_common.SwizzledTile`), the block
   waits;
 - S = Q Kt for the warp's 16 rows by mma.m16n8k16 (B fragments by ldmatrix.x4.trans,
-  as `matmul_tc`'s B operand), each score rounded to f16 as the unfused MatMul stores
-  it, then the score steps in order (each computed in f32 and rounded to f16, as the
-  unfused elementwise ops), keys past Sk set to -inf;
+  as `matmul_tc`'s B operand), each score rounded to the half type as the unfused
+  MatMul stores it, then the score steps in order (each computed in f32 and rounded to
+  the half type, as the unfused elementwise ops), keys past Sk set to -inf;
 - online softmax per row (each lane holds 2 rows x 16 scores of the C fragment; a row's
   max and sum over its 4 lanes by shfl_xor 1, 2): m' = max(m, tile max), the running
-  sum and the output rescaled by exp(m - m'), p = exp(s - m') rounded to f16 -- stored
+  sum and the output rescaled by exp(m - m'), p = exp(s - m') rounded to the half type
+  -- stored
   straight into the A-fragment order of the next MMA (a C fragment's (row, key pair) is
   an A fragment's (row, k pair));
 - O += P V by mma (V's B fragments by ldmatrix.x4.trans).
-At the end each row is divided by its sum and stored (rounded once to f16) with the
+At the end each row is divided by its sum and stored (rounded once) with the
 ordinary predicated stores, so grafted epilogues (the heads' Transpose back) ride on
 them; grafted prologues (the heads' Transposes in) become the tile copies' loads.
 
 Numerics: the scores and every score step round as the unfused ops do; the softmax is
 the online one (exp(s - running max), rescaled), so its rounding differs from the
-unfused Softmax's in the last bits: within the f16 tolerance, checked against the
-reference in tests/schedules/test_cuda_attention.py. Assumes float16 Q, Kt, V and
-output, 16-byte aligned buffers, D and Dv at most `fuse_attention.MAX_HEAD` (shared
+unfused Softmax's in the last bits: within the half type's tolerance, checked against
+the reference in tests/schedules/test_cuda_attention.py. Assumes Q, Kt, V and output
+of one half type, 16-byte aligned buffers, D and Dv at most `fuse_attention.MAX_HEAD` (shared
 memory: (64 x D + D x 64 + 64 x Dv) halves <= 48 KiB). Correct for every shape (any
 Sq, Sk, D, Dv, broadcast batch and score operands, including Sq or the batch 0).
 """
@@ -42,11 +43,13 @@ from hidetc.compute.task import Task
 from hidetc.schedules.cuda.common import at_least_one, ceil_div
 from hidetc.schedules.cuda.tc_common import (
     CHUNK,
+    HALVES,
     LDMATRIX_X4,
     SwizzledTile,
     chunk_mapping,
     copy_pieces,
     copy_width,
+    half_operands,
     spatial_index,
 )
 from hidetc.tir.builder import KernelBuilder
@@ -75,15 +78,16 @@ from hidetc.tir.ir import (
     thread_idx,
 )
 
-F16, F32 = "float16", "float32"
+F32 = "float32"
 BM, BN, WARPS = 64, 64, 4
 THREADS = WARPS * WARP_SIZE
 INF = float("inf")
 
 
-def _round(value: Expr) -> Expr:
-    """An f32 value rounded to f16 and widened back (what an unfused op stores)."""
-    return cast(cast(value, F16), F32)
+def _round(value: Expr, dtype: str) -> Expr:
+    """An f32 value rounded to the half `dtype` and widened back (what an unfused op
+    stores)."""
+    return cast(cast(value, dtype), F32)
 
 
 def _load_tile(kb: KernelBuilder, smem: Buffer, tile: SwizzledTile, src, row0: Expr,
@@ -115,12 +119,13 @@ class _Attention:
         self.dk_pad = max(16, 1 << max(0, self.d - 1).bit_length())
         self.dv_pad = max(16, 1 << max(0, self.dv - 1).bit_length())
         kb = self.kb = KernelBuilder(name, "cuda")
-        self.q = kb.buffer("q", F16, q_t.shape)
-        self.kt = kb.buffer("kt", F16, kt_t.shape)
-        self.v = kb.buffer("v", F16, v_t.shape)
+        self.dt = dt = q_t.dtype
+        self.q = kb.buffer("q", dt, q_t.shape)
+        self.kt = kb.buffer("kt", dt, kt_t.shape)
+        self.v = kb.buffer("v", dt, v_t.shape)
         self.extras = [kb.buffer(f"e{i}", t.dtype, t.shape)
                        for i, t in enumerate(task.inputs[3:])]
-        self.out = kb.buffer("out", F16, self.batch + (self.sq, self.dv))
+        self.out = kb.buffer("out", dt, self.batch + (self.sq, self.dv))
         self.steps = task.attr("score", ())
 
     def build(self) -> Function:
@@ -143,15 +148,15 @@ class _Attention:
         tq = SwizzledTile(BM, self.dk_pad)
         tk = SwizzledTile(self.dk_pad, BN)
         tv = SwizzledTile(BN, self.dv_pad)
-        sq = kb.alloc("sq", F16, (tq.size,), "shared")
-        sk = kb.alloc("sk", F16, (tk.size,), "shared")
-        sv = kb.alloc("sv", F16, (tv.size,), "shared")
+        sq = kb.alloc("sq", self.dt, (tq.size,), "shared")
+        sk = kb.alloc("sk", self.dt, (tk.size,), "shared")
+        sv = kb.alloc("sv", self.dt, (tv.size,), "shared")
         k_steps, d_tiles = self.dk_pad // 16, self.dv_pad // 8
         fq = kb.alloc("fq", "uint32", (k_steps * 4,))
         fb = kb.alloc("fb", "uint32", (4,))
         s_acc = kb.alloc("s", F32, (BN // 8 * 4,))
         o_acc = kb.alloc("o", F32, (d_tiles * 4,))
-        pf = kb.alloc("pf", F16, (BN // 16 * 8,))
+        pf = kb.alloc("pf", self.dt, (BN // 16 * 8,))
         m_i = kb.alloc("m", F32, (2,))
         l_i = kb.alloc("l", F32, (2,))
 
@@ -197,12 +202,13 @@ class _Attention:
             for j in range(BN // 16):
                 off = tk.offset(kk * 16 + row16, j * 2 + half, key_row=row16)
                 kb.emit(ldmatrix(fb[0], sk[off], 4, trans=True))
-                kb.emit(mma_m16n8k16(s_acc[(2 * j) * 4], fq[kk * 4], fb[0]))
-                kb.emit(mma_m16n8k16(s_acc[(2 * j + 1) * 4], fq[kk * 4], fb[2]))
+                kb.emit(mma_m16n8k16(s_acc[(2 * j) * 4], fq[kk * 4], fb[0], dtype=self.dt))
+                kb.emit(mma_m16n8k16(s_acc[(2 * j + 1) * 4], fq[kk * 4], fb[2],
+                                     dtype=self.dt))
 
     def score_steps(self, s_acc, row_g: Expr, key_t: Expr) -> None:
         """Each score: rounded as the unfused MatMul stores it, the score steps in order
-        (f32, rounded to f16 each), -inf past the keys."""
+        (f32, rounded to the half type each), -inf past the keys."""
         kb = self.kb
         for nt in range(BN // 8):
             for e in range(4):
@@ -210,24 +216,26 @@ class _Attention:
                 row = row_g + (e // 2) * 8
                 key = key_t + nt * 8 + e % 2
                 at = list(self.bidx) + [minimum(row, self.sq - 1), minimum(key, self.sk - 1)]
-                value = _round(s_acc[i])
+                value = _round(s_acc[i], self.dt)
                 for step in self.steps:
                     if step[0] == "div":
-                        value = _round(value / Const(float(step[1]), F32))
+                        value = _round(value / Const(float(step[1]), F32), self.dt)
                     elif step[0] == "mul":
-                        value = _round(value * Const(float(step[1]), F32))
+                        value = _round(value * Const(float(step[1]), F32), self.dt)
                     elif step[0] == "add":
                         e_buf = self.extras[step[1]]
                         term = e_buf[tuple(broadcast_index(at, e_buf.shape))]
-                        value = _round(value + cast(term, F32))
+                        value = _round(value + cast(term, F32), self.dt)
                     else:
                         c_buf = self.extras[step[1]]
                         cond = c_buf[tuple(broadcast_index(at, c_buf.shape))]
-                        value = _round(select(cond, value, Const(float(step[2]), F32)))
+                        value = _round(select(cond, value, Const(float(step[2]), F32)),
+                                       self.dt)
                 kb.store(s_acc, (i,), select(key < self.sk, value, Const(-INF, F32)))
 
     def softmax_step(self, s_acc, o_acc, pf, m_i, l_i, d_tiles: int) -> None:
-        """The online softmax over this key tile, P (f16) into A-fragment order."""
+        """The online softmax over this key tile, P (the half type) into A-fragment
+        order."""
         kb = self.kb
         for h in range(2):                  # the lane's rows g (h = 0) and g + 8 (h = 1)
             mine = [s_acc[nt * 4 + 2 * h + c] for nt in range(BN // 8) for c in range(2)]
@@ -244,8 +252,8 @@ class _Attention:
             total = kb.declare("rowsum", F32, Const(0.0, F32))
             for nt in range(BN // 8):
                 for c in range(2):
-                    p = kb.declare("p", F16, cast(call("exp", s_acc[nt * 4 + 2 * h + c] - m_use),
-                                                  F16))
+                    p = kb.declare("p", self.dt,
+                                   cast(call("exp", s_acc[nt * 4 + 2 * h + c] - m_use), self.dt))
                     kb.store(pf, ((nt // 2) * 8 + (nt % 2) * 4 + 2 * h + c,), p)
                     kb.assign(total, total + cast(p, F32))
             for lanes in (1, 2):
@@ -264,8 +272,9 @@ class _Attention:
             for j in range(self.dv_pad // 16):
                 off = tv.offset(kk * 16 + row16, j * 2 + half, key_row=row16)
                 kb.emit(ldmatrix(fb[0], sv[off], 4, trans=True))
-                kb.emit(mma_m16n8k16(o_acc[(2 * j) * 4], pf[kk * 8], fb[0]))
-                kb.emit(mma_m16n8k16(o_acc[(2 * j + 1) * 4], pf[kk * 8], fb[2]))
+                kb.emit(mma_m16n8k16(o_acc[(2 * j) * 4], pf[kk * 8], fb[0], dtype=self.dt))
+                kb.emit(mma_m16n8k16(o_acc[(2 * j + 1) * 4], pf[kk * 8], fb[2],
+                                     dtype=self.dt))
 
     def store(self, o_acc, l_i, row_g: Expr, t: Expr, d_tiles: int) -> None:
         """O = o / l, rounded once, stored where row < Sq and column < Dv."""
@@ -276,12 +285,13 @@ class _Attention:
                 col = t * 2 + dt * 8 + e % 2
                 with kb.if_then(logical_and(row < self.sq, col < self.dv)):
                     value = o_acc[dt * 4 + e] / l_i[e // 2]
-                    kb.store(self.out, tuple(self.bidx) + (row, col), cast(value, F16))
+                    kb.store(self.out, tuple(self.bidx) + (row, col), cast(value, self.dt))
 
 
 def build_attention(task: Task, name: str) -> Function:
     """The kernel of a FusedAttention task (see the module docstring)."""
     types = task.inputs[:3] + task.outputs
-    if {t.dtype for t in types} != {F16}:
-        raise ValueError(f"the fused attention kernel takes float16, got {task.signature()}")
+    if half_operands({t.dtype for t in types}) is None:
+        raise ValueError(f"the fused attention kernel takes one of {', '.join(HALVES)}, "
+                         f"got {task.signature()}")
     return _Attention(task, name).build()

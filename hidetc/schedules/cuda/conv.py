@@ -6,8 +6,8 @@ The rule (`conv_gemm.build_conv`) uses it for depthwise convolution (one input c
 per group, more than one group), where the implicit GEMM of `conv_gemm` would have a
 reduction of only KH*KW and M = the channel multiplier; every other conv is the GEMM.
 
-Precision: float32 and float16 storage accumulate in float32 (float16: the result plus
-bias rounded once), float64 in float64. Guarantees: correct for every shape.
+Precision: float32, float16 and bfloat16 storage accumulate in float32 (a half: the
+result plus bias rounded once), float64 in float64. Guarantees: correct for every shape.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def build_direct_conv(task: Task, name: str) -> Function:
     dil = task.attr("dilations") or (1, 1)
     pb = begin_pads(task, (h, w), (oh, ow), (kh_n, kw_n), strides, dil)
     dt = out_type.dtype
-    acc_dt = "float32" if dt == "float16" else dt
+    acc_dt = "float32" if dt in ("float16", "bfloat16") else dt
     kb = KernelBuilder(name, "cuda")
     x = kb.buffer("x", dt, (n, c, h, w))
     wt = kb.buffer("w", dt, (oc, icg, kh_n, kw_n))

@@ -1,6 +1,6 @@
 """CUDA template: 2-D convolution (NCHW input, OIHW weights, groups, strides, pads incl.
 auto_pad, dilations, optional bias input 2) as an implicit GEMM on the SIMT cores,
-float32 (float16 storage with float32 accumulation, float64 in float64).
+float32 (float16 and bfloat16 storage with float32 accumulation, float64 in float64).
 
 Schedule: the shared SIMT GEMM of `gemm_simt` (block tiles, composed thread mappings,
 double-buffered global -> register -> shared pipeline, predicated loads and stores,
@@ -34,7 +34,7 @@ with M = channel multiplier and K = KH*KW: `build` handles it correctly, but the
 
 Assumes: buffers 16-byte aligned (hidetc's arena and weights are 64-byte aligned).
 Guarantees: correct for every config on every shape; no memory access outside the
-operands; float16 results are the float32 sums (+ bias) rounded once.
+operands; half results are the float32 sums (+ bias) rounded once.
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ from hidetc.tir.ir import Buffer, Expr, ExprLike, Function, as_expr, cast, logic
 
 class ConvGemmTemplate:
     name = "cuda.conv_gemm"
-    precisions = ("f32", "f16")
+    precisions = ("f32", "f16", "bf16")
 
     def space(self, task: Task, target: Target) -> Sequence[SimtConfig]:
         """The shape-free configs, each at its split-K for this task (`split_for`)."""

@@ -1,6 +1,6 @@
-"""CUDA template: float16 2-D convolution in NHWC (`ConvNHWC`, introduced by the
-`choose_layout` graph pass) as an implicit GEMM on tensor cores (mma.sync m16n8k16,
-f32 accumulation). sm_80 and newer.
+"""CUDA template: float16 or bfloat16 2-D convolution in NHWC (`ConvNHWC`, introduced
+by the `choose_layout` graph pass) as an implicit GEMM on tensor cores (mma.sync
+m16n8k16 of that type, f32 accumulation). sm_80 and newer.
 
 The GEMM, per group g (grid z): C[M, N] = A[M, K] @ B[K, N] with
 - M = batch * OH * OW output pixels: row m = (n, oh, ow) row-major, so C is the NHWC
@@ -32,14 +32,16 @@ Schedule: `tc_common.TcKernel` (the pipeline, swizzle, fragments and epilogue of
   addresses row l % 8 of matrix l // 8 = (n half (l // 16), k chunk (l // 8) % 2), so
   the four registers are b0, b1 of n tile j and b0, b1 of n tile j + 1
   (`tc_common.B_NK_X4`).
-- epilogue: the accumulator plus the optional bias (f32), rounded to f16 once, stored
+- epilogue: the accumulator plus the optional bias (f32), rounded to the half type once,
+  stored
   predicated on m < M and n < N; column pairs as one 4-byte store when OC/G is even.
 - grid: (M tiles, N tiles, G): M tiles on x (no 65535 limit for large images).
 
 Space: `tc_common.tc_space` (shape-independent, the MatMul space; the tile shapes are
 the same, A and B^T tiles use BM x BK and BN x BK halves: same shared memory).
 
-Assumes: float16 X, W, bias and output; buffers 16-byte aligned (arena and weights
+Assumes: X, W, bias and output of one half type (float16 or bfloat16); buffers 16-byte
+aligned (arena and weights
 are 64-byte aligned); 2-D convolution, pads resolved. Guarantees: correct for every
 config on every shape (any C/G, OC/G, stride, dilation, padding, group count).
 """
@@ -55,13 +57,14 @@ from hidetc.schedules.cuda.common import at_least_one, ceil_div
 from hidetc.schedules.cuda.matmul_tc import DEFAULTS
 from hidetc.schedules.cuda.tc_common import (
     CHUNK,
-    F16,
     F32,
+    HALVES,
     TcConfig,
     TcKernel,
     chunk_mapping,
     copy_width,
     cuda_target,
+    half_operands,
     tc_space,
 )
 from hidetc.schedules.template import Target
@@ -125,14 +128,15 @@ class _ConvKernel(TcKernel):
 
     def __init__(self, task: Task, cfg: TcConfig, name: str):
         self.geo = geo = conv_geometry(task)
+        dt = check_task(task)
         kb = KernelBuilder(name, "cuda")
-        self.x = kb.buffer("x", F16, (geo.n, geo.h, geo.w, geo.c))
-        self.wt = kb.buffer("w", F16, (geo.oc, geo.k))
-        self.bias = kb.buffer("bias", F16, (geo.oc,)) if 2 in task.buffer_inputs else None
-        self.out = kb.buffer("out", F16, (geo.m, geo.oc))
+        self.x = kb.buffer("x", dt, (geo.n, geo.h, geo.w, geo.c))
+        self.wt = kb.buffer("w", dt, (geo.oc, geo.k))
+        self.bias = kb.buffer("bias", dt, (geo.oc,)) if 2 in task.buffer_inputs else None
+        self.out = kb.buffer("out", dt, (geo.m, geo.oc))
         grid = (at_least_one(ceil_div(geo.m, cfg.bm)), at_least_one(ceil_div(geo.ocg, cfg.bn)),
                 at_least_one(geo.group))
-        super().__init__(kb, cfg, geo.m, geo.ocg, geo.k, grid)
+        super().__init__(kb, cfg, geo.m, geo.ocg, geo.k, grid, dt)
         self.g = self.outer
         self.m0, self.n0 = block_idx("x") * cfg.bm, block_idx("y") * cfg.bn
         self.pairs = geo.ocg % 2 == 0
@@ -209,19 +213,22 @@ class _ConvKernel(TcKernel):
 
     def out_value(self, acc: Expr, col: Expr) -> Expr:
         if self.bias is None:
-            return cast(acc, F16)
-        return cast(acc + cast(self.bias[self.g * self.geo.ocg + col], F32), F16)
+            return cast(acc, self.dtype)
+        return cast(acc + cast(self.bias[self.g * self.geo.ocg + col], F32), self.dtype)
 
     def launch(self) -> Function:
         return self.finish(operand_bytes(self.geo, self.bias is not None))
 
 
-def check_task(task: Task) -> None:
+def check_task(task: Task) -> str:
+    """The half type of a 2-D ConvNHWC the tensor cores take (every operand float16, or
+    every one bfloat16); a ValueError for another task."""
     types = [t for t in (*task.inputs, task.outputs[0]) if t is not None]
-    if (task.op != "ConvNHWC" or {t.dtype for t in types} != {F16}
-            or len(task.inputs[0].shape) != 4):
-        raise ValueError(f"the tensor-core convolution takes float16 2-D ConvNHWC, got "
-                         f"{task.signature()}")
+    dtype = half_operands({t.dtype for t in types})
+    if task.op != "ConvNHWC" or dtype is None or len(task.inputs[0].shape) != 4:
+        raise ValueError(f"the tensor-core convolution takes 2-D ConvNHWC in one of "
+                         f"{', '.join(HALVES)}, got {task.signature()}")
+    return dtype
 
 
 def build_tc_conv(task: Task, cfg: TcConfig, name: str) -> Function:
@@ -250,7 +257,7 @@ def default_config(task: Task, target: Target) -> TcConfig:
 
 class TensorCoreConv:
     name = "cuda.conv_tc"
-    precisions = ("f16",)
+    precisions = ("f16", "bf16")
 
     def space(self, task: Task, target: Target) -> Sequence[TcConfig]:
         return cost.task_space(cost_gemm(task) if task is not None else None,
@@ -264,8 +271,9 @@ class TensorCoreConv:
 
 
 def check_supported(task: Task) -> None:
-    """A ConvNHWC that is not float16 (only `choose_layout` makes ConvNHWC, and it does
-    so for f16 compilations) is a user-facing UnsupportedOpError, not a crash."""
+    """A ConvNHWC that is not float16 or bfloat16 (only `choose_layout` makes ConvNHWC,
+    and it does so for f16 and bf16 compilations) is a user-facing UnsupportedOpError,
+    not a crash."""
     try:
         check_task(task)
     except ValueError as error:

@@ -1,6 +1,6 @@
 """CUDA rule: depthwise 2-D convolution in NHWC (`ConvNHWC` with one input and one output
 channel per group, group = C > 1), the channels-last layout `choose_layout` gives
-MobileNet-V2's blocks on cuda f16 so they run NHWC from pointwise conv to pointwise conv
+MobileNet-V2's blocks on cuda f16 and bf16, so they run NHWC from pointwise to pointwise conv
 with no transpose between them.
 
 Thread mapping: `spatial(N*OH*OW, C/V)` over the global thread index, one thread per
@@ -24,7 +24,7 @@ Per thread:
 
 Assumes: buffers aligned to 16 bytes (arena and weights are 64-byte aligned); the task
 is a depthwise ConvNHWC (`is_depthwise`). Guarantees: correct on every shape, stride,
-dilation and padding, any C (V falls to 1 for odd C), float16/32/64.
+dilation and padding, any C (V falls to 1 for odd C), float16/bfloat16/32/64.
 """
 from __future__ import annotations
 

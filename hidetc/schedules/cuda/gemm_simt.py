@@ -34,8 +34,8 @@ Schedule, for one BM x BN output tile per block:
   `c_element` hook places C[row, col] and the `bias` hook may add a per-element term.
 - repeat loops of <= 16 iterations are unrolled by lowering, so fragment and
   accumulator indices are constants and nvcc keeps them in registers.
-- precision: float32 and float16 storage accumulate in float32 (float16: the staged
-  registers hold halves, converted once when stored into the float32 shared tiles;
+- precision: float32, float16 and bfloat16 storage accumulate in float32 (a half: the
+  staged registers hold halves, converted once when stored into the float32 shared tiles;
   fragments, accumulators and fma are float32; the result, bias added, is rounded to
   half once). float64 computes in float64. Vectors are float32 only.
 
@@ -99,7 +99,7 @@ LANES = ((4, 8), (8, 4))
 MAX_SPLITS = 16                # split-K factors the default considers
 MIN_SPLIT_TILES = 4            # k tiles per split, at least
 F32 = "float32"
-FLOAT_DTYPES = ("float32", "float64", "float16")
+FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,13 @@ Schedule: 256-thread blocks, the global thread index `w = blockIdx.x * 256 +
 threadIdx.x` is the worker of `spatial(*out_shape)`, whose lowering guards
 `w < size`: the tail is predicated, so any shape works.
 
-float16 storage (`--precision f16`): every float16 load is converted to float32, the
-op's definition computes in float32, and the result is rounded to the output dtype
-once, at the store. For one +, -, *, / or sqrt that equals the correctly rounded
-float16 operation (float32 has more than twice float16's precision); longer formulas
-(Sigmoid, Mean, HardSigmoid, ...) are more accurate than float16 arithmetic. Casts stay
-exact: float16 -> float32 is exact, and a Cast to float16 rounds once.
+float16 and bfloat16 storage (`--precision f16` / `bf16`): every half load is
+converted to float32, the op's definition computes in float32, and the result is
+rounded to the output dtype once, at the store. For one +, -, *, / or sqrt that equals
+the correctly rounded half operation (float32 has more than twice either's precision);
+longer formulas (Sigmoid, Mean, HardSigmoid, ...) are more accurate than half
+arithmetic. Casts stay exact: a half -> float32 is exact, and a Cast to a half rounds
+once.
 """
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ from hidetc.tir.mapping import spatial
 
 THREADS = 256
 # storage dtype -> the dtype the arithmetic runs in
-COMPUTE_DTYPE = {"float16": "float32"}
+COMPUTE_DTYPE = {"float16": "float32", "bfloat16": "float32"}
 
 
 def widen(value: Expr) -> Expr:
-    """A loaded value in its arithmetic dtype (float16 -> float32; others unchanged)."""
+    """A loaded value in its arithmetic dtype (float16 and bfloat16 -> float32; others
+    unchanged)."""
     return cast(value, COMPUTE_DTYPE.get(value.dtype, value.dtype))
 
 

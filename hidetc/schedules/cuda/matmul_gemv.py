@@ -1,5 +1,6 @@
-"""CUDA template: float16 MatMul with few rows (M <= SMALL_M: classifier heads, decoding),
-GEMV-style -- numpy semantics (broadcast batch dims, 1-D operands), f32 accumulation.
+"""CUDA template: float16 or bfloat16 MatMul with few rows (M <= SMALL_M: classifier
+heads, decoding), GEMV-style -- numpy semantics (broadcast batch dims, 1-D operands),
+f32 accumulation.
 
 A 64x64 tensor-core tile wastes most of its rows when M is 1; here every lane streams
 the weights B [K, N] once, in 16-byte vectors, and multiplies them by all M rows of A.
@@ -23,10 +24,11 @@ the batch on z), `warps` warps per block:
 Space: lanes_n in {1, 2, 4, 8} x warps in {2, 4, 8} x unroll in {1, 2, 4}, shared memory
 within the target's static limit; the default and the tuner's order come from the cost
 model (`cost.gemv_estimate`). `hidetc.schedules.cuda.kernel_choice` takes this template
-over the tensor-core one for an f16 MatMul of M <= SMALL_M when the cost model's
+over the tensor-core one for a half MatMul of M <= SMALL_M when the cost model's
 estimate of its default is the lower.
 
-Assumes float16 A, B and output, buffers 16-byte aligned (arena and weights are
+Assumes A, B and output of one half type (`matmul_tc.check_task`), buffers 16-byte
+aligned (arena and weights are
 64-byte aligned). Guarantees: correct for every config on every shape (any M <= SMALL_M,
 N, K, including K = 0 and N not a multiple of 8).
 """
@@ -60,7 +62,7 @@ from hidetc.tir.ir import (
 )
 from hidetc.tir.mapping import spatial
 
-F16, F32 = "float16", "float32"
+F32 = "float32"
 SMALL_M = 16
 VEC = 8                  # halves per 16-byte vector
 
@@ -98,14 +100,14 @@ def gemv_space(m: int, target: CudaTarget) -> list[GemvConfig]:
 
 
 def _build(task: Task, cfg: GemvConfig, name: str) -> Function:
-    check_task(task)
+    dt = check_task(task)
     geo = geometry(task)
     if geo.m > SMALL_M:
         raise ValueError(f"the GEMV template takes M <= {SMALL_M}, got M = {geo.m}")
     kb = KernelBuilder(name, "cuda")
-    a = kb.buffer("a", F16, geo.a_shape)
-    b = kb.buffer("b", F16, geo.b_shape)
-    out = kb.buffer("out", F16, geo.batch + (geo.m, geo.n))
+    a = kb.buffer("a", dt, geo.a_shape)
+    b = kb.buffer("b", dt, geo.b_shape)
+    out = kb.buffer("out", dt, geo.batch + (geo.m, geo.n))
     grid = (at_least_one(ceil_div(geo.n, cfg.columns)), 1, at_least_one(math.prod(geo.batch)))
     if task.outputs[0].size > 0:
         _body(kb, geo, cfg, a, b, out)
@@ -122,7 +124,7 @@ def _body(kb: KernelBuilder, geo: Geometry, cfg: GemvConfig, a, b, out) -> None:
     kl, nl = spatial_index(spatial(cfg.k_lanes, cfg.lanes_n), lane)
     col0 = kb.declare("col0", "int32", block_idx("x") * cfg.columns + nl * VEC)
     acc = kb.alloc("acc", F32, (m_rows * VEC,))
-    bv = kb.alloc("bv", F16, (cfg.unroll * VEC,))
+    bv = kb.alloc("bv", b.dtype, (cfg.unroll * VEC,))
     with kb.for_range(m_rows * VEC, kind="unroll", name="z") as z:
         kb.store(acc, (z,), Const(0.0, F32))
     rows_per_step = cfg.warps * cfg.k_lanes * cfg.unroll
@@ -138,7 +140,7 @@ def _body(kb: KernelBuilder, geo: Geometry, cfg: GemvConfig, a, b, out) -> None:
                 for j in range(VEC):
                     ok = logical_and(k < geo.k, col0 + j < geo.n)
                     element = b[b_pre + (minimum(k, geo.k - 1), minimum(col0 + j, geo.n - 1))]
-                    kb.store(bv, (u * VEC + j,), select(ok, element, Const(0.0, F16)))
+                    kb.store(bv, (u * VEC + j,), select(ok, element, Const(0.0, bv.dtype)))
         for u in range(cfg.unroll):       # then the FMAs
             k = base + u * cfg.k_lanes + kl
             with kb.if_then(logical_and(k < geo.k, col0 < geo.n) if vector else k < geo.k):
@@ -170,7 +172,7 @@ def _body(kb: KernelBuilder, geo: Geometry, cfg: GemvConfig, a, b, out) -> None:
             total = kb.declare("total", F32, red[m * cfg.columns + c])
             for w in range(1, cfg.warps):
                 kb.assign(total, total + red[(w * m_rows + m) * cfg.columns + c])
-            kb.store(out, tuple(bidx) + (m, col), cast(total, F16))
+            kb.store(out, tuple(bidx) + (m, col), cast(total, out.dtype))
 
 
 def cost_gemv(task: Task) -> cost.Gemm:
@@ -185,7 +187,7 @@ def default_config(task: Task, target: Target) -> GemvConfig:
 
 class GemvMatmul:
     name = "cuda.matmul_gemv"
-    precisions = ("f16",)
+    precisions = ("f16", "bf16")
 
     def space(self, task: Task, target: Target) -> Sequence[GemvConfig]:
         limits = cuda_target(target)
@@ -206,7 +208,7 @@ TEMPLATE = GemvMatmul()
 
 
 def applies(task: Task) -> bool:
-    """An f16 MatMul the GEMV template can take (M <= SMALL_M)."""
+    """A half MatMul the GEMV template can take (M <= SMALL_M)."""
     try:
         check_task(task)
     except ValueError:

@@ -1,6 +1,6 @@
 """CUDA template: batched MatMul on the SIMT cores (fma), numpy semantics (broadcast
-batch dims; a 1-D A is a 1 x K matrix, a 1-D B a K x 1 one), float32 (float16 storage
-with float32 accumulation, float64 in float64).
+batch dims; a 1-D A is a 1 x K matrix, a 1-D B a K x 1 one), float32 (float16 and
+bfloat16 storage with float32 accumulation, float64 in float64).
 
 Schedule: the shared SIMT GEMM of `gemm_simt` (block tiles, composed thread mappings,
 double-buffered global -> register -> shared pipeline, predicated loads and stores,
@@ -16,7 +16,7 @@ batch, SMs)`.
 
 Assumes: buffers 16-byte aligned (hidetc's arena and weights are 64-byte aligned).
 Guarantees: correct for every config on every shape; no memory access outside the
-operands; float16 results are the float32 sums rounded once.
+operands; half results are the float32 sums rounded once.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""CUDA template: float16 batched MatMul on tensor cores (mma.sync m16n8k16, f32
-accumulation), numpy semantics (broadcast batch dims, 1-D operands). sm_80 and newer.
+"""CUDA template: float16 or bfloat16 batched MatMul on tensor cores (mma.sync m16n8k16
+of that type, f32 accumulation), numpy semantics (broadcast batch dims, 1-D operands).
+sm_80 and newer.
 
 Schedule, for one (BM x BN) output tile per block (grid: N tiles, M tiles, batch):
 - warps: the block's `wm * wn` warps are `spatial(wm, wn)` over the tile; each warp owns
@@ -36,7 +37,7 @@ Schedule, for one (BM x BN) output tile per block (grid: N tiles, M tiles, batch
 - epilogue: the C fragment mapping `C_FRAGMENT = repeat(2, 1) * spatial(8, 4) *
   repeat(1, 2)` (lane -> groupID, threadID_in_group = spatial(8, 4); each lane rows
   g, g + 8 and columns 2t, 2t + 1; register (row // 8) * 2 + col % 2) converts each
-  accumulator to f16 once and stores it, predicated on row < M and col < N; when N is
+  accumulator to the half type once and stores it, predicated on row < M and col < N; when N is
   even the column pair is one 4-byte store.
 
 Space (`space`): BM, BN in {32..256}, BK in {16, 32, 64}, warp tiles WM, WN in {32, 64},
@@ -53,7 +54,8 @@ fragments, epilogue) live in `tc_common`, shared with the implicit-GEMM convolut
 (`conv_tc`); this module adds the MatMul geometry (batch, broadcast, 1-D operands), its
 tile loads and its output indexing.
 
-Assumes: float16 A and B (and output), buffers 16-byte aligned (hidetc's arena and
+Assumes: A, B and the output of one half type (float16 or bfloat16), buffers 16-byte
+aligned (hidetc's arena and
 weights are 64-byte aligned). Guarantees: correct for every config on every shape.
 """
 from __future__ import annotations
@@ -73,6 +75,7 @@ from hidetc.schedules.cuda.tc_common import (  # noqa: F401  (re-exported)
     C_PAIRS,
     CHUNK,
     F16,
+    HALVES,
     LDMATRIX_X4,
     MMA_K,
     MMA_M,
@@ -85,6 +88,7 @@ from hidetc.schedules.cuda.tc_common import (  # noqa: F401  (re-exported)
     copy_width,
     cuda_target,
     fits,
+    half_operands,
     spatial_index,
     tc_space,
     xor_bits,
@@ -122,13 +126,14 @@ class _Kernel(TcKernel):
 
     def __init__(self, task: Task, cfg: TcConfig, name: str):
         self.geo = geo = geometry(task)
+        dt = check_task(task)
         kb = KernelBuilder(name, "cuda")
-        self.a = kb.buffer("a", F16, geo.a_shape)
-        self.b = kb.buffer("b", F16, geo.b_shape)
-        self.out = kb.buffer("out", F16, geo.batch + (geo.m, geo.n))
+        self.a = kb.buffer("a", dt, geo.a_shape)
+        self.b = kb.buffer("b", dt, geo.b_shape)
+        self.out = kb.buffer("out", dt, geo.batch + (geo.m, geo.n))
         grid = (at_least_one(ceil_div(geo.n, cfg.bn)), at_least_one(ceil_div(geo.m, cfg.bm)),
                 at_least_one(math.prod(geo.batch)))
-        super().__init__(kb, cfg, geo.m, geo.n, geo.k, grid)
+        super().__init__(kb, cfg, geo.m, geo.n, geo.k, grid, dt)
         self.bidx = unravel(self.outer, geo.batch) if geo.batch else []
         self.a_pre = tuple(broadcast_index(self.bidx, geo.a_shape[:-2]))
         self.b_pre = tuple(broadcast_index(self.bidx, geo.b_shape[:-2]))
@@ -180,11 +185,14 @@ def build_tc_matmul(task: Task, cfg: TcConfig, name: str) -> Function:
     return kernel.launch()
 
 
-def check_task(task: Task) -> None:
-    dtypes = {t.dtype for t in (*task.inputs[:2], task.outputs[0])}
-    if task.op != "MatMul" or dtypes != {F16}:
-        raise ValueError(f"the tensor-core matmul takes float16 MatMul, got "
-                         f"{task.signature()}")
+def check_task(task: Task) -> str:
+    """The half type of a MatMul the tensor cores take (A, B and the output all float16
+    or all bfloat16); a ValueError for another task."""
+    dtype = half_operands({t.dtype for t in (*task.inputs[:2], task.outputs[0])})
+    if task.op != "MatMul" or dtype is None:
+        raise ValueError(f"the tensor-core matmul takes a MatMul in one of "
+                         f"{', '.join(HALVES)}, got {task.signature()}")
+    return dtype
 
 
 # ------------------------------------------------------------------ template
@@ -212,7 +220,7 @@ def default_config(task: Task, target: Target) -> TcConfig:
 
 class TensorCoreMatmul:
     name = "cuda.matmul_tc"
-    precisions = ("f16",)
+    precisions = ("f16", "bf16")
 
     def space(self, task: Task, target: Target) -> Sequence[TcConfig]:
         return cost.task_space(cost_gemm(task) if task is not None else None,

@@ -1,7 +1,8 @@
 """CUDA rules for GroupNormalization and MeanVarianceNormalization: one thread per row
 (256-thread blocks, tail guarded), the row's three serial passes and numerics shared
 with the CPU rules (`hidetc.schedules.common.norm.build_norm`, which documents them);
-float16 storage is widened to float32 for the statistics and rounded once per output.
+float16 and bfloat16 storage is widened to float32 for the statistics and rounded once
+per output.
 A simple correct schedule: rows are long (C / num_groups x spatial elements), so the
 reduction template's warp-per-row layout would be faster.
 """

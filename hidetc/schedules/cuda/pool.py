@@ -1,14 +1,14 @@
 """CUDA rules for 2-D pooling: MaxPool and AveragePool (NCHW), one thread per output
 element (`spatial(N*C, OH, OW)` over the global thread index, tail predicated by the
 mapping guard), each window predicated against the padding; MaxPoolNHWC and
-AveragePoolNHWC (channels-last, from `choose_layout` on cuda f16) the same with the
+AveragePoolNHWC (channels-last, from `choose_layout` on cuda f16/bf16) the same with the
 channel fastest (`spatial(N, OH, OW, C)`: a warp reads and writes consecutive channels
 of a pixel, coalesced).
 
-float16 storage: the window body (`emit_pool_output`, shared with the CPU) is built on
-float32 views of the buffers, then `widen_storage` makes each view load read the
-float16 buffer converted to float32 and each view store round once: the window is
-accumulated in float32."""
+float16 and bfloat16 storage: the window body (`emit_pool_output`, shared with the CPU)
+is built on float32 views of the buffers, then `widen_storage` makes each view load
+read the half buffer converted to float32 and each view store round once: the window
+is accumulated in float32."""
 from __future__ import annotations
 
 from typing import Mapping

@@ -28,10 +28,10 @@ Schedule, for a config (threads T per row, rows R per block, vector V, cache):
 - rows past the end (rows % R != 0) and chunks past the row end are predicated: their
   threads still reach every barrier and shuffle but load and store nothing.
 
-Numerics: float16 rows are loaded, cached, accumulated and computed in float32 and
-rounded once at the store; float64 stays float64; bool and 8/16-bit ints compute in
-int32 (shuffles need 32-bit values), other ints in their dtype, with the dtype's
-limits as the Max/Min identities. Softmax subtracts the row max; LogSoftmax is
+Numerics: float16 and bfloat16 rows are loaded, cached, accumulated and computed in
+float32 and rounded once at the store; float64 stays float64; bool and 8/16-bit ints
+compute in int32 (shuffles need 32-bit values), other ints in their dtype, with the
+dtype's limits as the Max/Min identities. Softmax subtracts the row max; LogSoftmax is
 (x - max) - log(sum). ReduceLogSumExp is log(sum(exp(x - m))) + m, m the row max (0 when
 not finite, like the reference). LayerNormalization is two-pass on shifted data: K =
 x[row, 0], d = mean(x - K), var = mean(((x - K) - d)^2), y = ((x - K) - d) /
@@ -430,7 +430,7 @@ def build_row_kernel(task: Task, cfg: ReduceConfig, name: str) -> Function:
 
 class ReduceTemplate:
     name = "cuda.reduce"
-    precisions = ("f32", "f16")
+    precisions = ("f32", "f16", "bf16")
 
     def space(self, task: Task, target: Target) -> Sequence[ReduceConfig]:
         return config_space(task.op)

@@ -1,6 +1,11 @@
-"""Shared pieces of the f16 tensor-core templates (`matmul_tc`: MatMul, `conv_tc`:
-ConvNHWC as implicit GEMM): the schedule space, the swizzled shared-memory tiles, the
-copy mappings, and `TcKernel`, the block-level GEMM skeleton both build on.
+"""Shared pieces of the half-precision tensor-core templates (`matmul_tc`: MatMul,
+`conv_tc`: ConvNHWC as implicit GEMM): the schedule space, the swizzled shared-memory
+tiles, the copy mappings, and `TcKernel`, the block-level GEMM skeleton both build on.
+
+The operands are 16-bit floats of one type, float16 or bfloat16 (`HALVES`; the
+kernel's `dtype`): the tiles, ldmatrix and cp.async move their bits whatever the type,
+the mma is `mma.m16n8k16` of that type (same fragment layouts, f32 accumulation), and
+the epilogue rounds to that type.
 
 `TcKernel` computes one (BM x BN) tile of C[M, N] = A[M, K] @ B[K, N] per block:
 - the `stages`-deep cp.async pipeline over K (prologue of stages-1 tiles; iteration kt
@@ -10,8 +15,8 @@ copy mappings, and `TcKernel`, the block-level GEMM skeleton both build on.
   fragments from either a BK x BN tile ([k][n], `ldmatrix.x4.trans`, the MatMul
   layout) or a BN x BK tile ([n][k] = B^T, plain `ldmatrix.x4`, the conv layout: see
   `B_NK_X4`); MT x NT `mma.m16n8k16` per 16-deep k step into f32 accumulators;
-- the epilogue: the C fragment (`C_FRAGMENT`), rounded to f16 once through the
-  subclass's `out_value` (bias goes there), stored predicated on row < M, col < N
+- the epilogue: the C fragment (`C_FRAGMENT`), rounded to the half type once through
+  the subclass's `out_value` (bias goes there), stored predicated on row < M, col < N
   (column pairs as one 4-byte store when the subclass allows it).
 - split-K (`TcConfig.splits` = S > 1): grid z is (outer index) * S + split; split s
   runs k tiles [s * P, min((s + 1) * P, KT)) with P = ceil(KT / S) (none when that is
@@ -63,7 +68,8 @@ from hidetc.tir.ir import (
 )
 from hidetc.tir.mapping import TaskMapping, repeat, spatial
 
-F16, F32 = "float16", "float32"
+F16, BF16, F32 = "float16", "bfloat16", "float32"
+HALVES = (F16, BF16)           # the operand types of the tensor-core templates
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 CHUNK = 8                      # halves per 16-byte chunk
 C_FRAGMENT = repeat(2, 1) * spatial(8, 4) * repeat(1, 2)
@@ -75,6 +81,11 @@ LDMATRIX_X4 = spatial(2, 16)   # lane -> (chunk, row) of the row address it give
 # k chunk, row). An 8x8 [n][k] matrix without .trans gives lane l elements (n = l // 4,
 # k = 2 (l % 4) + {0, 1}): exactly the mma "col" B fragment.
 B_NK_X4 = spatial(2, 2, 8)
+
+
+def half_operands(dtypes: set[str]) -> str | None:
+    """The one half type (float16 or bfloat16) `dtypes` consists of, else None."""
+    return next(iter(dtypes)) if len(dtypes) == 1 and set(dtypes) <= set(HALVES) else None
 
 
 def cuda_target(target: Target) -> CudaTarget:
@@ -172,8 +183,9 @@ def xor_bits(x, key, bits: int):
 
 @dataclass(frozen=True)
 class SwizzledTile:
-    """A rows x cols f16 tile in shared memory: row-major, 16-byte chunks XOR-swizzled
-    per row (see matmul_tc's docstring). Works on ints and on index Exprs alike."""
+    """A rows x cols tile of 16-bit elements in shared memory: row-major, 16-byte chunks
+    XOR-swizzled per row (see matmul_tc's docstring). Works on ints and on index Exprs
+    alike."""
     rows: int
     cols: int
 
@@ -228,7 +240,7 @@ def copy_pieces(kb: KernelBuilder, dst: Buffer, dst_off: Expr, width: int,
         if width > 1:
             kb.emit(cp_async(target, element, 2 * width, ok))
         else:
-            kb.store(dst, (dst_off + p,), select(ok, element, Const(0.0, F16)))
+            kb.store(dst, (dst_off + p,), select(ok, element, Const(0.0, dst.dtype)))
 
 
 # ------------------------------------------------------------------ the block GEMM
@@ -240,12 +252,16 @@ class TcKernel:
     b_nk = False
 
     def __init__(self, kb: KernelBuilder, cfg: TcConfig, m: int, n: int, k: int,
-                 grid: tuple[int, int, int]):
-        """`grid`: the unsplit grid (x tiles, y tiles, outer count); the subclass's
-        buffers are declared already (the scratch buffers come after them)."""
+                 grid: tuple[int, int, int], dtype: str = F16):
+        """`grid`: the unsplit grid (x tiles, y tiles, outer count); `dtype`: the
+        operands' half type (`HALVES`); the subclass's buffers are declared already (the
+        scratch buffers come after them)."""
         if cfg.splits < 1:
             raise ValueError(f"split-K needs splits >= 1, got {cfg.splits}")
+        if dtype not in HALVES:
+            raise ValueError(f"the tensor-core GEMM takes {' or '.join(HALVES)}, got {dtype}")
         self.kb, self.cfg, self.m, self.n, self.k = kb, cfg, m, n, k
+        self.dtype = dtype
         self.grid = grid
         splits = cfg.splits
         self.outer = block_idx("z") // splits if splits > 1 else block_idx("z")
@@ -255,8 +271,8 @@ class TcKernel:
             self.ws, self.counters = split_k.declare(kb, tiles, splits, cfg.bm * cfg.bn, F32)
         self.tile_a = SwizzledTile(cfg.bm, cfg.bk)
         self.tile_b = SwizzledTile(cfg.bn, cfg.bk) if self.b_nk else SwizzledTile(cfg.bk, cfg.bn)
-        self.sa = kb.alloc("sa", F16, (cfg.stages * self.tile_a.size,), "shared")
-        self.sb = kb.alloc("sb", F16, (cfg.stages * self.tile_b.size,), "shared")
+        self.sa = kb.alloc("sa", dtype, (cfg.stages * self.tile_a.size,), "shared")
+        self.sb = kb.alloc("sb", dtype, (cfg.stages * self.tile_b.size,), "shared")
         self.acc = kb.alloc("acc", F32, (cfg.mt * cfg.nt * 4,))
         self.fa = kb.alloc("fa", "uint32", (cfg.mt * 4,))
         self.fb = kb.alloc("fb", "uint32", (cfg.nt * 2,))
@@ -277,8 +293,8 @@ class TcKernel:
         raise NotImplementedError
 
     def out_value(self, acc: Expr, col: Expr) -> Expr:
-        """The f16 value stored for accumulator `acc` at GEMM column `col`."""
-        return cast(acc, F16)
+        """The half value stored for accumulator `acc` at GEMM column `col`."""
+        return cast(acc, self.dtype)
 
     # global -> shared ---------------------------------------------------------------
     def copy_pieces(self, dst: Buffer, dst_off: Expr, width: int,
@@ -310,7 +326,7 @@ class TcKernel:
             with kb.for_range(cfg.mt, kind="unroll", name="i") as i:
                 with kb.for_range(cfg.nt, kind="unroll", name="j") as j:
                     kb.emit(mma_m16n8k16(self.acc[(i * cfg.nt + j) * 4], self.fa[i * 4],
-                                         self.fb[j * 2]))
+                                         self.fb[j * 2], dtype=self.dtype))
 
     def main_loop(self) -> None:
         """The pipeline over this block's k tiles: all of them, or its split's range."""
@@ -347,7 +363,7 @@ class TcKernel:
 
     def store_output(self) -> None:
         cfg, kb = self.cfg, self.kb
-        pair = kb.alloc("pair", F16, (2,)) if self.pairs else None
+        pair = kb.alloc("pair", self.dtype, (2,)) if self.pairs else None
         with kb.for_range(cfg.mt, kind="unroll", name="i") as i:
             with kb.for_range(cfg.nt, kind="unroll", name="j") as j:
                 base = (i * cfg.nt + j) * 4

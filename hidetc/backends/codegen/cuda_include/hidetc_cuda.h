@@ -15,6 +15,8 @@
  *   hidetc_{sigmoid,rsqrt}_<float dtype>  exact: 1/(1+exp(-x)), 1/sqrt(x)
  *   hidetc_<fn>_float16(...)             float16 math: computed in float, rounded once
  *   hidetc_hdiv(a, b)                    float16 division, correctly rounded
+ *   (bfloat16 is __nv_bfloat16 of cuda_bf16.h: the printer computes it in float through
+ *   __bfloat162float and rounds once with __float2bfloat16_rn; no helpers here)
  *   hidetc_{f2u,u2f,d2u,u2d,h2u,u2h}(x)  a float's bits as the unsigned integer of its
  *                                        width and back (BitCast)
  *   hidetc_copy{4,8,16}(dst, src)        one aligned vector load + store (4/8/16 bytes)
@@ -23,12 +25,14 @@
  *   hidetc_cp_async_commit(), hidetc_cp_async_wait_group(n) (n: 0..7), _wait_all()
  *   hidetc_ldmatrix_x{1,2,4}[_trans](dst_regs, smem_row)    ldmatrix .m8n8 .b16
  *   hidetc_mma_m16n8k16_f16f32(d, a, b, c)  d = a*b + c, fragments per the PTX ISA
+ *   hidetc_mma_m16n8k16_bf16f32(d, a, b, c) the same on bfloat16 operands (same layouts)
  * Alignment: vector copies, cp.async and ldmatrix rows need their size in alignment
  * (the emulator checks and fails the launch otherwise). */
 #pragma once
 #ifdef HIDETC_EMULATE
 #include "hidetc_emu.h"
 #else
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 #endif
@@ -209,16 +213,20 @@ __device__ __forceinline__ void hidetc_cp_async_wait_group(int n) {
 HIDETC_LDMATRIX(, "")
 HIDETC_LDMATRIX(_trans, ".trans")
 
-__device__ __forceinline__ void hidetc_mma_m16n8k16_f16f32(float *d, const void *a, const void *b,
-                                                           const float *c) {
-  const uint32_t *A = (const uint32_t *)a, *B = (const uint32_t *)b;
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]),
-        "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-}
+/* d = a * b + c: mma.m16n8k16 with f32 accumulation on f16 or bf16 operands (the
+ * fragment layouts are the same: each 32-bit register holds two 16-bit elements) */
+#define HIDETC_MMA_M16N8K16(NAME, TYPE)                                                    \
+  __device__ __forceinline__ void NAME(float *d, const void *a, const void *b, const float *c) { \
+    const uint32_t *A = (const uint32_t *)a, *B = (const uint32_t *)b;                      \
+    asm volatile(                                                                           \
+        "mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 "                      \
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"              \
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                    \
+        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]),                 \
+          "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));                                      \
+  }
+HIDETC_MMA_M16N8K16(hidetc_mma_m16n8k16_f16f32, "f16")
+HIDETC_MMA_M16N8K16(hidetc_mma_m16n8k16_bf16f32, "bf16")
 
 #else
 /* =================== emulator: the twins, same names and semantics ================== */
@@ -262,12 +270,14 @@ HIDETC_EMU_LDMATRIX(1, _trans, HIDETC_EMU_LDMATRIX_X1_TRANS)
 HIDETC_EMU_LDMATRIX(2, _trans, HIDETC_EMU_LDMATRIX_X2_TRANS)
 HIDETC_EMU_LDMATRIX(4, _trans, HIDETC_EMU_LDMATRIX_X4_TRANS)
 
-static inline void hidetc_mma_m16n8k16_f16f32(float *d, const void *a, const void *b,
-                                              const float *c) {
-  unsigned char in[40];
-  std::memcpy(in, a, 16);
-  std::memcpy(in + 16, b, 8);
-  std::memcpy(in + 24, c, 16);
-  hidetc_emu_collective(HIDETC_EMU_MMA_M16N8K16_F16F32, 0xffffffffu, in, sizeof in, d, 16);
-}
+#define HIDETC_EMU_MMA_M16N8K16(NAME, KIND)                                              \
+  static inline void NAME(float *d, const void *a, const void *b, const float *c) {      \
+    unsigned char in[40];                                                                 \
+    std::memcpy(in, a, 16);                                                               \
+    std::memcpy(in + 16, b, 8);                                                           \
+    std::memcpy(in + 24, c, 16);                                                          \
+    hidetc_emu_collective(KIND, 0xffffffffu, in, sizeof in, d, 16);                       \
+  }
+HIDETC_EMU_MMA_M16N8K16(hidetc_mma_m16n8k16_f16f32, HIDETC_EMU_MMA_M16N8K16_F16F32)
+HIDETC_EMU_MMA_M16N8K16(hidetc_mma_m16n8k16_bf16f32, HIDETC_EMU_MMA_M16N8K16_BF16F32)
 #endif

@@ -225,7 +225,8 @@ void resolve(int kind, int warp, unsigned part) {
   if (kind >= HIDETC_EMU_SHFL_IDX && kind <= HIDETC_EMU_SHFL_XOR) resolve_shfl(kind, warp, part);
   else if (kind >= HIDETC_EMU_BALLOT && kind <= HIDETC_EMU_ALL) resolve_vote(kind, warp, part);
   else if (kind >= HIDETC_EMU_LDMATRIX_X1 && kind <= HIDETC_EMU_LDMATRIX_X4_TRANS) resolve_ldmatrix(kind, warp);
-  else if (kind == HIDETC_EMU_MMA_M16N8K16_F16F32) resolve_mma(warp);
+  else if (kind == HIDETC_EMU_MMA_M16N8K16_F16F32) resolve_mma(warp, false);
+  else if (kind == HIDETC_EMU_MMA_M16N8K16_BF16F32) resolve_mma(warp, true);
 }
 
 /* Complete the collective over `mask` in `warp` if all its live lanes wait at it. */

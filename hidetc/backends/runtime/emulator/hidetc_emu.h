@@ -14,8 +14,10 @@
  * CURRENT fiber, warpSize, __syncthreads, __syncwarp, the *_sync shuffles and votes,
  * __activemask, atomics, __half/half (a 16-bit struct; conversions by bit
  * manipulation with round-to-nearest-even, matching __float2half_rn; arithmetic
- * through float, which is exact for + - * / after rounding back), and the math names
- * CUDA has but glibc lacks (rsqrtf, __expf, ...). */
+ * through float, which is exact for + - * / after rounding back), __nv_bfloat16 (the
+ * same for bfloat16: float's top 16 bits, conversions only, as the printer does its
+ * arithmetic in float), and the math names CUDA has but glibc lacks (rsqrtf, __expf,
+ * ...). */
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -60,7 +62,8 @@ enum HidetcEmuKind {
   HIDETC_EMU_SHFL_XOR, HIDETC_EMU_BALLOT, HIDETC_EMU_ANY, HIDETC_EMU_ALL,
   HIDETC_EMU_LDMATRIX_X1, HIDETC_EMU_LDMATRIX_X2, HIDETC_EMU_LDMATRIX_X4,
   HIDETC_EMU_LDMATRIX_X1_TRANS, HIDETC_EMU_LDMATRIX_X2_TRANS, HIDETC_EMU_LDMATRIX_X4_TRANS,
-  HIDETC_EMU_MMA_M16N8K16_F16F32, HIDETC_EMU_ACTIVEMASK, HIDETC_EMU_NUM_KINDS
+  HIDETC_EMU_MMA_M16N8K16_F16F32, HIDETC_EMU_ACTIVEMASK, HIDETC_EMU_MMA_M16N8K16_BF16F32,
+  HIDETC_EMU_NUM_KINDS
 };
 #define HIDETC_EMU_SLOT_IN 48
 #define HIDETC_EMU_SLOT_OUT 16
@@ -189,9 +192,11 @@ static inline float hidetc_emu_f16_bits_to_f32(uint16_t h) {
   return f;
 }
 
-/* double -> half with one rounding: round to float with round-to-odd (the sticky bit
- * survives), then float -> half; exact because float keeps >= 2 extra bits. */
-static inline uint16_t hidetc_emu_f64_to_f16_bits(double d) {
+/* double -> float rounded to odd (the sticky bit survives), for one rounding of a
+ * double to a type of at most 22 significant bits: a float keeps >= 2 extra bits. A
+ * finite double past float's range becomes float's largest, which both half types
+ * round to inf as they would the double. */
+static inline float hidetc_emu_f64_to_f32_odd(double d) {
   float f = (float)d;
   if (std::isfinite(f) && (double)f != d) {
     if (std::fabs((double)f) > std::fabs(d)) f = std::nextafter(f, 0.0f);
@@ -200,9 +205,14 @@ static inline uint16_t hidetc_emu_f64_to_f16_bits(double d) {
     x |= 1u;
     std::memcpy(&f, &x, 4);
   } else if (std::isinf(f) && std::isfinite(d)) {
-    f = std::copysign(3.4028234663852886e38f, f);   /* way above 65520: still inf */
+    f = std::copysign(3.4028234663852886e38f, f);
   }
-  return hidetc_emu_f32_to_f16_bits(f);
+  return f;
+}
+
+/* double -> half with one rounding (through float rounded to odd) */
+static inline uint16_t hidetc_emu_f64_to_f16_bits(double d) {
+  return hidetc_emu_f32_to_f16_bits(hidetc_emu_f64_to_f32_odd(d));
 }
 
 struct __half {
@@ -256,6 +266,41 @@ static inline bool operator<(__half a, __half b) { return __hlt(a, b); }
 static inline bool operator<=(__half a, __half b) { return __hle(a, b); }
 static inline bool operator>(__half a, __half b) { return __hgt(a, b); }
 static inline bool operator>=(__half a, __half b) { return __hge(a, b); }
+
+/* ---- bfloat16: float's top 16 bits ---------------------------------------------- */
+/* float -> bfloat16, round to nearest even; a NaN stays a NaN (quieted, its payload's
+ * top bits kept, as ml_dtypes does); past the largest bfloat16 rounds to inf */
+static inline uint16_t hidetc_emu_f32_to_bf16_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+static inline float hidetc_emu_bf16_bits_to_f32(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+struct __nv_bfloat16 {
+  uint16_t __x;
+  __nv_bfloat16() = default;
+  __nv_bfloat16(float f) : __x(hidetc_emu_f32_to_bf16_bits(f)) {}
+  __nv_bfloat16(double d) : __x(hidetc_emu_f32_to_bf16_bits(hidetc_emu_f64_to_f32_odd(d))) {}
+  __nv_bfloat16(int i) : __x(hidetc_emu_f32_to_bf16_bits((float)i)) {}
+  operator float() const { return hidetc_emu_bf16_bits_to_f32(__x); }
+};
+typedef __nv_bfloat16 nv_bfloat16;
+
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short b) { __nv_bfloat16 h; h.__x = b; return h; }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
+static inline float __bfloat162float(__nv_bfloat16 h) { return hidetc_emu_bf16_bits_to_f32(h.__x); }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __ushort_as_bfloat16(hidetc_emu_f32_to_bf16_bits(f)); }
+static inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+static inline __nv_bfloat16 __double2bfloat16(double d) {
+  return __ushort_as_bfloat16(hidetc_emu_f32_to_bf16_bits(hidetc_emu_f64_to_f32_odd(d)));
+}
 
 /* ---- vector types and bit casts --------------------------------------------------- */
 struct __align__(8) float2 { float x, y; };

@@ -76,11 +76,15 @@ void resolve_ldmatrix(int kind, int warp) {
   }
 }
 
-/* PTX ISA, mma.m16n8k16 .f16 (groupID g = lane/4, threadID_in_group t = lane%4):
+/* PTX ISA, mma.m16n8k16 .f16 and .bf16 (groupID g = lane/4, threadID_in_group t = lane%4):
  * A regs {(g,2t) (g+8,2t) (g,2t+8) (g+8,2t+8)} (+1 col in the high half),
  * B regs {(2t,g) (2t+8,g)} (+1 row in the high half), C/D {(g,2t) (g,2t+1) (g+8,2t) (g+8,2t+1)}.
  * Products are exact; the sum is accumulated in double and rounded to float once. */
-void resolve_mma(int warp) {
+static float element16(uint32_t bits, bool bf16) {
+  return bf16 ? hidetc_emu_bf16_bits_to_f32((uint16_t)bits) : hidetc_emu_f16_bits_to_f32((uint16_t)bits);
+}
+
+void resolve_mma(int warp, bool bf16) {
   float A[16][16], B[16][8], C[16][8];
   for (int l = 0; l < 32; l++) {
     uint32_t a[4], b[2];
@@ -90,12 +94,12 @@ void resolve_mma(int warp) {
     int g = l / 4, t = l % 4;
     for (int i = 0; i < 4; i++) {
       int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
-      A[row][col] = hidetc_emu_f16_bits_to_f32((uint16_t)a[i]);
-      A[row][col + 1] = hidetc_emu_f16_bits_to_f32((uint16_t)(a[i] >> 16));
+      A[row][col] = element16(a[i] & 0xffffu, bf16);
+      A[row][col + 1] = element16(a[i] >> 16, bf16);
     }
     for (int i = 0; i < 2; i++) {
-      B[2 * t + 8 * i][g] = hidetc_emu_f16_bits_to_f32((uint16_t)b[i]);
-      B[2 * t + 8 * i + 1][g] = hidetc_emu_f16_bits_to_f32((uint16_t)(b[i] >> 16));
+      B[2 * t + 8 * i][g] = element16(b[i] & 0xffffu, bf16);
+      B[2 * t + 8 * i + 1][g] = element16(b[i] >> 16, bf16);
     }
     for (int i = 0; i < 4; i++) C[g + 8 * (i >> 1)][2 * t + (i & 1)] = c[i];
   }
