@@ -49,6 +49,7 @@ PANEL = 16       # columns of a B panel (one AMX tile, one zmm of pairs)
 K_STEP = 32      # bf16 per AMX A-tile row: Kp's unit
 CBUF_PAD = 16    # floats past NC in a cbuf row: rows 2 KB apart would share L1 sets
 MT_CHOICES = (32, 64, 128, 256)
+TILE_OUTPUTS = 64 * 128   # the default's preferred task tile (1024^3 on one core: best)
 NC_CHOICES = (32, 64, 128, 256, 512)
 BF16 = "bfloat16"
 
@@ -82,15 +83,18 @@ def clamp(cfg: Bf16Config, m: int, n: int) -> tuple[int, int]:
 def default_bf16(m: ExprLike, n: ExprLike, k: ExprLike, batch: int,
                  target: CpuTarget) -> Bf16Config:
     """The config whose busiest core computes the fewest padded products (the tasks
-    split statically over `target.cores`), ties to the larger tile (fewer calls, B
-    panels reused by more rows). Symbolic sizes are taken at the build's hint."""
+    split statically over `target.cores`), ties to the tile nearest TILE_OUTPUTS
+    outputs, then to NC = 2 MT (its cbuf and A rows stay in L2 beside the B panels; the
+    largest tile ran at half the rate on one core, bench/results/2026-12-07-bf16.md).
+    Symbolic sizes are taken at the build's hint."""
     m, n = hint_value(m), hint_value(n)
 
     def cost(cfg: Bf16Config) -> tuple:
         mt, nc = clamp(cfg, m, n)
         tasks = batch * -(-max(m, 1) // mt) * -(-max(n, 1) // nc)
         busiest = -(-tasks // target.cores)
-        return busiest * mt * nc, -mt * nc
+        return (busiest * mt * nc, abs(math.log2(mt * nc / TILE_OUTPUTS)),
+                abs(math.log2(nc / (2 * mt))))
     return min(bf16_space(), key=cost)
 
 
