@@ -155,8 +155,9 @@ class CpuBackend:
 
     def space_set(self, arch: Optional[str] = None) -> tuple:
         """(label, machine, templates) for `hidetc inspect --space`: this host's cpu (the
-        spaces depend on the ISA, not on the core count)."""
-        return self.kind, detect_cpu(), self.schedules.TEMPLATES
+        spaces depend on the ISA, not on the core count); the bf16 templates too."""
+        bf16 = {f"{op}/bf16": t for op, t in self.schedules.BF16_TEMPLATES.items()}
+        return self.kind, detect_cpu(), {**self.schedules.TEMPLATES, **bf16}
 
     def context_memory(self, arena_bytes: int, inputs: list[dict], outputs: list[dict],
                        resources: Mapping[str, dict]) -> dict:

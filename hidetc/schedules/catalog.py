@@ -117,6 +117,8 @@ def template_spaces(sets: Iterable[tuple[str, Target, Mapping[str, Any]]]
                 sizes: dict[tuple[str, int], list[str]] = {}
                 for op in dict.fromkeys(ops):
                     for variant, task in representative_tasks(op, DTYPES[precision]).items():
+                        if not getattr(template, "serves", lambda _: True)(task):
+                            continue           # (the bf16 conv: no depthwise variant)
                         size = len(template.space(task, target))
                         sizes.setdefault((variant, size), []).append(op)
                 rows += [SpaceInfo(label, template.name, tuple(served), precision, variant,

@@ -21,7 +21,9 @@ from hidetc.backends.codegen.c import print_c_module
 from hidetc.backends.codegen.c_bf16 import BF16_SOURCE
 from hidetc.backends.toolchain.gcc import build_shared_library
 from hidetc.compute.task import Task
+from hidetc.driver.backend import CpuBackend
 from hidetc.graph.ops.registry import get_op
+from hidetc.schedules.catalog import template_spaces
 from hidetc.schedules.cpu import (
     BF16_TEMPLATES,
     TEMPLATES,
@@ -174,3 +176,10 @@ def test_selection_the_block_helper_and_what_a_module_carries():
     f32 = print_c_module([lower(build_kernel(task, "f", tgt))])
     b16 = print_c_module([lower(build_kernel(bf16(task), "b", tgt))])
     assert BF16_SOURCE not in f32 and BF16_SOURCE in b16 and BF16_AMX + "(" in b16
+
+
+def test_the_catalog_lists_the_bf16_templates_without_a_depthwise_row():
+    rows = template_spaces([CpuBackend().space_set()])
+    bf16 = {(r.template, r.variant): r.configs for r in rows if r.precision == "bf16"}
+    assert bf16 == {("cpu.matmul.bf16", ""): 20, ("cpu.conv.bf16", "gemm"): 20,
+                    ("cpu.conv.bf16", ""): 20}

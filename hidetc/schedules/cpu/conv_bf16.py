@@ -59,9 +59,14 @@ from hidetc.tir.ir import (
 
 class ConvBf16Template:
     name = "cpu.conv.bf16"
+    precisions = ("bf16",)     # the catalog's rows (`hidetc inspect --space`)
 
     def space(self, task: Task, target: CpuTarget) -> Sequence[Bf16Config]:
         return bf16_space()
+
+    def serves(self, task: Task) -> bool:
+        """One group only (`compute_bf16` marks no other)."""
+        return conv_geometry(task).groups == 1
 
     def short_list(self, task: Task, target: CpuTarget) -> Sequence[Bf16Config]:
         return (Bf16Config(128, 256), Bf16Config(64, 64), Bf16Config(256, 128))

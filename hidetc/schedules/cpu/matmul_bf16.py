@@ -42,6 +42,7 @@ BF16 = "bfloat16"
 
 class MatMulBf16Template:
     name = "cpu.matmul.bf16"
+    precisions = ("bf16",)     # the catalog's rows (`hidetc inspect --space`)
 
     def space(self, task: Task, target: CpuTarget) -> Sequence[Bf16Config]:
         return bf16_space()
