@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import sys
 import tempfile
@@ -93,9 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(a.cores))
-    with tempfile.NamedTemporaryFile(suffix=".json") as peaks_file:
-        cpu_peak.main(["--seconds", str(a.seconds), "--out", peaks_file.name])
-        peaks = json.loads(Path(peaks_file.name).read_text())
+    peaks = cpu_peak.measure(a.seconds)
     result = {"n": a.n, "cores": a.cores, "peaks": peaks, "kernels": []}
     host = cpu_isa.host_features()
     paths = [f for f in (("avx512_bf16", "amx_bf16"), ("avx512_bf16",))
@@ -109,10 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         row["best_over_f32_fma_peak"] = row["best_gflops"] / (peaks["f32_fma_gflops"] *
                                                                a.cores)
         result["kernels"].append(row)
-    print(json.dumps(result, indent=1))
-    if a.out:
-        a.out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    return cpu_peak.report(result, a.out)
 
 
 if __name__ == "__main__":

@@ -198,11 +198,8 @@ def _timed(fn, iters: int) -> float:
     return time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seconds", type=float, default=0.5)
-    p.add_argument("--out", type=Path, default=None)
-    a = p.parse_args(argv)
+def measure(seconds: float) -> dict:
+    """The peaks of one core of this CPU (see the module docstring), as a dict."""
     flags = cpu_isa.host_flags()
     isa = cpu_isa.host_best()
     bf16 = cpu_isa.BF16 in flags
@@ -217,11 +214,11 @@ def main(argv: list[str] | None = None) -> int:
               "features": list(cpu_isa.host_features()), "chains": CHAINS}
     lib.fma_loop.restype = ctypes.c_float
     lib.fma_loop.argtypes = [ctypes.c_int64]
-    result["f32_fma_gflops"] = _rate(lib.fma_loop, CHAINS * isa.lanes * 2, a.seconds)
+    result["f32_fma_gflops"] = _rate(lib.fma_loop, CHAINS * isa.lanes * 2, seconds)
     if bf16:
         lib.dpbf16_loop.restype = ctypes.c_float
         lib.dpbf16_loop.argtypes = [ctypes.c_int64]
-        result["bf16_dp_gflops"] = _rate(lib.dpbf16_loop, CHAINS * 16 * 4, a.seconds)
+        result["bf16_dp_gflops"] = _rate(lib.dpbf16_loop, CHAINS * 16 * 4, seconds)
         result["bf16_over_f32"] = result["bf16_dp_gflops"] / result["f32_fma_gflops"]
     if amx:
         lib.amx_loop.restype = ctypes.c_float
@@ -229,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         if lib.amx_loop(1) < 0:
             result["amx_note"] = "Linux refused the AMX tile state (arch_prctl)"
         else:
-            result["amx_bf16_gflops"] = _rate(lib.amx_loop, 4 * 16 * 16 * 32 * 2, a.seconds)
+            result["amx_bf16_gflops"] = _rate(lib.amx_loop, 4 * 16 * 16 * 32 * 2, seconds)
             result["amx_over_f32"] = result["amx_bf16_gflops"] / result["f32_fma_gflops"]
             lib.amx_gemm.restype = ctypes.c_double
             lib.amx_gemm.argtypes = [ctypes.c_int, ctypes.c_int,
@@ -239,10 +236,23 @@ def main(argv: list[str] | None = None) -> int:
             result["amx_gemm"] = {"n": GEMM_N, "gflops": 2 * GEMM_N ** 3 / secs / 1e9,
                                   "of_amx_peak": 2 * GEMM_N ** 3 / secs / 1e9 /
                                   result["amx_bf16_gflops"], "max_rel_err": err.value}
+    return result
+
+
+def report(result: dict, out: Path | None) -> int:
+    """Print `result` as JSON, and write it to `out` when given."""
     print(json.dumps(result, indent=1))
-    if a.out:
-        a.out.write_text(json.dumps(result, indent=1) + "\n")
+    if out:
+        out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=0.5)
+    p.add_argument("--out", type=Path, default=None)
+    a = p.parse_args(argv)
+    return report(measure(a.seconds), a.out)
 
 
 if __name__ == "__main__":

@@ -143,23 +143,25 @@ def _recover(writer: ArtifactWriter, manifest: dict, ctx: CompileContext, graph,
         return (_written(writer, ctx, ctx.plan(selection, new_choices), tuning, model_path),
                 ctx.cfg)
 
+    def whole(changed: CompileContext, lowered) -> tuple[dict, CompileConfig]:
+        """The whole model again, from its lowered graph, under a changed config."""
+        again = changed.select(lowered)
+        kept_choices, kept_tuning = _tune(changed, again, measure)
+        writer.reset()
+        return (_written(writer, changed, changed.plan(again, kept_choices), kept_tuning,
+                         model_path), changed.cfg)
+
     def retry() -> Optional[tuple[dict, CompileConfig]]:
         nchw = ctx.with_config(layout="nchw")
         kept = nchw.optimize(graph)
         if [n.op for n in kept.nodes] == [n.op for n in optimized.nodes]:
             return None                     # the layout pass changed nothing
-        again = nchw.select(kept)
-        kept_choices, kept_tuning = _tune(nchw, again, measure)
-        writer.reset()
-        return (_written(writer, nchw, nchw.plan(again, kept_choices), kept_tuning,
-                         model_path), nchw.cfg)
+        return whole(nchw, kept)
+
     def retry_f32(names: tuple[str, ...]) -> tuple[dict, CompileConfig]:
         kept = ctx.with_config(keep_f32=ctx.cfg.keep_f32 + names)
-        again = kept.select(kept.optimize(graph))
-        kept_choices, kept_tuning = _tune(kept, again, measure)
-        writer.reset()
-        return (_written(writer, kept, kept.plan(again, kept_choices), kept_tuning,
-                         model_path), kept.cfg)
+        return whole(kept, kept.optimize(graph))
+
     return recover_artifact(writer, manifest, plan, choices, failure, build,
                             retry if ctx.cfg.layout == "auto" else None, yardstick,
                             optimized, verifier,

@@ -96,6 +96,24 @@ def test_f32_artifact_records_precision(model, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def inspected_and_emulated(out, tmp_path, precision: str, dtype: str):
+    """`inspect --json` of a cuda cross-compile of the model (its precision, float32
+    interface, a MatMul task in `dtype`) and its output in the emulator: (y, want)."""
+    summary = json.loads(invoke("inspect", out, "--json").output)
+    assert summary["precision"] == precision
+    assert [(s["name"], s["dtype"]) for s in summary["inputs"]] == [("x", "float32")]
+    assert [(s["name"], s["dtype"]) for s in summary["outputs"]] == [("y", "float32")]
+    assert any(f"MatMul({dtype}" in k["task"] for k in summary["kernels"])
+    x = RNG.standard_normal((2, 5)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    ran = invoke("run", out, "--emulate", "--input", tmp_path / "x.npy", "--output",
+                 tmp_path / "y.npz", "--repeat", 1)
+    assert ran.exit_code == 0, ran.output + str(ran.exception)
+    y = np.load(tmp_path / "y.npz")["y"]
+    assert y.dtype == np.float32
+    return y, np.maximum(x @ W, 0)
+
+
 def test_f16_cuda_cross_compile_inspect_and_emulate(model, tmp_path):
     out = tmp_path / "out"
     result = invoke("compile", model, "-o", out, "--target", "cuda", "--precision", "f16",
@@ -104,19 +122,7 @@ def test_f16_cuda_cross_compile_inspect_and_emulate(model, tmp_path):
     assert "precision f16" in result.output
     text = invoke("inspect", out)
     assert text.exit_code == 0 and "target cuda, precision f16" in text.output
-    summary = json.loads(invoke("inspect", out, "--json").output)
-    assert summary["precision"] == "f16"
-    assert [(s["name"], s["dtype"]) for s in summary["inputs"]] == [("x", "float32")]
-    assert [(s["name"], s["dtype"]) for s in summary["outputs"]] == [("y", "float32")]
-    assert any("MatMul(float16" in k["task"] for k in summary["kernels"])
-    x = RNG.standard_normal((2, 5)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    ran = invoke("run", out, "--emulate", "--input", tmp_path / "x.npy", "--output",
-                 tmp_path / "y.npz", "--repeat", 1)
-    assert ran.exit_code == 0, ran.output + str(ran.exception)
-    y = np.load(tmp_path / "y.npz")["y"]
-    want = np.maximum(x @ W, 0)
-    assert y.dtype == np.float32
+    y, want = inspected_and_emulated(out, tmp_path, "f16", "float16")
     assert np.linalg.norm(y - want) <= 1e-2 * np.linalg.norm(want)
 
 
@@ -154,19 +160,8 @@ def test_bf16_cuda_cross_compile_records_precision_and_emulates(model, tmp_path)
     manifest = yaml.safe_load((out / "manifest.yaml").read_text())
     assert manifest["precision"] == "bf16" and manifest["config"]["precision"] == "bf16"
     assert manifest["verification"]["status"] == "skipped"     # no GPU: cross-compiled
-    summary = json.loads(invoke("inspect", out, "--json").output)
-    assert summary["precision"] == "bf16"
-    assert [(s["name"], s["dtype"]) for s in summary["inputs"]] == [("x", "float32")]
-    assert [(s["name"], s["dtype"]) for s in summary["outputs"]] == [("y", "float32")]
-    assert any("MatMul(bfloat16" in k["task"] for k in summary["kernels"])
-    x = RNG.standard_normal((2, 5)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    ran = invoke("run", out, "--emulate", "--input", tmp_path / "x.npy", "--output",
-                 tmp_path / "y.npz", "--repeat", 1)
-    assert ran.exit_code == 0, ran.output + str(ran.exception)
-    y = np.load(tmp_path / "y.npz")["y"]
-    want = np.maximum(x @ W, 0)
-    assert y.dtype == np.float32 and not np.array_equal(y, want)     # really rounded
+    y, want = inspected_and_emulated(out, tmp_path, "bf16", "bfloat16")
+    assert not np.array_equal(y, want)     # really rounded
     assert np.linalg.norm(y - want) <= 2e-2 * np.linalg.norm(want)
 
 

@@ -26,9 +26,8 @@ import onnx
 import pytest
 from helpers import targets
 from helpers.kernel_device import kernel_module
-from helpers.precision_models import ops_model
+from helpers.precision_models import check_interface, kernel_body, ops_model
 from helpers.split_k_model import split_k_model
-from onnx import helper
 
 import hidetc
 import models
@@ -186,24 +185,8 @@ def test_the_cuda_target_accepts_bf16():
 
 
 # end to end (nvcc + emulator) -----------------------------------------------------------
-def _onnx_dtypes(values) -> list[tuple[str, str]]:
-    return [(v.name, str(helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)))
-            for v in values]
-
-
-def _kernel_body(source: str, name: str) -> str:
-    start = source.index(f"\n{name}(")
-    end = source.find('extern "C"', start)
-    return source[start:end if end >= 0 else len(source)]
-
-
 def check_bf16_artifact(proto: onnx.ModelProto, out, manifest: dict) -> None:
-    assert manifest["precision"] == "bf16" and manifest["config"]["precision"] == "bf16"
-    # the interface is the model's own (float32 stays float32)
-    assert [(s["name"], s["dtype"]) for s in manifest["inputs"]] == _onnx_dtypes(
-        [i for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}])
-    assert [(s["name"], s["dtype"]) for s in manifest["outputs"]] == _onnx_dtypes(
-        proto.graph.output)
+    check_interface(proto, manifest, "bf16")
     # bfloat16 storage: weights, and every kernel's task but the interface Casts
     weight_dtypes = {e["dtype"] for e in manifest["weights"]["entries"].values()}
     assert "float32" not in weight_dtypes and "bfloat16" in weight_dtypes
@@ -216,7 +199,7 @@ def check_bf16_artifact(proto: onnx.ModelProto, out, manifest: dict) -> None:
     # MatMuls on bf16 tensor cores, but those of few rows the cost model gives the GEMV
     for k in manifest["kernels"]:
         if k["op"] in ("MatMul", "FusedAttention") or k["template"] == "cuda.conv_tc":
-            body = _kernel_body(source, k["name"])
+            body = kernel_body(source, k["name"])
             assert ("hidetc_mma_m16n8k16_bf16f32" in body or
                     k["template"] == "cuda.matmul_gemv"), k["name"]
             assert "_f16f32" not in body, k["name"]

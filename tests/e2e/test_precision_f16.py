@@ -13,8 +13,7 @@ import shutil
 import onnx
 import pytest
 from helpers import targets
-from helpers.precision_models import ops_model
-from onnx import helper
+from helpers.precision_models import check_interface, kernel_body, ops_model
 
 import hidetc
 import models
@@ -77,24 +76,8 @@ def test_pool_f16_accumulates_in_f32():
 
 
 # end to end (nvcc + emulator) -----------------------------------------------------------
-def _onnx_dtypes(values) -> list[tuple[str, str]]:
-    return [(v.name, str(helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)))
-            for v in values]
-
-
-def _kernel_body(source: str, name: str) -> str:
-    start = source.index(f"\n{name}(")
-    end = source.find('extern "C"', start)
-    return source[start:end if end >= 0 else len(source)]
-
-
 def check_f16_artifact(proto: onnx.ModelProto, out, manifest: dict) -> None:
-    assert manifest["precision"] == "f16" and manifest["config"]["precision"] == "f16"
-    # the interface is the model's own (float32 stays float32)
-    assert [(s["name"], s["dtype"]) for s in manifest["inputs"]] == _onnx_dtypes(
-        [i for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}])
-    assert [(s["name"], s["dtype"]) for s in manifest["outputs"]] == _onnx_dtypes(
-        proto.graph.output)
+    check_interface(proto, manifest, "f16")
     # float16 storage: weights, and every kernel's task but the interface Casts
     weight_dtypes = {e["dtype"] for e in manifest["weights"]["entries"].values()}
     assert "float32" not in weight_dtypes and "float16" in weight_dtypes
@@ -110,9 +93,9 @@ def check_f16_artifact(proto: onnx.ModelProto, out, manifest: dict) -> None:
             out_shape = [int(d) for d in re.findall(r"\[([\d,]*)\]", kernel["task"])[-1]
                          .split(",") if d]
             assert len(out_shape) < 2 or out_shape[-2] <= 16, kernel["task"]
-            assert "__shfl_xor_sync" in _kernel_body(source, name), name
+            assert "__shfl_xor_sync" in kernel_body(source, name), name
         else:
-            assert "hidetc_mma_m16n8k16" in _kernel_body(source, name), name
+            assert "hidetc_mma_m16n8k16" in kernel_body(source, name), name
 
 
 def compile_and_compare(proto, tmp_path, seed: int = 2) -> dict:

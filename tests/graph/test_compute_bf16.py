@@ -6,6 +6,8 @@ bf16, verifies against ONNX Runtime, stores its weights as bf16 and records the
 features its kernels use."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -122,9 +124,18 @@ def test_a_small_transformer_compiles_and_verifies_in_bf16(tmp_path):
     # 3 projections, 2 convs; the batched products pack their operands at run time
     assert len(packed) == 5 and all(v["dtype"] == "bfloat16" for v in packed.values())
     x = RNG.standard_normal((16, 64)).astype(np.float32)
-    (y,) = hidetc.load(out).run({"x": x}).values()
+    loaded = hidetc.load(out)
+    (y,) = loaded.run({"x": x}).values()
     (want,) = ort.InferenceSession(str(model)).run(None, {"x": x})
     assert 0 < norm_error(y, want) <= TOLERANCES["bf16"]
+    # one loaded model from several threads (each OpenMP team loads its own AMX tile
+    # configuration per call): the single-threaded results bit for bit
+    xs = [RNG.standard_normal((16, 64)).astype(np.float32) for _ in range(8)]
+    alone = [loaded.run({"x": xi})["y"] for xi in xs]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = list(pool.map(lambda xi: loaded.run({"x": xi})["y"], xs * 3))
+    for i, got in enumerate(together):
+        np.testing.assert_array_equal(got, alone[i % len(xs)])
 
 
 @pytest.mark.skipif(cpu_isa.BF16 not in cpu_isa.host_features(),

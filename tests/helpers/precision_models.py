@@ -1,6 +1,7 @@
 """Small ONNX models the reduced-precision end-to-end tests compile (f16 and bf16 on
 cuda): `ops_model`, pools, elementwise math, a layout op and a MatMul with awkward
-sizes, two float32 outputs."""
+sizes, two float32 outputs; and the checks both precisions make of an artifact
+(`check_interface`, `kernel_body`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -34,3 +35,26 @@ def ops_model() -> onnx.ModelProto:
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def onnx_dtypes(values) -> list[tuple[str, str]]:
+    """(name, numpy dtype name) of ONNX value infos."""
+    return [(v.name, str(helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)))
+            for v in values]
+
+
+def kernel_body(source: str, name: str) -> str:
+    """The text of kernel `name` in a generated CUDA source."""
+    start = source.index(f"\n{name}(")
+    end = source.find('extern "C"', start)
+    return source[start:end if end >= 0 else len(source)]
+
+
+def check_interface(proto: onnx.ModelProto, manifest: dict, precision: str) -> None:
+    """The artifact records `precision` and keeps the model's own interface types (a
+    float32 model's inputs and outputs stay float32)."""
+    assert manifest["precision"] == precision and manifest["config"]["precision"] == precision
+    assert [(s["name"], s["dtype"]) for s in manifest["inputs"]] == onnx_dtypes(
+        [i for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}])
+    assert [(s["name"], s["dtype"]) for s in manifest["outputs"]] == onnx_dtypes(
+        proto.graph.output)

@@ -22,8 +22,7 @@ BF16 = "bfloat16"
 BF16_OPS = ("MatMul", "Conv", "ConvNHWC")
 # convolutions with fewer input channels stay f32: their im2col gather moves runs of
 # fewer than this many floats, slower than the f32 direct convolution computes them
-# (ResNet-50's 7x7 stem, C = 3: 2.8 ms in bf16 vs 0.9 ms in f32 on 2 cores,
-# bench/results/2026-12-07-bf16.md)
+# (ResNet-50's 7x7 stem, C = 3, measured 3x slower in bf16: bench/results/2026-12-07-bf16.md)
 MIN_CHANNELS = 16
 
 

@@ -38,6 +38,7 @@ import numpy as np
 from hidetc.compute.injective import unravel
 from hidetc.errors import UnsupportedOpError
 from hidetc.graph.guards import hint_value
+from hidetc.schedules.cpu.microkernel import ceil_div
 from hidetc.schedules.template import CpuTarget
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.intrinsics import BF16_AMX, BF16_DP
@@ -71,7 +72,7 @@ def bf16_space() -> list[Bf16Config]:
 
 
 def round_up(x: ExprLike, unit: int) -> ExprLike:
-    return -(-x // unit) * unit if isinstance(x, int) else (x + (unit - 1)) // unit * unit
+    return ceil_div(x, unit) * unit
 
 
 def clamp(cfg: Bf16Config, m: int, n: int) -> tuple[int, int]:
@@ -113,7 +114,7 @@ def pack_weights(b: np.ndarray) -> np.ndarray:
     """A constant B [K, N] (f32) as the kernel's bpack of one matrix: [N/16 panels]
     [Kp/2][16][2] bf16 (rounded to nearest even), zero past K and N."""
     k, n = b.shape
-    kp, panels = round_up(max(k, 1), K_STEP), -(-n // PANEL)
+    kp, panels = round_up(k, K_STEP), ceil_div(n, PANEL)
     mat = np.zeros((kp, panels * PANEL), np.float32)
     mat[:k, :n] = b
     pairs = mat.reshape(kp // 2, 2, panels, PANEL).transpose(2, 0, 3, 1)
@@ -122,9 +123,7 @@ def pack_weights(b: np.ndarray) -> np.ndarray:
 
 def packed_shape(k: ExprLike, n: ExprLike) -> tuple:
     """The shape of `pack_weights`' result for a K x N matrix."""
-    return (-(-n // PANEL) if isinstance(n, int) else (n + PANEL - 1) // PANEL,
-            round_up(k, K_STEP) // 2 if isinstance(k, int) else round_up(k, K_STEP) // 2,
-            PANEL, 2)
+    return ceil_div(n, PANEL), round_up(k, K_STEP) // 2, PANEL, 2
 
 
 @dataclass(frozen=True)
@@ -159,8 +158,8 @@ def emit_bf16_gemm(kb: KernelBuilder, p: Problem, cfg: Bf16Config, target: CpuTa
     helper = block_call(target)
     mt, nc = clamp(cfg, hint_value(p.m), hint_value(p.n))
     kp = round_up(p.k, K_STEP)
-    m_tiles = (p.m + (mt - 1)) // mt
-    n_tiles = (p.n + (nc - 1)) // nc
+    m_tiles = ceil_div(p.m, mt)
+    n_tiles = ceil_div(p.n, nc)
     # a gather per task where each task has all the columns (else it would repeat)
     own_rows = p.pack_a is not None and -(-hint_value(p.n) // nc) == 1
     apack = None if own_rows else _pack_a(kb, p, kp) if p.pack_a is None else \
@@ -173,7 +172,7 @@ def emit_bf16_gemm(kb: KernelBuilder, p: Problem, cfg: Bf16Config, target: CpuTa
             bidx = tuple(unravel(bt, p.batch))
             i0, j0 = ib * mt, jb * nc
             rows, cols = minimum(p.m - i0, mt), minimum(p.n - j0, nc)
-            panels = (cols + (PANEL - 1)) // PANEL
+            panels = ceil_div(cols, PANEL)
             ldc = nc + CBUF_PAD
             cbuf = kb.alloc("cbuf", "float32", (mt, ldc))
             b_at = (bpack[jb * (nc // PANEL), 0, 0, 0] if p.b_packed is not None else
@@ -196,7 +195,7 @@ def _pack_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
     Kp (zeros). The whole 32-wide K chunks are plain copies, contiguous on both sides
     (gcc vectorizes them); only a ragged last chunk checks k < K."""
     apack = _alloc_a(kb, p, kp)
-    blocks = (p.m + (ROWS - 1)) // ROWS
+    blocks = ceil_div(p.m, ROWS)
     full = p.k // K_STEP
     with kb.for_range(p.a_count * blocks, kind="parallel", name="pa") as pa:
         with kb.for_mapping(spatial(p.a_count, blocks), pa, names=["mat", "rb"]) as (mat, rb):
@@ -220,7 +219,7 @@ def _gathered_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
     """One apack of every row from `p.pack_a`, in parallel over 32-row blocks (a
     gather whose tasks split the columns: each row is gathered once, not per task)."""
     apack = _alloc_a(kb, p, kp)
-    with kb.for_range((p.m + (ROWS - 1)) // ROWS, kind="parallel", name="rb") as rb:
+    with kb.for_range(ceil_div(p.m, ROWS), kind="parallel", name="rb") as rb:
         p.pack_a(kb, apack, kp, rb * ROWS, ROWS, rb * ROWS)
     return apack
 
@@ -236,7 +235,7 @@ def _tail(kb: KernelBuilder, p: Problem, apack: Buffer, at: tuple, full: ExprLik
 
 
 def _alloc_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
-    return kb.alloc("apack", BF16, (p.a_count, (p.m + (ROWS - 1)) // ROWS * 2, kp // K_STEP,
+    return kb.alloc("apack", BF16, (p.a_count, ceil_div(p.m, ROWS) * 2, kp // K_STEP,
                                     16, K_STEP))
 
 
@@ -248,7 +247,7 @@ def a_at(mat: ExprLike, row: ExprLike, k: ExprLike) -> tuple:
 def _pack_b(kb: KernelBuilder, p: Problem, kp: ExprLike) -> Buffer:
     """bpack: every B matrix in the pair-interleaved panels of `pack_weights`, rounded
     to bf16, zero past K and N."""
-    panels = (p.n + (PANEL - 1)) // PANEL
+    panels = ceil_div(p.n, PANEL)
     bpack = kb.alloc("bpack", BF16, (p.b_count, panels, kp // 2, PANEL, 2))
     zero = Const(0.0, "float32")
     with kb.for_range(p.b_count * panels, kind="parallel", name="pb") as pb:
