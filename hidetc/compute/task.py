@@ -120,13 +120,13 @@ def task_flops(task: Task) -> Dim:
     window element of each output; reductions one per input element; other ops one per
     output element. Symbolic sizes give a symbolic count."""
     out = sum(t.size for t in task.outputs if t is not None)
-    if task.op == "MatMul":
+    if task.op in ("MatMul", "MatMulInteger"):
         return 2 * out * as_dim(task.inputs[0].shape[-1])
     if task.op == "FusedAttention":         # Q Kt and P V: 2 Sq Sk (D + Dv) per entry
         q, kt, v = task.inputs[0], task.inputs[1], task.inputs[2]
         entries = out // max(1, q.shape[-2] * v.shape[-1])
         return 2 * entries * q.shape[-2] * kt.shape[-1] * (q.shape[-1] + v.shape[-1])
-    if task.op in ("Conv", "ConvNHWC"):
+    if task.op in ("Conv", "ConvNHWC", "ConvInteger", "ConvIntegerNHWC"):
         return 2 * out * math.prod(task.inputs[1].shape[1:])
     if task.op.startswith(("MaxPool", "AveragePool")):
         return out * math.prod(task.attr("kernel_shape") or (1,))

@@ -27,7 +27,8 @@ Decides:
   the mask and the CUDA printer passes the full one.
 - `printer`: which printer spells it ("c" or "cuda"), `defined_in` where its spelling
   comes from ("immintrin.h", "gcc", "hidetc_cuda.h", "cuda": a CUDA built-in, "c_bf16":
-  the bf16 GEMM blocks of `hidetc.backends.codegen.c_bf16`).
+  the bf16 GEMM blocks of `hidetc.backends.codegen.c_bf16`, "c_int8": the int8 ones of
+  `c_int8`).
 """
 from __future__ import annotations
 
@@ -62,6 +63,11 @@ def _cuda(name: str, address_args: tuple[int, ...] = (), pure: bool = False,
 # modules that call them): (a, lda, b, pst, c, ldc, rows, panels, kp), a, b, c by address
 BF16_AMX, BF16_DP = "hidetc_bf16_gemm_amx", "hidetc_bf16_gemm_dp"
 BF16_CALLS = (BF16_AMX, BF16_DP)
+# the int8 GEMM blocks (C helpers of `hidetc.backends.codegen.c_int8`, likewise):
+# (a, kp, b, pst, c, ldc, rows, panels), a, b, c by address
+INT8_VNNI, INT8_AVXVNNI, INT8_AVX2 = ("hidetc_i8_gemm_vnni", "hidetc_i8_gemm_avxvnni",
+                                      "hidetc_i8_gemm_avx2")
+INT8_CALLS = (INT8_VNNI, INT8_AVXVNNI, INT8_AVX2)
 
 _RECORDS: list[Intrinsic] = [
     # AVX2/FMA and AVX-512F (schedules/cpu/avx2.py), and gcc's software prefetch
@@ -75,6 +81,7 @@ _RECORDS: list[Intrinsic] = [
     # the bf16 GEMM blocks (C helpers carried by the modules that call them)
     *(Intrinsic(name, "c", "c_bf16", (0, 2, 4), pure=False)
       for name in BF16_CALLS),
+    *(Intrinsic(name, "c", "c_int8", (0, 2, 4), pure=False) for name in INT8_CALLS),
     # CUDA built-ins (the emulator's hidetc_emu.h implements each)
     *(_cuda(name, defined_in="cuda", warp_operands=(2, 1))
       for name in ("__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync")),

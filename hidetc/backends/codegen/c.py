@@ -69,6 +69,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from hidetc.backends.codegen.c_bf16 import BF16_SOURCE
+from hidetc.backends.codegen.c_int8 import INT8_SOURCE
 from hidetc.backends.codegen.c_math import FAST_FLOAT32
 from hidetc.backends.codegen.c_scratch import stack_bytes
 from hidetc.backends.codegen.c_types import (  # noqa: F401  (re-exported: the CUDA printer, tests)
@@ -192,6 +193,7 @@ class CPrinter:
         self.malloced: set[Buffer] = set()
         self.uses_x86 = False  # set when a registered C intrinsic was printed
         self.uses_bf16 = False  # set when a bf16 GEMM block (c_bf16) was printed
+        self.uses_int8 = False  # set when an int8 GEMM block (c_int8) was printed
 
     # per-target hooks --------------------------------------------------------------------
     def ctype(self, dtype: str) -> str:
@@ -267,6 +269,7 @@ class CPrinter:
         if record is not None:
             self.uses_x86 = True
             self.uses_bf16 |= record.defined_in == "c_bf16"
+            self.uses_int8 |= record.defined_in == "c_int8"
             return self._intrinsic_call(e, record.address_args), _ATOM
         if e.func in NARROW_FUNCTIONS:
             return f"{e.func}({', '.join(self.expr(a) for a in e.args)})", _ATOM
@@ -528,6 +531,8 @@ def print_c_module(functions: Sequence[Function], prelude: str = "",
     parts = [head, helpers_source()]
     if any(p.uses_bf16 for p in printers):
         parts.append(BF16_SOURCE)
+    if any(p.uses_int8 for p in printers):
+        parts.append(INT8_SOURCE)
     if prelude:
         parts.append(prelude.rstrip("\n") + "\n")
     parts.extend(bodies)

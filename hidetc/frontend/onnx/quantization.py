@@ -36,7 +36,10 @@ and ignores a float4 one).
 DynamicQuantizeLinear: uint8, the reference's float32 steps one by one.
 
 Integer products (MatMulInteger, ConvInteger, and the integer core of QLinearMatMul /
-QLinearConv): the catalogue's CPU MatMul and Conv compute floats only, so the operands,
+QLinearConv): 8-bit operands with a per-tensor first zero point (and a per-tensor or
+per-column / per-channel second one) are the catalogue's integer ops of the same names
+(`hidetc.graph.ops.integer`: exact int32, the integer kernels). Otherwise (ONNX's
+per-row zero points, 16-bit operands) the float decomposition: the operands,
 widened and with zero points subtracted, are integers of magnitude <= span (255 for
 8-bit types) and every partial sum of a dot product of K terms is an integer of
 magnitude <= K * span_a * span_b. Float32 represents every integer up to 2^24 exactly, so
@@ -306,23 +309,63 @@ def _shifted(build: Builder, value: str, dtype: str, zero: str | None, work: str
 
 
 def _integer_matmul(build: Builder, a_at: int, b_at: int, a_zero: int | None,
-                    b_zero: int | None) -> str:
-    """The exact product (a - a_zero) @ (b - b_zero) as a float (see the docstring)."""
+                    b_zero: int | None, out: str | None = None) -> str:
+    """The exact int32 product (a - a_zero) @ (b - b_zero) (see the docstring)."""
     node, ctx = build.node, build.ctx
     a, b = ctx.types[node.inputs[a_at]], ctx.types[node.inputs[b_at]]
     for index, t in ((a_at, a), (b_at, b)):
         _quantized(node, t.dtype, f"input {index}")
-    work = _product_dtype(a.shape[-1] if a.rank else 1, a.dtype, b.dtype)
-    zeros = []
-    for at, operand, row in ((a_zero, a, True), (b_zero, b, False)):
-        if at is not None and node.input(at):
+    zero_at = [at if at is not None and node.input(at) else None for at in (a_zero, b_zero)]
+    for at, operand in zip(zero_at, (a, b)):
+        if at is not None:
             _same_type(build, at, operand.dtype)
-            zeros.append(_operand_zero_point(build, at, operand, row, "zero point"))
-        else:
-            zeros.append(None)
+    if _native(ctx, node, a, b, zero_at, b.shape[-1] if b.rank == 2 else None):
+        inputs = [node.inputs[a_at], node.inputs[b_at]] + \
+            [_zero_input(build, at) for at in zero_at]
+        return build.add("MatMulInteger", _trimmed(inputs), out=out)
+    work = _product_dtype(a.shape[-1] if a.rank else 1, a.dtype, b.dtype)
+    zeros = [_operand_zero_point(build, at, operand, row, "zero point") if at is not None
+             else None for at, operand, row in zip(zero_at, (a, b), (True, False))]
     left = _shifted(build, node.inputs[a_at], a.dtype, zeros[0], work)
     right = _shifted(build, node.inputs[b_at], b.dtype, zeros[1], work)
-    return build.add("MatMul", [left, right])
+    return build.add("Cast", [build.add("MatMul", [left, right])], out=out, to="int32")
+
+
+def _native(ctx: Context, node: OnnxNode, a: TensorType, b: TensorType,
+            zero_at: list, per_b: int | None) -> bool:
+    """Whether the product is the catalogue's integer op (`hidetc.graph.ops.integer`):
+    8-bit operands, a's zero point per tensor, b's per tensor or per `per_b` (columns /
+    output channels); else the float decomposition (ONNX's per-row zero points, 16-bit
+    operands)."""
+    if a.dtype not in QUANTIZED[:2] or b.dtype not in QUANTIZED[:2]:
+        return False
+    sizes = [ctx.types[node.inputs[at]] if at is not None else None for at in zero_at]
+    if sizes[0] is not None and sizes[0].size != 1:
+        return False
+    return sizes[1] is None or sizes[1].size == 1 or \
+        (sizes[1].rank == 1 and sizes[1].shape[0] == per_b)
+
+
+def _zero_input(build: Builder, at: int | None) -> str:
+    """A zero point as the integer ops take it: omitted ("") where absent or a known
+    zero (the kernels then skip its correction terms), a scalar where it has one
+    element."""
+    if at is None:
+        return ""
+    known = build.ctx.values.get(build.node.inputs[at])
+    if known is not None and not np.any(known):
+        return ""
+    value = build.ctx.types[build.node.inputs[at]]
+    if value.size == 1 and value.rank:
+        return build.add("Reshape", [build.node.inputs[at],
+                                     build.const("scalar_shape", _int64(()))])
+    return build.node.inputs[at]
+
+
+def _trimmed(inputs: list[str]) -> list[str]:
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    return inputs
 
 
 def _same_type(build: Builder, index: int, dtype: str) -> None:
@@ -332,8 +375,9 @@ def _same_type(build: Builder, index: int, dtype: str) -> None:
                          f"{dtype} (its operand's type)")
 
 
-def _integer_conv(build: Builder, x_at: int, w_at: int, x_zero: int, w_zero: int) -> str:
-    """The exact Conv(x - x_zero, w - w_zero) as a float (see the docstring)."""
+def _integer_conv(build: Builder, x_at: int, w_at: int, x_zero: int, w_zero: int,
+                  out: str | None = None) -> str:
+    """The exact int32 Conv(x - x_zero, w - w_zero) (see the docstring)."""
     node, ctx = build.node, build.ctx
     x, w = ctx.types[node.inputs[x_at]], ctx.types[node.inputs[w_at]]
     for index, t in ((x_at, x), (w_at, w)):
@@ -341,18 +385,24 @@ def _integer_conv(build: Builder, x_at: int, w_at: int, x_zero: int, w_zero: int
     if x.rank < 3 or w.rank != x.rank:
         raise ModelError(f"{label(node)}: inputs {x_at} and {w_at} have shapes "
                          f"{list(x.shape)} and {list(w.shape)}, expected the same rank >= 3")
+    zero_at = [at if node.input(at) else None for at in (x_zero, w_zero)]
+    for at, operand in zip(zero_at, (x, w)):
+        if at is not None:
+            _same_type(build, at, operand.dtype)
+    attrs = {k: v for k, v in node.attrs.items() if k in CONV_ATTRS}
+    if _native(ctx, node, x, w, zero_at, w.shape[0]):
+        inputs = [node.inputs[x_at], node.inputs[w_at]] + \
+            [_zero_input(build, at) for at in zero_at]
+        return build.add("ConvInteger", _trimmed(inputs), out=out, **attrs)
     work = _product_dtype(math.prod(w.shape[1:]), x.dtype, w.dtype)
     zeros: list[str | None] = [None, None]
-    if node.input(x_zero):
-        _same_type(build, x_zero, x.dtype)
+    if zero_at[0] is not None:
         zeros[0] = _scalar_input(build, x_zero, "x zero point")
-    if node.input(w_zero):
-        _same_type(build, w_zero, w.dtype)
+    if zero_at[1] is not None:
         zeros[1] = _channel_input(build, w_zero, w.shape[0], w.rank, 0, "w zero point")
     left = _shifted(build, node.inputs[x_at], x.dtype, zeros[0], work)
     right = _shifted(build, node.inputs[w_at], w.dtype, zeros[1], work)
-    attrs = {k: v for k, v in node.attrs.items() if k in CONV_ATTRS}
-    return build.add("Conv", [left, right], **attrs)
+    return build.add("Cast", [build.add("Conv", [left, right], **attrs)], out=out, to="int32")
 
 
 def _requantize(build: Builder, product: str, multiplier: str, zero_at: int,
@@ -378,15 +428,13 @@ def _multiplier(build: Builder, a_scale: str, b_scale: str, y_at: int, dtype: st
 
 def matmul_integer(node: OnnxNode, ctx: Context) -> Converted:
     build = Builder(node, ctx)
-    product = _integer_matmul(build, 0, 1, 2, 3)
-    build.add("Cast", [product], out=node.outputs[0], to="int32")
+    _integer_matmul(build, 0, 1, 2, 3, out=node.outputs[0])
     return build.done()
 
 
 def conv_integer(node: OnnxNode, ctx: Context) -> Converted:
     build = Builder(node, ctx)
-    product = _integer_conv(build, 0, 1, 2, 3)
-    build.add("Cast", [product], out=node.outputs[0], to="int32")
+    _integer_conv(build, 0, 1, 2, 3, out=node.outputs[0])
     return build.done()
 
 

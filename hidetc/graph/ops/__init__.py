@@ -3,7 +3,7 @@
 Guarantees: after import, `REGISTRY` maps each supported ONNX op type (default domain,
 latest-opset form) to its `OpDef`. Families: elementwise, reduce, nn, norm, conv,
 shape, index, resize, misc, and the internal ops graph passes introduce (`layout`'s
-ConvNHWC, `fused_attention`'s FusedAttention);
+ConvNHWC, `fused_attention`'s FusedAttention; `integer`'s ConvIntegerNHWC);
 shared checks live in `common`.
 """
 from hidetc.graph.ops import (  # noqa: F401
@@ -12,6 +12,7 @@ from hidetc.graph.ops import (  # noqa: F401
     fused_attention,
     grid_sample,
     index,
+    integer,
     layout,
     misc,
     nn,

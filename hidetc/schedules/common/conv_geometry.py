@@ -1,7 +1,8 @@
-"""Geometry of a 2-D convolution task (Conv: NCHW, OIHW weights; ConvNHWC: NHWC, OHWI
-weights, `channels_last`): sizes, groups, strides, dilations and the begin pads
-(auto_pad resolved), for both targets (the CPU conv templates, the CUDA implicit-GEMM
-conv and `build_kernel`'s depthwise routing), plus the valid-range helpers
+"""Geometry of a 2-D convolution task (Conv, ConvInteger: NCHW, OIHW weights; ConvNHWC,
+ConvIntegerNHWC: NHWC, OHWI weights, `channels_last`): sizes, groups, strides,
+dilations and the begin pads (auto_pad resolved), for both targets (the CPU conv
+templates, the CUDA implicit-GEMM conv and `build_kernel`'s depthwise routing), plus the
+valid-range helpers
 (`valid_range`, `window_interior`) the CPU conv and pooling schedules use to keep every
 load inside the image without predicates.
 """
@@ -12,6 +13,9 @@ from dataclasses import dataclass
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.window import begin_pads
+
+CHANNELS_LAST = ("ConvNHWC", "ConvIntegerNHWC")
+BIASED = ("Conv", "ConvNHWC")    # input 2 a bias (the integer convs': a zero point)
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,7 @@ def conv_geometry(task: Task) -> ConvGeometry:
     if len(x_type.shape) != 4:
         raise UnsupportedOpError(f"Conv: only 2-D convolution is supported, "
                                  f"got input rank {len(x_type.shape)}")
-    last = task.op == "ConvNHWC"
+    last = task.op in CHANNELS_LAST
     if last:
         n, h, w, c = x_type.shape
         oc, kh, kw, _ = w_type.shape
@@ -80,7 +84,7 @@ def conv_geometry(task: Task) -> ConvGeometry:
     dil = tuple(task.attr("dilations") or (1, 1))
     pads = tuple(begin_pads(task, (h, w), (oh, ow), (kh, kw), strides, dil))
     return ConvGeometry(n, c, h, w, oc, kh, kw, oh, ow, task.attr("group", 1), strides,
-                        dil, pads, 2 in task.buffer_inputs, last)
+                        dil, pads, 2 in task.buffer_inputs and task.op in BIASED, last)
 
 
 

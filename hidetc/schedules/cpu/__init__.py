@@ -34,9 +34,11 @@ from hidetc.schedules.common.scan_lines import ARG_OPS
 from hidetc.schedules.cpu import (
     conv,
     conv_bf16,
+    conv_int8,
     injective,
     matmul,
     matmul_bf16,
+    matmul_int8,
     matmul_integer,
     pool,
     prepack,
@@ -55,6 +57,10 @@ TEMPLATES: dict[str, Template] = {
     "MatMul": matmul.TEMPLATE,
     "Conv": conv.TEMPLATE,
     "ConvNHWC": conv.TEMPLATE,
+    # the integer anchors (quantized models): int8 operands, int32 out
+    "MatMulInteger": matmul_int8.TEMPLATE,
+    "ConvInteger": conv_int8.TEMPLATE,
+    "ConvIntegerNHWC": conv_int8.TEMPLATE,
 }
 
 # the templates of anchors marked compute="bfloat16" (`graph.passes.compute_bf16`:

@@ -83,20 +83,28 @@ def clamp(cfg: Bf16Config, m: int, n: int) -> tuple[int, int]:
 
 def default_bf16(m: ExprLike, n: ExprLike, k: ExprLike, batch: int,
                  target: CpuTarget) -> Bf16Config:
-    """The config whose busiest core computes the fewest padded products (the tasks
-    split statically over `target.cores`), ties to the tile nearest TILE_OUTPUTS
+    """`balanced_tile` over the bf16 space (K does not enter: every tile runs all of
+    it)."""
+    return balanced_tile(bf16_space(), lambda cfg, m_, n_: clamp(cfg, m_, n_), m, n, batch,
+                         target.cores)
+
+
+def balanced_tile(space, clamped, m: ExprLike, n: ExprLike, batch: int, cores: int):
+    """The config of `space` whose busiest core computes the fewest padded products (the
+    tasks split statically over `cores`), ties to the tile nearest TILE_OUTPUTS
     outputs, then to NC = 2 MT (its cbuf and A rows stay in L2 beside the B panels; the
     largest tile ran at half the rate on one core, bench/results/2026-12-07-bf16.md).
-    Symbolic sizes are taken at the build's hint."""
+    `clamped(cfg, m, n)` is the (MT, NC) a config runs at for the problem. Symbolic
+    sizes are taken at the build's hint. (The int8 GEMM shares it.)"""
     m, n = hint_value(m), hint_value(n)
 
-    def cost(cfg: Bf16Config) -> tuple:
-        mt, nc = clamp(cfg, m, n)
+    def cost(cfg) -> tuple:
+        mt, nc = clamped(cfg, m, n)
         tasks = batch * -(-max(m, 1) // mt) * -(-max(n, 1) // nc)
-        busiest = -(-tasks // target.cores)
+        busiest = -(-tasks // cores)
         return (busiest * mt * nc, abs(math.log2(mt * nc / TILE_OUTPUTS)),
                 abs(math.log2(nc / (2 * mt))))
-    return min(bf16_space(), key=cost)
+    return min(space, key=cost)
 
 
 def block_call(target: CpuTarget) -> str:

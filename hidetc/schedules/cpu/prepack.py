@@ -25,7 +25,9 @@ WEIGHT_INPUT = 1   # the operand packed: Conv's W, MatMul's B
 # base template name -> module with can_prepack / prepack_tag / prepack_weights
 MODULES = {"cpu.conv": "hidetc.schedules.cpu.conv", "cpu.matmul": "hidetc.schedules.cpu.matmul",
            "cpu.matmul.bf16": "hidetc.schedules.cpu.matmul_bf16",
-           "cpu.conv.bf16": "hidetc.schedules.cpu.conv_bf16"}
+           "cpu.conv.bf16": "hidetc.schedules.cpu.conv_bf16",
+           "cpu.matmul.int8": "hidetc.schedules.cpu.matmul_int8",
+           "cpu.conv.int8": "hidetc.schedules.cpu.conv_int8"}
 
 
 class Prepacked:
