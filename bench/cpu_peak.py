@@ -1,5 +1,7 @@
 """The peak arithmetic throughput of one core of this CPU: f32 FMA (AVX-512 or AVX2);
-where the CPU has AVX512_BF16, bf16 pair dot products (`vdpbf16ps`); where it has
+where the CPU has AVX512_VNNI / AVX-VNNI, int8 quad dot products (`vpdpbusd` on zmm /
+ymm: each u8 x s8 product and its add counted as 2 int8 ops); where it has
+AVX512_BF16, bf16 pair dot products (`vdpbf16ps`); where it has
 AMX-BF16, tile dot products (`tdpbf16ps`, 16x16 f32 += 16x32 bf16 x 32x16 bf16) -- what
 issue 37's "GEMM micro-kernel at >= 80% of the bf16 peak" is measured against.
 
@@ -160,6 +162,35 @@ double amx_gemm(int n, int reps, double *err) {
   return best;
 }
 #endif
+#ifdef __AVX512VNNI__
+/* int8: CHAINS independent vpdpbusd chains on zmm (16 int32 lanes, 4 u8 x s8 each) */
+int32_t vnni_loop(int64_t iters) {
+  __m512i acc[CHAINS], a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(1);
+  for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_set1_epi32(c);
+  for (int64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 64
+    for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_dpbusd_epi32(acc[c], a, b);
+  __m512i s = acc[0];
+  for (int c = 1; c < CHAINS; ++c) s = _mm512_add_epi32(s, acc[c]);
+  return _mm512_reduce_add_epi32(s);
+}
+#endif
+#ifdef __AVXVNNI__
+/* int8: the same with AVX-VNNI on ymm (8 int32 lanes) */
+int32_t avxvnni_loop(int64_t iters) {
+  __m256i acc[CHAINS], a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(1);
+  for (int c = 0; c < CHAINS; ++c) acc[c] = _mm256_set1_epi32(c);
+  for (int64_t i = 0; i < iters; ++i)
+#pragma GCC unroll 64
+    for (int c = 0; c < CHAINS; ++c) acc[c] = _mm256_dpbusd_avx_epi32(acc[c], a, b);
+  int32_t out[8], total = 0;
+  __m256i s = acc[0];
+  for (int c = 1; c < CHAINS; ++c) s = _mm256_add_epi32(s, acc[c]);
+  _mm256_storeu_si256((__m256i *)out, s);
+  for (int c = 0; c < 8; ++c) total += out[c];
+  return total;
+}
+#endif
 #ifdef __AVX512BF16__
 /* bf16: CHAINS independent vdpbf16ps chains (16 f32 lanes, 32 bf16 pairs each) */
 float dpbf16_loop(int64_t iters) {
@@ -204,8 +235,10 @@ def measure(seconds: float) -> dict:
     isa = cpu_isa.host_best()
     bf16 = cpu_isa.BF16 in flags
     amx = "amx_bf16" in flags
+    vnni, avxvnni = "avx512_vnni" in flags, "avx_vnni" in flags
     opt = ["-O2", *isa.gcc_flags] + (["-mavx512bw", "-mavx512bf16"] if bf16 else []) + \
-        (["-mamx-tile", "-mamx-bf16"] if amx else [])
+        (["-mamx-tile", "-mamx-bf16"] if amx else []) + \
+        (["-mavx512bw", "-mavx512vnni"] if vnni else []) + (["-mavxvnni"] if avxvnni else [])
     with tempfile.TemporaryDirectory() as tmp:
         lib_path = build_shared_library({"peak": SOURCE.replace("@CHAINS@", str(CHAINS))},
                                         Path(tmp) / "peak.so", opt_flags=opt)
@@ -220,6 +253,11 @@ def measure(seconds: float) -> dict:
         lib.dpbf16_loop.argtypes = [ctypes.c_int64]
         result["bf16_dp_gflops"] = _rate(lib.dpbf16_loop, CHAINS * 16 * 4, seconds)
         result["bf16_over_f32"] = result["bf16_dp_gflops"] / result["f32_fma_gflops"]
+    for name, flag, lanes in (("vnni", vnni, 16), ("avxvnni", avxvnni, 8)):
+        if flag:        # int8 ops: each u8 x s8 product and its add, 4 per int32 lane
+            loop = getattr(lib, f"{name}_loop")
+            loop.restype, loop.argtypes = ctypes.c_int32, [ctypes.c_int64]
+            result[f"int8_{name}_gops"] = _rate(loop, CHAINS * lanes * 8, seconds)
     if amx:
         lib.amx_loop.restype = ctypes.c_float
         lib.amx_loop.argtypes = [ctypes.c_int64]

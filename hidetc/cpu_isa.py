@@ -53,14 +53,19 @@ ISAS = {isa.name: isa for isa in (AVX2, AVX512)}
 # beyond the f32 ones needs. AVX512_BF16 (Cooper Lake, Sapphire Rapids and on; Zen 4):
 # vdpbf16ps, pairs of bf16 multiplied and summed into f32 -- what `--precision bf16`
 # needs; AMX-BF16 (Sapphire Rapids and on): 16x16 f32 tiles += 16x32 x 32x16 bf16, the
-# bf16 GEMM's faster path where present; AVX512_VNNI for later kernels.
+# bf16 GEMM's faster path where present; the int8 GEMM's blocks (quantized models):
+# AMX-INT8 tiles (Sapphire Rapids and on), AVX512_VNNI `vpdpbusd` on zmm (Ice Lake,
+# Zen 4 and on), AVX-VNNI on ymm (Alder Lake, Zen 5); none of them: exact AVX2.
 BF16 = "avx512_bf16"
 AMX_BF16 = "amx_bf16"
-FEATURES = (BF16, AMX_BF16, "avx512_vnni")
+INT8 = ("amx_int8", "avx512_vnni", "avx_vnni")
+FEATURES = (BF16, AMX_BF16) + INT8
 # the `--cpu-isa` names: an ISA, or an ISA with features (a cross-compile for a CPU
 # with AVX512_BF16, or with AMX-BF16 too)
 NAMED = {"avx2": ("avx2", ()), "avx512": ("avx512", ()), "avx512_bf16": ("avx512", (BF16,)),
-         "amx_bf16": ("avx512", (BF16, AMX_BF16))}
+         "amx_bf16": ("avx512", (BF16, AMX_BF16)), "avx2_vnni": ("avx2", ("avx_vnni",)),
+         "avx512_vnni": ("avx512", ("avx512_vnni",)),
+         "amx_int8": ("avx512", ("amx_int8", "avx512_vnni"))}
 
 
 def bf16_features(features) -> tuple[str, ...]:

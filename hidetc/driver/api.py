@@ -81,7 +81,7 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     timings["tune_s"] = time.perf_counter() - clock
     plan = ctx.plan(selection, choices)
     def verified(writer: ArtifactWriter, manifest: dict) -> dict:
-        yardstick = Yardstick(model_path, graph, cfg)
+        yardstick = Yardstick(model_path, graph, cfg, optimized)
         try:
             return {**manifest, "verification": verifier(writer.path, manifest, yardstick,
                                                          cfg)}

@@ -28,7 +28,7 @@ A backend owns:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Collection, Mapping, Optional, Sequence
 
 from hidetc import cpu_isa
 from hidetc.backends.runtime.cuda.context import staged_bytes
@@ -53,6 +53,8 @@ from hidetc.graph.pipeline import (
 )
 from hidetc.schedules import cpu as cpu_schedules
 from hidetc.schedules import cuda as cuda_schedules
+from hidetc.schedules.cpu import INTEGER_ANCHORS
+from hidetc.schedules.cpu.gemm_int8 import int8_feature
 from hidetc.target import (
     CpuTarget,
     CudaTarget,
@@ -146,12 +148,17 @@ class CpuBackend:
         return {"library": str(library.relative_to(root)), "cpu": cpu,
                 "resources": resources}
 
-    def manifest_facts(self, machine: CpuTarget, precision: str = "f32") -> dict:
+    def manifest_facts(self, machine: CpuTarget, precision: str = "f32",
+                       ops: Collection[str] = ()) -> dict:
         """The ISA of the kernels and the machine features they use (a bf16 artifact:
         AVX512_BF16, and AMX-BF16 where the machine has it -- its kernels then use the
-        AMX tiles, `gemm_bf16.block_call`): a host without one refuses to load it."""
-        used = cpu_isa.bf16_features(machine.features) if precision == "bf16" else []
-        return {"cpu_isa": machine.isa, "cpu_features": list(used)}
+        AMX tiles, `gemm_bf16.block_call`; launches of integer anchors (`ops`): the int8
+        block's feature, `gemm_int8.int8_feature`): a host without one refuses to load
+        it."""
+        used = list(cpu_isa.bf16_features(machine.features)) if precision == "bf16" else []
+        if any(op in INTEGER_ANCHORS for op in ops):
+            used += int8_feature(machine)
+        return {"cpu_isa": machine.isa, "cpu_features": used}
 
     def space_set(self, arch: Optional[str] = None) -> tuple:
         """(label, machine, templates) for `hidetc inspect --space`: this host's cpu (the
@@ -242,7 +249,8 @@ class CudaBackend:
                                                 more=more, hints=hints)
         return {"library": None, "cuda": section, "resources": resources}
 
-    def manifest_facts(self, machine: CudaTarget, precision: str = "f32") -> dict:
+    def manifest_facts(self, machine: CudaTarget, precision: str = "f32",
+                       ops: Collection[str] = ()) -> dict:
         return {}
 
     def space_set(self, arch: Optional[str] = None) -> tuple:

@@ -33,7 +33,8 @@ from hidetc.graph.dims import parse_size
 TARGETS = ("auto", "cpu", "cuda")
 PRECISIONS = ("f32", "f16", "bf16")
 LAYOUTS = ("auto", "nchw")
-CPU_ISAS = ("avx2", "avx512", "avx512_bf16", "amx_bf16")    # cpu_isa.NAMED: ISAs, and with features
+CPU_ISAS = ("avx2", "avx512", "avx512_bf16", "amx_bf16", "avx2_vnni", "avx512_vnni",
+            "amx_int8")    # cpu_isa.NAMED: ISAs, and with features
 # norm-wise relative error bound vs ONNX Runtime (f32), per precision, when `rtol` is
 # unset; each kernel gets a share of it (the module docstring)
 TOLERANCES = {"f32": 1e-4, "f16": 1e-2, "bf16": 2e-2}   # bf16: 8 mantissa bits

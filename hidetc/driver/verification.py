@@ -33,6 +33,11 @@ from hidetc.driver.verify import (
     sample_inputs,
     settle,
 )
+from hidetc.driver.verify_quantized import (
+    kernel_verdict,
+    quantized_outputs,
+    settle_quantized,
+)
 from hidetc.errors import VerificationError
 from hidetc.graph.reference import run_graph
 
@@ -43,7 +48,7 @@ Verifier = Callable[[Path, dict, "Yardstick", CompileConfig], dict]
 class Yardstick:
     """What a compile verifies against (see the module docstring)."""
 
-    def __init__(self, model_path, graph, cfg: CompileConfig):
+    def __init__(self, model_path, graph, cfg: CompileConfig, optimized=None):
         names = list(graph.inputs)
         self.inputs = (load_sample(cfg.sample, names) if cfg.sample
                        else sample_inputs(graph, cfg.seed))
@@ -52,6 +57,10 @@ class Yardstick:
                            else output_tolerances(graph, cfg.tolerance))
         self._graph = graph
         self._exact: Optional[dict] = None
+        # a quantized model's outputs and the graph its kernels were planned from (the
+        # per-kernel check of `verify_quantized`; None: a dynamic artifact's variants)
+        self.quantized = quantized_outputs(graph)
+        self.optimized = optimized
 
     def exact(self) -> dict:
         if self._exact is None:
@@ -73,12 +82,15 @@ def verify_artifact(path: Path, manifest: dict, yardstick: Yardstick,
                     cfg: CompileConfig) -> dict:
     """Run the staged artifact at `path` on the yardstick's inputs: its verification
     record, or a one-line VerificationError naming the output that misses most."""
-    outputs = make_executor(path, manifest, warn_cores=False).run(yardstick.inputs)
+    executor = make_executor(path, manifest, warn_cores=False)
+    outputs = executor.run(yardstick.inputs)
     tolerances = yardstick.tolerances
     report = compare(outputs, yardstick.reference, tolerances)
     if report["status"] != "passed":
         report = settle(report, tolerances, outputs, yardstick.reference, yardstick.exact,
                         yardstick.engine)
+    if report["status"] != "passed" and yardstick.quantized:
+        report = _settle_quantized(report, executor, manifest, outputs, yardstick)
     report.update({"reference": yardstick.name, "metric": "norm-wise relative error",
                    "tolerance": cfg.tolerance,     # the base; per output: its own
                    "precision": cfg.precision,
@@ -94,6 +106,32 @@ def verify_artifact(path: Path, manifest: dict, yardstick: Yardstick,
     return report
 
 
+def _settle_quantized(report: dict, executor, manifest: dict, outputs: dict,
+                      yardstick: Yardstick) -> dict:
+    """A quantized model's outputs judged by `verify_quantized`'s criterion: the model's
+    own sensitivity, and every kernel on exact inputs (where the executor can run them
+    one by one and the planned graph is known; the record says when it was not)."""
+    tolerances = yardstick.tolerances
+    passed = settle_quantized(report, tolerances, outputs, yardstick.reference,
+                              yardstick.exact, yardstick.engine, yardstick.quantized)
+    if not passed:
+        return report
+    run_with_hook = getattr(executor, "run_with_hook", None)
+    if run_with_hook is None or yardstick.optimized is None:
+        report["kernels"] = "not checked one by one (a dynamic artifact's variants)"
+    else:
+        count, worst, reason = kernel_verdict(manifest, run_with_hook, yardstick.optimized,
+                                              yardstick.inputs, min(tolerances.values()))
+        report["kernels"] = {"checked": count, "worst": None if worst is None else {
+            "kernel": worst.kernel, "node": worst.node, "error": worst.describe()}}
+        if reason is not None:
+            for name in passed:
+                entry = report["outputs"][name]
+                entry.pop("passed_by")
+                entry["kernel"] = reason
+    return {**report, "status": "failed" if failing(report, tolerances) else "passed"}
+
+
 def describe(entry: dict) -> str:
     if "rel_error" in entry:
         return f"relative error {entry['rel_error']:.3g}, max abs {entry['max_abs_error']:.3g}"
@@ -105,8 +143,9 @@ def _exact_note(entry: dict) -> str:
     exact = entry.get("exact")
     if not exact:
         return ""
+    kernel = f"; {entry['kernel']}" if "kernel" in entry else ""
     return "; against the exact reference " + ", ".join(
-        f"{who} {err:.3g}" for who, err in exact.items())
+        f"{who} {err:.3g}" for who, err in exact.items()) + kernel
 
 
 def recover_artifact(writer: ArtifactWriter, manifest: dict, plan: ExecutionPlan,

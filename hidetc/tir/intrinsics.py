@@ -65,9 +65,9 @@ BF16_AMX, BF16_DP = "hidetc_bf16_gemm_amx", "hidetc_bf16_gemm_dp"
 BF16_CALLS = (BF16_AMX, BF16_DP)
 # the int8 GEMM blocks (C helpers of `hidetc.backends.codegen.c_int8`, likewise):
 # (a, kp, b, pst, c, ldc, rows, panels), a, b, c by address
-INT8_VNNI, INT8_AVXVNNI, INT8_AVX2 = ("hidetc_i8_gemm_vnni", "hidetc_i8_gemm_avxvnni",
-                                      "hidetc_i8_gemm_avx2")
-INT8_CALLS = (INT8_VNNI, INT8_AVXVNNI, INT8_AVX2)
+INT8_AMX, INT8_VNNI, INT8_AVXVNNI, INT8_AVX2 = (
+    "hidetc_i8_gemm_amx", "hidetc_i8_gemm_vnni", "hidetc_i8_gemm_avxvnni", "hidetc_i8_gemm_avx2")
+INT8_CALLS = (INT8_AMX, INT8_VNNI, INT8_AVXVNNI, INT8_AVX2)
 
 _RECORDS: list[Intrinsic] = [
     # AVX2/FMA and AVX-512F (schedules/cpu/avx2.py), and gcc's software prefetch

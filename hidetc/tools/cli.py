@@ -84,7 +84,9 @@ def main(debug: bool) -> None:
               help="cpu: the vector ISA of the kernels (default: $HIDETC_CPU_ISA, else "
                    "AVX-512 where the host has it, else AVX2); avx512_bf16: AVX-512 on a "
                    "CPU with AVX512_BF16 (what --precision bf16 needs); amx_bf16: and "
-                   "AMX-BF16 (bf16 GEMMs on AMX tiles).")
+                   "AMX-BF16 (bf16 GEMMs on AMX tiles); the int8 GEMMs of quantized "
+                   "models: avx2_vnni (AVX-VNNI), avx512_vnni, amx_int8 (AMX-INT8 tiles; "
+                   "with neither, exact AVX2).")
 @click.option("--cpu-cores", type=click.IntRange(1), default=None,
               help="cpu: shape the parallel loops for this many cores (a cross-compile "
                    "for another machine; default: the cores this process may use).")

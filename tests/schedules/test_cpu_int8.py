@@ -1,6 +1,6 @@
 """The cpu int8 templates (quantized models): MatMulInteger and ConvInteger /
 ConvIntegerNHWC against the ops' exact integer references, on every block helper this
-host runs (AVX512_VNNI, AVX-VNNI, the exact AVX2 `vpmaddwd` path; skipped with the
+host runs (AMX-INT8, AVX512_VNNI, AVX-VNNI, the exact AVX2 `vpmaddwd` path; skipped with the
 reason where the CPU lacks one), uint8 and int8 operands, with and without zero points
 (per tensor and per column / channel), weights packed at compile time and at run time,
 every config of the space on a ragged shape, the extremes of both types (the AVX2 path
@@ -24,11 +24,14 @@ from hidetc.graph.ops.registry import get_op
 from hidetc.schedules.cpu import build_kernel, conv_int8, kernel_choice, matmul_int8
 from hidetc.schedules.cpu.gemm_int8 import Int8Config, block_call, int8_space, pack_weights
 from hidetc.target import CpuTarget
-from hidetc.tir.intrinsics import INT8_AVX2, INT8_AVXVNNI, INT8_VNNI
+from hidetc.tir.intrinsics import INT8_AMX, INT8_AVX2, INT8_AVXVNNI, INT8_VNNI
 from hidetc.tir.pipeline import lower
 
 FLAGS = cpu_isa.host_flags()
-PATHS = [pytest.param(("avx512_vnni",), id="vnni",
+PATHS = [pytest.param(("amx_int8", "avx512_vnni"), id="amx",
+                      marks=pytest.mark.skipif("amx_int8" not in FLAGS,
+                                               reason="this CPU lacks AMX-INT8")),
+         pytest.param(("avx512_vnni",), id="vnni",
                       marks=pytest.mark.skipif("avx512_vnni" not in FLAGS,
                                                reason="this CPU lacks AVX512_VNNI")),
          pytest.param(("avx_vnni",), id="avxvnni",
@@ -204,6 +207,7 @@ def test_selection_the_block_helper_and_what_a_module_carries():
     assert kernel_choice(task, tgt)[0] is matmul_int8.TEMPLATE
     assert block_call(tgt) == INT8_VNNI and block_call(target(("avx_vnni",))) == INT8_AVXVNNI
     assert block_call(target(())) == INT8_AVX2
+    assert block_call(target(("amx_int8", "avx512_vnni"))) == INT8_AMX
     text = print_c_module([lower(build_kernel(task, "q", tgt))])
     assert INT8_SOURCE in text and INT8_VNNI + "(" in text
     f32 = Task("Relu", (TensorType("float32", (4,)),), (TensorType("float32", (4,)),), (),

@@ -77,10 +77,13 @@ def cpu_arch(target: CpuTarget) -> str:
     ("x86-64-avx512/16c"): a cross-compile for 16 cores takes the winners measured on a
     16-core machine of that ISA. The bf16 features follow the ISA
     ("x86-64-avx512+avx512_bf16+amx_bf16/2c"): a bf16 kernel runs on AMX tiles where the
-    machine has them and on vdpbf16ps where not, so their winners differ."""
+    machine has them and on vdpbf16ps where not, so their winners differ; so do the int8
+    features (AMX-INT8, AVX512_VNNI, AVX-VNNI: the int8 GEMM's block helpers)."""
     machine = platform.machine().lower()
     isa = f"x86-64-{target.isa}" if machine in ("x86_64", "amd64") else machine or "unknown"
-    features = "".join(f"+{f}" for f in cpu_isa.bf16_features(target.features))
+    used = cpu_isa.bf16_features(target.features) + \
+        tuple(f for f in cpu_isa.INT8 if f in target.features)
+    features = "".join(f"+{f}" for f in used)
     return f"{isa}{features}/{target.cores}c"
 
 

@@ -32,6 +32,7 @@ from hidetc.errors import HidetcError, ModelError, ShapeError, UnsupportedOpErro
 from hidetc.frontend.onnx import control_flow, functions
 from hidetc.frontend.onnx.base import label as label_of
 from hidetc.frontend.onnx.functions import has_function
+from hidetc.frontend.onnx.fuse_qdq import fuse_qdq
 from hidetc.frontend.onnx.handlers import Context, OnnxNode, convert, supported_extra_ops
 from hidetc.frontend.onnx.input_dims import resolve, symbol_name
 from hidetc.frontend.onnx.tensors import attribute_value, tensor_array, value_info_dims
@@ -84,9 +85,13 @@ def import_model(proto: onnx.ModelProto, base_dir: str | None = None,
     """Convert an in-memory ModelProto; `base_dir` locates external data files.
     `shapes` binds inputs (per dimension a size, a DimRange or its text "1..512"),
     `dims` the file's named dimensions, `shape_opts` / `dim_opts` the sizes to tune at
-    (`input_dims.resolve`)."""
+    (`input_dims.resolve`). A quantized model's QDQ patterns (DequantizeLinear ->
+    Conv / MatMul / Gemm -> QuantizeLinear) are read as the integer ops ONNX Runtime
+    fuses them into (`fuse_qdq`)."""
     source = source or (proto.graph.name or "model")
     try:
+        # ONNX Runtime's QDQ patterns as the integer ops it runs them as (`fuse_qdq`)
+        proto, _ = fuse_qdq(proto, base_dir or os.getcwd())
         return _Importer(proto, base_dir or os.getcwd(), dict(shapes or {}),
                          dict(dims or {}), dict(shape_opts or {}), dict(dim_opts or {})).run()
     except HidetcError as error:

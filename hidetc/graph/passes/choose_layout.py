@@ -86,9 +86,14 @@ def run(graph: Graph, policy: "Policy") -> Graph:
 
 # ------------------------------------------------------------------ Conv -> ConvNHWC
 
+# the convolutions the pass rewrites and their channels-last twins (the integer one's
+# zero points, inputs 2 and 3, pass through unchanged: a scalar and a per-OC vector)
+NHWC_OF = {"Conv": "ConvNHWC", "ConvInteger": "ConvIntegerNHWC"}
+
+
 def _conv_channels(graph: Graph, node: Node) -> int | None:
     """C/G of a 2-D Conv with a constant weight, else None."""
-    if node.op != "Conv" or graph.types[node.inputs[0]].rank != 4:
+    if node.op not in NHWC_OF or graph.types[node.inputs[0]].rank != 4:
         return None
     if node.inputs[1] not in graph.constants:
         return None
@@ -141,15 +146,13 @@ def rewrite_convs(graph: Graph, policy: Policy = wants_nhwc) -> Graph:
 def to_nhwc(rw: Rewriter, node: Node) -> None:
     base = node_base(node)
     x, w = node.inputs[0], node.inputs[1]
-    bias = node.inputs[2] if len(node.inputs) > 2 else ""
     weight = rw.constants[w]
     attrs = node.attr_dict
     win = window_geometry("Conv", rw.types[x].shape[2:], weight.shape[2:], attrs)
     ohwi = rw.const(f"{w}_ohwi", np.transpose(weight, TO_NHWC))
     xt = rw.add("Transpose", (x,), f"{base}_in_nhwc", perm=TO_NHWC)
-    inputs = (xt, ohwi, bias) if bias else (xt, ohwi)
-    y = rw.add("ConvNHWC", inputs, f"{base}_nhwc", strides=win.strides,
-               dilations=win.dilations, pads=win.begin + win.end,
+    y = rw.add(NHWC_OF[node.op], (xt, ohwi) + tuple(node.inputs[2:]), f"{base}_nhwc",
+               strides=win.strides, dilations=win.dilations, pads=win.begin + win.end,
                group=attrs.get("group", 1))
     rw.add("Transpose", (y,), f"{base}_out_nchw", out=node.outputs[0], perm=TO_NCHW)
 

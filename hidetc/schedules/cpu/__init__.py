@@ -63,6 +63,8 @@ TEMPLATES: dict[str, Template] = {
     "ConvIntegerNHWC": conv_int8.TEMPLATE,
 }
 
+INTEGER_ANCHORS = frozenset(("MatMulInteger", "ConvInteger", "ConvIntegerNHWC"))
+
 # the templates of anchors marked compute="bfloat16" (`graph.passes.compute_bf16`:
 # --precision bf16), f32 tensors with bf16 products
 BF16_TEMPLATES: dict[str, Template] = {

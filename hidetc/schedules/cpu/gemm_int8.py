@@ -21,8 +21,8 @@ all in int32 (exact while K * 383 * 255 < 2^31: `MAX_K`). The kernel in words:
         (B'[4i..4i+3][j] in the four bytes of one int32), row Kp/4 colsum_j(B'); zero
         past K and N
     tasks (batch, M/MT, N/NC) in one parallel loop, each:
-        cbuf[MT][NC+16] = the block helper over its rows and panels (`c_int8`:
-                          AVX512_VNNI, AVX-VNNI, or exact AVX2 `vpmaddwd`)
+        cbuf[MT][NC+16] = the block helper over its rows and panels (`c_int8`: AMX-INT8
+                          tiles, AVX512_VNNI, AVX-VNNI, or exact AVX2 `vpmaddwd`)
         store(bt, i0 + r, j0 + j, cbuf[r][j] + the correction) for the valid r, j
 
 Rows past M are clamped on load (computed, never stored), columns past N and the K
@@ -47,7 +47,7 @@ from hidetc.schedules.cpu.gemm_bf16 import balanced_tile
 from hidetc.schedules.cpu.microkernel import ceil_div
 from hidetc.schedules.template import CpuTarget
 from hidetc.tir.builder import KernelBuilder
-from hidetc.tir.intrinsics import INT8_AVX2, INT8_AVXVNNI, INT8_VNNI
+from hidetc.tir.intrinsics import INT8_AMX, INT8_AVX2, INT8_AVXVNNI, INT8_VNNI
 from hidetc.tir.ir import Buffer, Const, Expr, ExprLike, call, cast, logical_and, minimum, select
 from hidetc.tir.mapping import spatial
 
@@ -58,7 +58,7 @@ CBUF_PAD = 16    # int32 past NC in a cbuf row (rows 2 KB apart would share L1 s
 MT_CHOICES = (32, 64, 128, 256)
 NC_CHOICES = (32, 64, 128, 256, 512)
 MAX_K = (2 ** 31 - 1) // (383 * 255)   # every correction term and sum fits int32
-VNNI, AVX_VNNI = "avx512_vnni", "avx_vnni"
+AMX_INT8, VNNI, AVX_VNNI = "amx_int8", "avx512_vnni", "avx_vnni"
 
 Value = Callable[[Expr, Expr, Expr], Expr]       # (matrix, row or k, k or column) -> raw
 Store = Callable[[Expr, Expr, Expr, Expr], None]  # (batch index, row, column, int32)
@@ -93,8 +93,10 @@ def default_int8(m: ExprLike, n: ExprLike, batch: int, target: CpuTarget) -> Int
 
 
 def block_call(target: CpuTarget) -> str:
-    """The block helper for the target's features: VNNI on zmm, AVX-VNNI on ymm, else
-    the exact AVX2 `vpmaddwd` block (every cpu target has AVX2)."""
+    """The block helper for the target's features: AMX-INT8 tiles, VNNI on zmm, AVX-VNNI
+    on ymm, else the exact AVX2 `vpmaddwd` block (every cpu target has AVX2)."""
+    if AMX_INT8 in target.features:
+        return INT8_AMX
     if VNNI in target.features:
         return INT8_VNNI
     if AVX_VNNI in target.features:
@@ -104,7 +106,7 @@ def block_call(target: CpuTarget) -> str:
 
 def int8_feature(target: CpuTarget) -> tuple[str, ...]:
     """The machine feature an int8 kernel built for `target` uses (none: AVX2 only)."""
-    return tuple(f for f in (VNNI, AVX_VNNI) if f in target.features)[:1]
+    return tuple(f for f in (AMX_INT8, VNNI, AVX_VNNI) if f in target.features)[:1]
 
 
 def pack_weights(b: np.ndarray, b_dtype: str) -> np.ndarray:
@@ -217,16 +219,37 @@ def emit_int8_gemm(kb: KernelBuilder, p: Problem, cfg: Int8Config, target: CpuTa
                 sums, row0 = rowsum, i0
             kb.evaluate(call(helper, a_at_, kp, b_at, pst, cbuf[0, 0], ldc, rows,
                              ceil_div(cols, PANEL), dtype="void"))
-            with kb.for_range(rows, name="r") as r, kb.for_range(cols, name="j") as j:
-                col = j0 + j
-                value = cbuf[r, j]
-                if za is not None:
-                    value = value - za * bpack[mat_b + (col // PANEL, kp // 4, col % PANEL)]
+            corr = _column_terms(kb, p, bpack, mat_b, kp, j0, nc, cols, za)
+            with kb.for_range(rows, name="r") as r:
+                shifted = None
                 if p.needs_rowsum:
                     total = sums[(0 if apack is None else mat_a), row0 + r]
-                    shifted = total - za * p.k if za is not None else total
-                    value = value + p.db(col) * shifted
-                store(bidx, i0 + r, col, value)
+                    shifted = kb.declare("shifted", "int32",
+                                         total - za * p.k if za is not None else total)
+                with kb.for_range(cols, name="j") as j:
+                    value = cbuf[r, j]
+                    if corr is not None:
+                        value = value - corr[0, j]
+                    if shifted is not None:
+                        value = value + corr[1, j] * shifted
+                    store(bidx, i0 + r, j0 + j, value)
+
+
+def _column_terms(kb: KernelBuilder, p: Problem, bpack: Buffer, mat_b: tuple,
+                  kp: ExprLike, j0: Expr, nc: int, cols: Expr, za: Optional[Expr]
+                  ) -> Optional[Buffer]:
+    """The task's per-column correction terms, once before its stores (so the store
+    loop reads them contiguously and vectorizes): [0][j] = ZA * colsum_j(B'), [1][j] =
+    DB_j. None when both are zero."""
+    if za is None and not p.needs_rowsum:
+        return None
+    corr = kb.alloc("corr", "int32", (2, nc))
+    with kb.for_range(cols, name="j") as j:
+        col = j0 + j
+        colsum = bpack[mat_b + (col // PANEL, kp // 4, col % PANEL)]
+        kb.store(corr, (0, j), za * colsum if za is not None else Const(0, "int32"))
+        kb.store(corr, (1, j), p.db(col) if p.needs_rowsum else Const(0, "int32"))
+    return corr
 
 
 def _alloc_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> tuple[Buffer, Optional[Buffer]]:

@@ -11,7 +11,7 @@ this terminates). Rules:
 - constants to the right of commutative operators; `(x + c1) + c2 -> x + (c1 + c2)`,
   `(x * c1) * c2 -> x * (c1 * c2)`, `(x // a) // b -> x // (a * b)` (a, b > 0);
 - identities: `x + 0`, `x - 0`, `x * 1`, `x * 0` (integers only), `x // 1`, `x % 1`,
-  `(x * k*c) // c -> x * k`, `(x * k*c) % c -> 0`; for floats only the exact ones `x * 1.0`,
+  `(x * k*c) // c -> x * k`, `(x * k*c) % c -> 0`, `(x / c) * c + x % c -> x`; for floats only the exact ones `x * 1.0`,
   `x / 1.0` (never `x + 0.0` or `x * 0.0`: -0.0, inf and NaN);
 - with value ranges (loop variables range over [0, extent); MapFor variables over the
   task grid; everything else is unknown): `x // c -> 0` and `x % c -> x` when
@@ -339,8 +339,24 @@ def _logic(e: BinOp, ctx: _Ctx) -> Optional[Expr]:
     return _keep(e.a, e) if e.a.dtype == "bool" else None
 
 
+def _recombine(e: BinOp, ctx: _Ctx) -> Optional[Expr]:
+    """(x / c) * c + x % c -> x (either order): C's division and remainder guarantee it
+    for any integer x and c != 0 -- an index split into (row, column) and joined again."""
+    if e.dtype not in INTS:
+        return None
+    for left, right in ((e.a, e.b), (e.b, e.a)):
+        if not (isinstance(left, BinOp) and left.op == "*" and isinstance(left.a, BinOp)
+                and left.a.op in _DIV and isinstance(right, BinOp) and right.op == "%"):
+            continue
+        x, c = left.a.a, left.a.b
+        if _pos_const(c) is not None and left.b == c and right.a == x and right.b == c \
+                and x.dtype == e.dtype:
+            return x
+    return None
+
+
 _RULES: dict[str, list[Callable[[BinOp, _Ctx], Optional[Expr]]]] = {
-    "+": [_fold, _commute, _reassociate, _identity],
+    "+": [_fold, _commute, _reassociate, _identity, _recombine],
     "-": [_fold, _identity],
     "*": [_fold, _commute, _reassociate, _identity],
     "/": [_fold, _reassociate, _identity, _div_mod],
