@@ -72,7 +72,9 @@ INT8_CALLS = (INT8_AMX, INT8_VNNI, INT8_AVXVNNI, INT8_AVX2)
 _RECORDS: list[Intrinsic] = [
     # AVX2/FMA and AVX-512F (schedules/cpu/avx2.py), and gcc's software prefetch
     *(_x86(f"_mm{bits}_{op}_ps") for bits in (256, 512)
-      for op in ("fmadd", "add", "sub", "mul", "max", "setzero", "set1", "setr")),
+      for op in ("fmadd", "add", "sub", "mul", "max", "min", "setzero", "set1", "setr")),
+    # (the lane min / max of `schedules/cpu/reduce`: NaN found by an unordered compare)
+    _x86("_mm256_cmp_ps"), _x86("_mm256_or_ps"), _x86("_mm256_movemask_ps"),
     _x86("_mm256_loadu_ps", (0,), value_form=("_mm256_setr_ps", 8)),
     _x86("_mm512_loadu_ps", (0,), value_form=("_mm512_setr_ps", 16)),
     _x86("_mm256_storeu_ps", (0,), pure=False), _x86("_mm512_storeu_ps", (0,), pure=False),

@@ -28,9 +28,11 @@ CPU_TYPES = {**C_TYPES, "float16": "_Float16", "bfloat16": "uint16_t",
              **{d: "uint8_t" for d in NARROW_DTYPES}}
 HALF = ("float16", "bfloat16")   # computed in float, rounded to the half type per operation
 
+# (`|`, not `||`: no short-circuit branch, so gcc if-converts a lane loop of them and
+# vectorizes it -- the same value: both operands are plain comparisons)
 _HELPERS_FLOAT = """\
-static inline {t} hidetc_max_{d}({t} a, {t} b) {{ return (a != a || a > b) ? a : b; }}
-static inline {t} hidetc_min_{d}({t} a, {t} b) {{ return (a != a || a < b) ? a : b; }}
+static inline {t} hidetc_max_{d}({t} a, {t} b) {{ return ((a != a) | (a > b)) ? a : b; }}
+static inline {t} hidetc_min_{d}({t} a, {t} b) {{ return ((a != a) | (a < b)) ? a : b; }}
 static inline {t} hidetc_sigmoid_{d}({t} x) {{ return ({t})1 / (({t})1 + {exp}(-x)); }}
 static inline {t} hidetc_rsqrt_{d}({t} x) {{ return ({t})1 / sqrt{s}(x); }}
 """
