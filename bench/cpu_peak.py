@@ -1,6 +1,7 @@
 """The peak arithmetic throughput of one core of this CPU: f32 FMA (AVX-512 or AVX2);
 where the CPU has AVX512_VNNI / AVX-VNNI, int8 quad dot products (`vpdpbusd` on zmm /
-ymm: each u8 x s8 product and its add counted as 2 int8 ops); where it has
+ymm: each u8 x s8 product and its add counted as 2 int8 ops), and with AMX-INT8 tile
+dot products (`tdpbusd`, 16x16 int32 += 16x64 u8 x 64x16 s8); where it has
 AVX512_BF16, bf16 pair dot products (`vdpbf16ps`); where it has
 AMX-BF16, tile dot products (`tdpbf16ps`, 16x16 f32 += 16x32 bf16 x 32x16 bf16) -- what
 issue 37's "GEMM micro-kernel at >= 80% of the bf16 peak" is measured against.
@@ -94,6 +95,30 @@ float amx_loop(int64_t iters) {
   _tile_release();
   return c[0];
 }
+#ifdef __AMX_INT8__
+/* 4 x tdpbusd per iteration into 4 independent 16x16 int32 tiles (16 x 64 u8 x s8) */
+int32_t amx_int8_loop(int64_t iters) {
+  if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */))
+    return -1;
+  static uint8_t a[16 * 64], b[16 * 64];
+  static int32_t c[16 * 16];
+  tile_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+  for (int i = 0; i < 16 * 64; ++i) { a[i] = 1; b[i] = 1; }
+  _tile_loadconfig(&cfg);
+  _tile_loadd(4, a, 64); _tile_loadd(5, b, 64); _tile_loadd(6, a, 64); _tile_loadd(7, b, 64);
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  for (int64_t i = 0; i < iters; ++i) {
+    _tile_dpbusd(0, 4, 5); _tile_dpbusd(1, 4, 7);
+    _tile_dpbusd(2, 6, 5); _tile_dpbusd(3, 6, 7);
+  }
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
+}
+#endif
 /* A GEMM of n x n x n (n a multiple of 32) on AMX, single-threaded, as a first kernel
  * would do it: A packed as [n/16][n/32][16][32] bf16 and B in the pair layout
  * [n/16][n/32][16 k-pairs][16][2] (both outside the clock), 2 x 2 C tiles of 16 x 16
@@ -235,10 +260,12 @@ def measure(seconds: float) -> dict:
     isa = cpu_isa.host_best()
     bf16 = cpu_isa.BF16 in flags
     amx = "amx_bf16" in flags
+    amx_int8 = "amx_int8" in flags
     vnni, avxvnni = "avx512_vnni" in flags, "avx_vnni" in flags
     opt = ["-O2", *isa.gcc_flags] + (["-mavx512bw", "-mavx512bf16"] if bf16 else []) + \
         (["-mamx-tile", "-mamx-bf16"] if amx else []) + \
-        (["-mavx512bw", "-mavx512vnni"] if vnni else []) + (["-mavxvnni"] if avxvnni else [])
+        (["-mavx512bw", "-mavx512vnni"] if vnni else []) + (["-mavxvnni"] if avxvnni else []) + \
+        (["-mamx-tile", "-mamx-int8"] if amx_int8 else [])
     with tempfile.TemporaryDirectory() as tmp:
         lib_path = build_shared_library({"peak": SOURCE.replace("@CHAINS@", str(CHAINS))},
                                         Path(tmp) / "peak.so", opt_flags=opt)
@@ -258,6 +285,11 @@ def measure(seconds: float) -> dict:
             loop = getattr(lib, f"{name}_loop")
             loop.restype, loop.argtypes = ctypes.c_int32, [ctypes.c_int64]
             result[f"int8_{name}_gops"] = _rate(loop, CHAINS * lanes * 8, seconds)
+    if amx_int8 and amx:      # (its loop shares the AMX-BF16 block's set-up)
+        lib.amx_int8_loop.restype = ctypes.c_int32
+        lib.amx_int8_loop.argtypes = [ctypes.c_int64]
+        if lib.amx_int8_loop(1) >= 0:
+            result["int8_amx_gops"] = _rate(lib.amx_int8_loop, 4 * 16 * 16 * 64 * 2, seconds)
     if amx:
         lib.amx_loop.restype = ctypes.c_float
         lib.amx_loop.argtypes = [ctypes.c_int64]

@@ -11,8 +11,8 @@ packing (`_gather`): per output position and tap one run of C channels (NHWC: co
 in X) or one element per channel (NCHW), X' = X (+128 for int8), and ZA (x_zero + 128
 for int8: zero after the shift) for a tap in the padding -- the padding ONNX defines
 (the shifted input padded with zeros). Several groups (MobileNet's depthwise convs):
-`_build_grouped`, a direct kernel (each output one int32 dot product over its group's
-C/G * KH * KW taps; NHWC vectorizes along the channels).
+`_build_grouped`, a direct kernel (per output position a row of int32 accumulators, the
+taps added along the output channels; the weights prepacked tap-major).
 
 Guarantees: the reference's exact integers for any geometry (strides, pads, dilations,
 groups, symbolic batch; K <= gemm_int8.MAX_K).
@@ -78,16 +78,26 @@ TEMPLATE = ConvInt8Template()
 
 
 def can_prepack(task: Task, config: Int8Config) -> bool:
-    return conv_geometry(task).groups == 1
+    return True
 
 
 def prepack_tag(task: Task, config: Int8Config) -> str:
-    return "int8"
+    return "int8" if conv_geometry(task).groups == 1 else "int8_taps"
 
 
 def prepack_weights(task: Task, config: Int8Config, w: np.ndarray) -> np.ndarray:
+    """One group: the GEMM's quads (`gemm_int8.pack_weights`); several: the weights
+    tap-major, [KH][KW][C/G][OC] in their own type (`_build_grouped` reads a tap's
+    output channels contiguously)."""
     w = np.asarray(w)
+    if conv_geometry(task).groups != 1:
+        taps = (1, 2, 3, 0) if conv_geometry(task).channels_last else (2, 3, 1, 0)
+        return np.ascontiguousarray(w.transpose(taps))
     return pack_weights(w.reshape(w.shape[0], -1).T, task.inputs[1].dtype)
+
+
+def _tap_major(geo: ConvGeometry) -> tuple[int, int, int, int]:
+    return geo.kh, geo.kw, geo.icg, geo.oc
 
 
 def _k(geo: ConvGeometry) -> int:
@@ -106,19 +116,22 @@ def _zero_buffers(kb: KernelBuilder, task: Task) -> tuple:
 def build_conv_int8(task: Task, cfg: Int8Config, name: str, target: CpuTarget,
                     prepacked: bool = False) -> Function:
     geo = conv_geometry(task)
-    prepacked = prepacked and geo.groups == 1     # (`can_prepack`)
     x_type, w_type = task.inputs[0], task.inputs[1]
     kb = KernelBuilder(name, "cpu")
     x = kb.buffer("x", x_type.dtype, x_type.shape)
     k = _k(geo)
-    w = kb.buffer("w", "int32" if prepacked else w_type.dtype,
-                  packed_shape(k, geo.oc) if prepacked else w_type.shape)
+    if not prepacked:
+        w = kb.buffer("w", w_type.dtype, w_type.shape)
+    elif geo.groups == 1:
+        w = kb.buffer("w", "int32", packed_shape(k, geo.oc))
+    else:
+        w = kb.buffer("w", w_type.dtype, _tap_major(geo))
     x_zero, w_zero, per_channel = _zero_buffers(kb, task)
     out = kb.buffer("out", "int32", task.outputs[0].shape)
     if geo.n * geo.oh * geo.ow * geo.oc == 0:
         return kb.finish()
     if geo.groups != 1:
-        _build_grouped(kb, geo, (x, w, x_zero, w_zero, out), per_channel, x_type.dtype)
+        _build_grouped(kb, geo, (x, w, x_zero, w_zero, out), per_channel, prepacked)
         return kb.finish()
     m, plane = geo.n * geo.oh * geo.ow, geo.oh * geo.ow
 
@@ -184,37 +197,40 @@ def _gather(kb: KernelBuilder, geo: ConvGeometry, x: Buffer, p: Problem, apack: 
 
 
 def _build_grouped(kb: KernelBuilder, geo: ConvGeometry, buffers: tuple, per_channel: bool,
-                   x_dtype: str) -> None:
-    """Several groups: out[n][oc][oh][ow] (or NHWC) = sum over the group's channels and
-    taps of (X - x_zero)(W - w_zero[oc]) in int32, the padding contributing nothing."""
+                   prepacked: bool) -> None:
+    """Several groups: out[n][oh][ow][oc] (or NCHW) = sum over the group's channels and
+    taps of (X - x_zero)(W - w_zero[oc]) in int32, taps in the padding skipped. Per
+    output position, an int32 row of OC accumulators, each inside tap adding along the
+    output channels (contiguous in the tap-major prepacked weights and, for a depthwise
+    NHWC conv, in X: the loop vectorizes)."""
     x, w, x_zero, w_zero, out = buffers
     zx = cast(x_zero[0], "int32") if x_zero is not None else Const(0, "int32")
     rows = geo.n * geo.oh * geo.ow
     with kb.for_range(rows, kind="parallel", name="p") as p:
         with kb.for_mapping(spatial(geo.n, geo.oh, geo.ow), p, names=["n", "oh", "ow"]) \
                 as (n, oh, ow):
+            acc = kb.alloc("acc", "int32", (geo.oc,))
             with kb.for_range(geo.oc, name="oc") as oc:
-                g = oc // geo.ocg
-                zw = (cast(w_zero[oc if per_channel else 0], "int32") if w_zero is not None
-                      else Const(0, "int32"))
-                acc = kb.declare("acc", "int32", Const(0, "int32"))
-                with kb.for_range(geo.kh, name="kh") as kh, \
-                        kb.for_range(geo.kw, name="kw") as kw:
-                    ih = oh * geo.strides[0] - geo.pads[0] + kh * geo.dilations[0]
-                    iw = ow * geo.strides[1] - geo.pads[1] + kw * geo.dilations[1]
-                    inside = logical_and(ih >= 0, ih < geo.h, iw >= 0, iw < geo.w)
-                    ihc = maximum(minimum(ih, geo.h - 1), 0)
-                    iwc = maximum(minimum(iw, geo.w - 1), 0)
-                    with kb.for_range(geo.icg, name="c") as c:
-                        ch = g * geo.icg + c
-                        if geo.channels_last:
-                            xv, wv = x[n, ihc, iwc, ch], w[oc, kh, kw, c]
+                kb.store(acc, (oc,), Const(0, "int32"))
+            with kb.for_range(geo.kh, name="kh") as kh, kb.for_range(geo.kw, name="kw") as kw:
+                ih = _var(kb, "ih", oh * geo.strides[0] - geo.pads[0] + kh * geo.dilations[0])
+                iw = _var(kb, "iw", ow * geo.strides[1] - geo.pads[1] + kw * geo.dilations[1])
+                with kb.if_then(logical_and(ih >= 0, ih < geo.h, iw >= 0, iw < geo.w)):
+                    with kb.for_range(geo.icg, name="c") as c, \
+                            kb.for_range(geo.oc, name="oc") as oc:
+                        ch = oc // geo.ocg * geo.icg + c
+                        xv = x[n, ih, iw, ch] if geo.channels_last else x[n, ch, ih, iw]
+                        if prepacked:
+                            wv = w[kh, kw, c, oc]
                         else:
-                            xv, wv = x[n, ch, ihc, iwc], w[oc, c, kh, kw]
-                        term = (cast(xv, "int32") - zx) * (cast(wv, "int32") - zw)
-                        kb.assign(acc, acc + select(inside, term, Const(0, "int32")))
+                            wv = w[oc, kh, kw, c] if geo.channels_last else w[oc, c, kh, kw]
+                        zw = (cast(w_zero[oc if per_channel else 0], "int32")
+                              if w_zero is not None else Const(0, "int32"))
+                        kb.store(acc, (oc,), acc[oc] + (cast(xv, "int32") - zx)
+                                 * (cast(wv, "int32") - zw))
+            with kb.for_range(geo.oc, name="oc") as oc:
                 at = (n, oh, ow, oc) if geo.channels_last else (n, oc, oh, ow)
-                kb.store(out, at, acc)
+                kb.store(out, at, acc[oc])
 
 
 def _var(kb: KernelBuilder, name: str, value: ExprLike) -> Expr:
