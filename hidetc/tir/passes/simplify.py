@@ -11,8 +11,8 @@ this terminates). Rules:
 - constants to the right of commutative operators; `(x + c1) + c2 -> x + (c1 + c2)`,
   `(x * c1) * c2 -> x * (c1 * c2)`, `(x // a) // b -> x // (a * b)` (a, b > 0);
 - identities: `x + 0`, `x - 0`, `x * 1`, `x * 0` (integers only), `x // 1`, `x % 1`,
-  `(x * k*c) // c -> x * k`, `(x * k*c) % c -> 0`, `(x / c) * c + x % c -> x`; for floats only the exact ones `x * 1.0`,
-  `x / 1.0` (never `x + 0.0` or `x * 0.0`: -0.0, inf and NaN);
+  `(x * k*c) // c -> x * k`, `(x * k*c) % c -> 0`, `(x / c) * c + x % c -> x`; for
+  floats only the exact ones `x * 1.0`, `x / 1.0` (never `x + 0.0` or `x * 0.0`: -0.0, inf and NaN);
 - with value ranges (loop variables range over [0, extent); MapFor variables over the
   task grid; everything else is unknown): `x // c -> 0` and `x % c -> x` when
   0 <= x < c; `(a * k*c + b) // c -> a * k + b // c` and `(a * k*c + b) % c -> b % c`
