@@ -27,7 +27,9 @@ refuses larger K).
   each k quad a broadcast A quad times two B rows. `vpdpbusd` (without the `s`) wraps
   instead of saturating; the sums never get there (above).
 - `hidetc_i8_gemm_avxvnni` (AVX-VNNI on AVX2 CPUs: Alder Lake and on, Zen 5): the same
-  with the VEX-encoded `vpdpbusd` on ymm, 4 rows x 16 columns (8 ymm).
+  with the VEX-encoded `vpdpbusd` on ymm, 6 rows x 16 columns (12 of the 16 ymm it can
+  name: 4 rows left the latency of the chains uncovered, 44% of the peak loop), rows
+  past `rows` read row 0 and are not stored.
 - `hidetc_i8_gemm_avx2` (any AVX2 CPU): exact without VNNI. `vpmaddubsw` would add two
   u8 x s8 products into a saturating int16 (255 * 127 * 2 > 2^15: silently wrong), so the
   operands are widened to int16 and `vpmaddwd` adds pairs of int16 products into int32:
@@ -109,6 +111,16 @@ static void hidetc_i8_gemm_amx(const uint8_t *a, long kp, const int32_t *b, long
   _tile_release();
 }
 
+/* (the accumulators are named variables, not an array: gcc 12 shuffled an array's
+   zmm accumulators between registers on every step of the K loop) */
+#define HIDETC_I8_ROW(r, v0, v1)                                                  \
+  { __m512i x = _mm512_set1_epi32(hidetc_i8_quad(ak + r * 64));                   \
+    c##r##0 = _mm512_dpbusd_epi32(c##r##0, x, v0);                                \
+    c##r##1 = _mm512_dpbusd_epi32(c##r##1, x, v1); }
+#define HIDETC_I8_STORE(r)                                                        \
+  { _mm512_storeu_si512((void *)(cr + r * ldc), c##r##0);                         \
+    if (two) _mm512_storeu_si512((void *)(cr + r * ldc + 16), c##r##1); }
+
 __attribute__((noinline, unused, target("avx512f,avx512bw,avx512vnni")))
 static void hidetc_i8_gemm_vnni(const uint8_t *a, long kp, const int32_t *b, long pst,
                                 int32_t *c, long ldc, long rows, long panels) {
@@ -118,54 +130,60 @@ static void hidetc_i8_gemm_vnni(const uint8_t *a, long kp, const int32_t *b, lon
     const int32_t *b0 = b + p * pst, *b1 = two ? b0 + pst : b0;
     for (long blk = 0; blk < blocks; ++blk) {
       const uint8_t *ar = a + (blk / 2) * 16 * kp + (blk % 2) * 8 * 64;
-      __m512i acc[8][2];
-      for (int r = 0; r < 8; ++r) { acc[r][0] = _mm512_setzero_si512(); acc[r][1] = acc[r][0]; }
+      __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
+              c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00,
+              c60 = c00, c61 = c00, c70 = c00, c71 = c00;
       for (long i = 0; i < quads; ++i) {
         __m512i v0 = _mm512_loadu_si512((const void *)(b0 + i * 16));
         __m512i v1 = _mm512_loadu_si512((const void *)(b1 + i * 16));
         const uint8_t *ak = ar + (i / 16) * 1024 + (i % 16) * 4;
-        for (int r = 0; r < 8; ++r) {
-          __m512i x = _mm512_set1_epi32(hidetc_i8_quad(ak + r * 64));
-          acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], x, v0);
-          acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], x, v1);
-        }
+        HIDETC_I8_ROW(0, v0, v1) HIDETC_I8_ROW(1, v0, v1) HIDETC_I8_ROW(2, v0, v1)
+        HIDETC_I8_ROW(3, v0, v1) HIDETC_I8_ROW(4, v0, v1) HIDETC_I8_ROW(5, v0, v1)
+        HIDETC_I8_ROW(6, v0, v1) HIDETC_I8_ROW(7, v0, v1)
       }
       int32_t *cr = c + blk * 8 * ldc + p * 16;
-      for (int r = 0; r < 8; ++r) {
-        _mm512_storeu_si512((void *)(cr + r * ldc), acc[r][0]);
-        if (two) _mm512_storeu_si512((void *)(cr + r * ldc + 16), acc[r][1]);
-      }
+      HIDETC_I8_STORE(0) HIDETC_I8_STORE(1) HIDETC_I8_STORE(2) HIDETC_I8_STORE(3)
+      HIDETC_I8_STORE(4) HIDETC_I8_STORE(5) HIDETC_I8_STORE(6) HIDETC_I8_STORE(7)
     }
   }
 }
 
+/* (inline asm, not _mm256_dpbusd_avx_epi32: gcc 12 copied every accumulator through
+   another register, or the stack, on each step of the K loop) */
+#define HIDETC_I8_DPBUSD_Y(acc, x, v)                                             \
+  __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(x), "x"(v))
+#define HIDETC_I8_ROW_Y(r)                                                        \
+  { __m256i x = _mm256_set1_epi32(hidetc_i8_quad(ar##r + off));                    \
+    HIDETC_I8_DPBUSD_Y(y##r##0, x, v0); HIDETC_I8_DPBUSD_Y(y##r##1, x, v1); }
+#define HIDETC_I8_STORE_Y(r)                                                      \
+  { int32_t *cr = r0 + r < rows ? c + (r0 + r) * ldc + p * 16 : spare;            \
+    _mm256_storeu_si256((__m256i *)cr, y##r##0);                                   \
+    _mm256_storeu_si256((__m256i *)(cr + 8), y##r##1); }
+#define HIDETC_I8_AROW(r)                                                         \
+  const uint8_t *ar##r = a + ((r0 + r < rows ? r0 + r : 0) / 16) * 16 * kp +     \
+                         ((r0 + r < rows ? r0 + r : 0) % 16) * 64;
+
 __attribute__((noinline, unused, target("avx2,avxvnni")))
 static void hidetc_i8_gemm_avxvnni(const uint8_t *a, long kp, const int32_t *b, long pst,
                                    int32_t *c, long ldc, long rows, long panels) {
-  long blocks = (rows + 3) / 4, quads = kp / 4;
+  long quads = kp / 4;
+  int32_t spare[16] __attribute__((aligned(32)));   /* the stores of rows past `rows` */
   for (long p = 0; p < panels; ++p) {
     const int32_t *bp = b + p * pst;
-    for (long blk = 0; blk < blocks; ++blk) {
-      const uint8_t *ar = a + (blk / 4) * 16 * kp + (blk % 4) * 4 * 64;
-      __m256i acc[4][2];
-      for (int r = 0; r < 4; ++r) {
-        acc[r][0] = _mm256_setzero_si256(); acc[r][1] = acc[r][0];
-      }
+    for (long r0 = 0; r0 < rows; r0 += 6) {      /* 6 rows: 12 of the 16 ymm */
+      HIDETC_I8_AROW(0) HIDETC_I8_AROW(1) HIDETC_I8_AROW(2)
+      HIDETC_I8_AROW(3) HIDETC_I8_AROW(4) HIDETC_I8_AROW(5)
+      __m256i y00 = _mm256_setzero_si256(), y01 = y00, y10 = y00, y11 = y00, y20 = y00,
+              y21 = y00, y30 = y00, y31 = y00, y40 = y00, y41 = y00, y50 = y00, y51 = y00;
       for (long i = 0; i < quads; ++i) {
         __m256i v0 = _mm256_loadu_si256((const __m256i *)(bp + i * 16));
         __m256i v1 = _mm256_loadu_si256((const __m256i *)(bp + i * 16 + 8));
-        const uint8_t *ak = ar + (i / 16) * 1024 + (i % 16) * 4;
-        for (int r = 0; r < 4; ++r) {
-          __m256i x = _mm256_set1_epi32(hidetc_i8_quad(ak + r * 64));
-          acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], x, v0);
-          acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], x, v1);
-        }
+        long off = (i / 16) * 1024 + (i % 16) * 4;
+        HIDETC_I8_ROW_Y(0) HIDETC_I8_ROW_Y(1) HIDETC_I8_ROW_Y(2)
+        HIDETC_I8_ROW_Y(3) HIDETC_I8_ROW_Y(4) HIDETC_I8_ROW_Y(5)
       }
-      int32_t *cr = c + blk * 4 * ldc + p * 16;
-      for (int r = 0; r < 4; ++r) {
-        _mm256_storeu_si256((__m256i *)(cr + r * ldc), acc[r][0]);
-        _mm256_storeu_si256((__m256i *)(cr + r * ldc + 8), acc[r][1]);
-      }
+      HIDETC_I8_STORE_Y(0) HIDETC_I8_STORE_Y(1) HIDETC_I8_STORE_Y(2)
+      HIDETC_I8_STORE_Y(3) HIDETC_I8_STORE_Y(4) HIDETC_I8_STORE_Y(5)
     }
   }
 }

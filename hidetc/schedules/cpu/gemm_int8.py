@@ -271,9 +271,17 @@ def _pack_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> tuple[Buffer, Option
                 row = rb * ROWS + r
                 clamped = minimum(row, p.m - 1)
                 total = kb.declare("total", "int32", Const(0, "int32")) if rowsum else None
-                with kb.for_range(kp, name="kk") as kk:
+                full = p.k // K_STEP * K_STEP        # plain copies (they vectorize) ...
+                with kb.for_range(full, name="kk") as kk:
+                    value = kb.declare("v", "int32",
+                                       p.a_prime(p.a_value(mat, clamped, kk)))
+                    kb.store(apack, a_at(mat, row, kk), cast(value, "uint8"))
+                    if total is not None:
+                        kb.assign(total, total + value)
+                with kb.for_range(kp - full, name="kt") as kt:   # ... then the ragged tile
+                    kk = full + kt
                     value = p.a_prime(p.a_value(mat, clamped, minimum(kk, p.k - 1)))
-                    value = select(kk < p.k, value, Const(0, "int32"))
+                    value = kb.declare("v", "int32", select(kk < p.k, value, Const(0, "int32")))
                     kb.store(apack, a_at(mat, row, kk), cast(value, "uint8"))
                     if total is not None:
                         kb.assign(total, total + value)
