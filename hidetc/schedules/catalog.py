@@ -21,7 +21,7 @@ from hidetc.compute.task import Task
 from hidetc.graph.ir import TensorType
 from hidetc.schedules.template import MAX_SPACE, Target
 
-DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "int8": "int8"}
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,30 @@ def _row_op(op: str, dt: str, big: bool) -> dict[str, Task]:
     return {"": _task(op, [x], x, (("axis", -1),))}
 
 
+def _integer(op: str, big: bool) -> dict[str, Task]:
+    """The integer anchors (uint8 activations, int8 weights, an activation zero point):
+    a GEMM variant and, for the convolutions, a depthwise one (the direct kernel)."""
+    zero = _t("uint8")
+    if op == "MatMulInteger":
+        m, k, n = (1000, 997, 7) if big else (64, 48, 32)
+        return {"": _task(op, [_t("uint8", m, k), _t("int8", k, n), zero],
+                          _t("int32", m, n))}
+    c, hw = (512, 7) if big else (16, 14)
+    pads = (("pads", (1, 1, 1, 1)),)
+    last = op.endswith("NHWC")
+    x = _t("uint8", 1, hw, hw, c) if last else _t("uint8", 1, c, hw, hw)
+    out = (lambda ch: _t("int32", 1, hw, hw, ch)) if last else \
+        (lambda ch: _t("int32", 1, ch, hw, hw))
+    w = (lambda o, i: _t("int8", o, 3, 3, i)) if last else (lambda o, i: _t("int8", o, i, 3, 3))
+    return {"gemm": _task(op, [x, w(2 * c, c), zero], out(2 * c), pads),
+            "depthwise": _task(op, [x, w(c, 1), zero], out(c), (("group", c),) + pads)}
+
+
 def representative_tasks(op: str, dtype: str, big: bool = False) -> dict[str, Task]:
     """variant -> a task of `op` in `dtype` (the variant is '' for most ops); `big`
     gives other (larger, awkward) shapes, to check that a space ignores shapes."""
+    if op in ("MatMulInteger", "ConvInteger", "ConvIntegerNHWC"):
+        return _integer(op, big)
     if op == "MatMul":
         return _matmul(dtype, big)
     if op == "Conv":

@@ -38,6 +38,10 @@ PATHS = [pytest.param(("amx_int8", "avx512_vnni"), id="amx",
                       marks=pytest.mark.skipif("avx_vnni" not in FLAGS,
                                                reason="this CPU lacks AVX-VNNI")),
          pytest.param((), id="avx2")]
+# the run-time-packed and every-config cases on this host's own block only (the suite's
+# time); the prepacked ones on every block the host runs
+HOST = [pytest.param(tuple(f for f in ("amx_int8", "avx512_vnni", "avx_vnni") if f in FLAGS),
+                     id="host")]
 RNG = np.random.default_rng(11)
 GUARD = 64
 SENTINEL = -7
@@ -139,8 +143,8 @@ def nhwc(case: dict) -> Task:
     return task
 
 
-@pytest.mark.parametrize("features", PATHS)
-@pytest.mark.parametrize("prepacked", [False, True])
+@pytest.mark.parametrize("features, prepacked", [(f, True) for f in PATHS] +
+                         [(f, False) for f in HOST])
 def test_matmul_integer_on_awkward_shapes(tmp_path, features, prepacked):
     tasks = [matmul_task(**case) for case in MM]
     if prepacked:
@@ -160,7 +164,7 @@ def test_extremes_are_exact(tmp_path, features):
         prepacked=True, extreme=True)
 
 
-@pytest.mark.parametrize("features", PATHS)
+@pytest.mark.parametrize("features", HOST)
 def test_every_int8_config_and_other_core_counts(tmp_path, features):
     task = matmul_task((2, 45, 70), (70, 83), az=True)
     cases = [(task, cfg, target(features)) for cfg in int8_space()]
@@ -170,8 +174,8 @@ def test_every_int8_config_and_other_core_counts(tmp_path, features):
     run(tmp_path, cases, prepacked=True)
 
 
-@pytest.mark.parametrize("features", PATHS)
-@pytest.mark.parametrize("prepacked", [False, True])
+@pytest.mark.parametrize("features, prepacked", [(f, True) for f in PATHS] +
+                         [(f, False) for f in HOST])
 def test_conv_integer_nchw_and_nhwc(tmp_path, features, prepacked):
     tgt = target(features)
     cases = []
