@@ -124,9 +124,11 @@ def _settle_quantized(report: dict, executor, manifest: dict, outputs: dict,
                                               yardstick.inputs, min(tolerances.values()))
         report["kernels"] = {"checked": count, "worst": None if worst is None else {
             "kernel": worst.kernel, "node": worst.node, "error": worst.describe()}}
-        if reason is not None:
-            for name in passed:
-                entry = report["outputs"][name]
+        for name in passed:
+            entry = report["outputs"][name]
+            if reason is None:
+                entry["passed_by"] += ", and every kernel matches on exact inputs"
+            else:
                 entry.pop("passed_by")
                 entry["kernel"] = reason
     return {**report, "status": "failed" if failing(report, tolerances) else "passed"}

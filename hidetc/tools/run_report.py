@@ -22,6 +22,7 @@ from hidetc.driver.verify import (
     run_onnxruntime,
     settle,
 )
+from hidetc.driver.verify_quantized import quantized_outputs, settle_quantized
 from hidetc.errors import InputError
 from hidetc.frontend.onnx.importer import load_model
 from hidetc.tools.bench import alternate
@@ -66,7 +67,8 @@ def compare_with_ort(model_path: Path, model, inputs, outputs, target: str,
     """Errors against ONNX Runtime at the artifact's own tolerance per output (its
     verification record's, else its precision's -- f32 1e-4, f16 1e-2 -- loosened to the
     narrowest float type on each output's path), an output beyond it judged against the
-    exact reference as the compile does (`verify.settle`), then both latencies timed side
+    exact reference as the compile does (`verify.settle`; a quantized model's output by
+    its sensitivity, `verify_quantized.settle_quantized`), then both latencies timed side
     by side: the two runtimes alternate in rounds after an idle pause
     (`bench.alternate`), so neither is timed while the other's worker threads still
     spin, and a slow moment of the machine hurts both. Returns the one-line reason when
@@ -87,6 +89,12 @@ def compare_with_ort(model_path: Path, model, inputs, outputs, target: str,
     if report["status"] != "passed":
         report = settle(report, rtol, outputs, reference,
                         lambda: exact_outputs(graph(), inputs), "onnxruntime")
+    if report["status"] != "passed":        # (the compile also checked each kernel)
+        settle_quantized(report, rtol if isinstance(rtol, dict) else
+                         {n: rtol for n in reference}, outputs, reference,
+                         lambda: exact_outputs(graph(), inputs), "onnxruntime",
+                         quantized_outputs(graph()))
+        report["status"] = "failed" if failing(report, rtol) else "passed"
     for name, entry in report["outputs"].items():
         fields = (f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                   for k, v in entry.items() if k not in ("exact", "passed_by"))
