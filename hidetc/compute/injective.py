@@ -83,13 +83,16 @@ def _where(task: Task, idx: list[Expr], load: Load) -> Expr:
 
 
 def _clip(task: Task, idx: list[Expr], load: Load) -> Expr:
+    """max(lo, x) then min(hi, x) with the printers' NaN-keeping helpers -- the same
+    value as `x < lo ? lo : x` then `x > hi ? hi : x` (NaN x stays NaN, -0 stays -0
+    against a +0 bound) with x written once: as selects, a grafted chain of Clips
+    (quantize -> dequantize -> quantize in a QDQ model's prologue) copied its operand
+    four times per Clip, and the expression grew exponentially."""
     x = load(0, idx)
     if len(task.inputs) > 1 and task.inputs[1] is not None:
-        lo = load_scalar(task, 1, load)
-        x = select(x < lo, lo, x)
+        x = maximum(load_scalar(task, 1, load), x)
     if len(task.inputs) > 2 and task.inputs[2] is not None:
-        hi = load_scalar(task, 2, load)
-        x = select(x > hi, hi, x)
+        x = minimum(load_scalar(task, 2, load), x)
     return x
 
 
