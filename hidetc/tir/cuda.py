@@ -24,6 +24,13 @@ Each returns the IR the CUDA printer (`hidetc.backends.codegen.cuda`) and the de
                                            on the PTX fragments (a: 4, b: 2 32-bit
                                            registers of f16 or bf16 pairs, per `dtype`;
                                            c, d: 4 floats)
+    `mma_m16n8k32(d, a, b, c=d, a_dtype, b_dtype)`  hidetc_mma_m16n8k32_<a><b>s32:
+                                           d = a @ b + c on 8-bit integers (a: 4, b: 2
+                                           32-bit registers of four uint8 / int8 each;
+                                           c, d: 4 int32, sums wrapping modulo 2^32)
+- pure register helpers (Exprs): `byte_perm(x, y, selector)` (hidetc_byte_perm: prmt's
+  byte selection from {y, x}), `bytesum(x, acc, dtype)` (hidetc_bytesum_{u8,s8}: acc +
+  the four bytes of x as uint8 / int8, dp4a);
 - between blocks (split-K's partial sums): `threadfence()` (__threadfence: this
   thread's global writes are seen by every block before its later ones), `atomic_add(
   element, value)` (atomicAdd on a global or shared element: its old value),
@@ -42,6 +49,7 @@ import numpy as np
 from hidetc.tir.ir import (
     INDEX_DTYPE,
     Call,
+    Cast,
     Const,
     Evaluate,
     Expr,
@@ -57,7 +65,7 @@ __all__ = [
     "WARP_SIZE", "address_of", "all_sync", "any_sync", "atomic_add", "ballot", "block_idx",
     "copy", "cp_async", "cp_async_commit", "cp_async_wait", "cp_async_wait_all", "ldmatrix",
     "load_cg", "load_f4", "mma_m16n8k16", "shfl", "shfl_down", "shfl_up", "shfl_xor",
-    "syncthreads", "thread_idx", "threadfence",
+    "syncthreads", "thread_idx", "threadfence", "mma_m16n8k32", "byte_perm", "bytesum",
 ]
 
 WARP_SIZE = 32
@@ -231,14 +239,16 @@ def ldmatrix(dst: Expr, smem: Expr, count: int = 4, trans: bool = False) -> Eval
     """`ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16`: every lane of the warp
     executes it; lane i (< 8 * count) gives in `smem` the 16-byte-aligned address of row
     i % 8 of matrix i // 8; register m of lane l gets (row l // 4, columns 2 * (l % 4)
-    and +1) of matrix m (the transposed element pair with `trans`)."""
+    and +1) of matrix m (the transposed element pair with `trans`). A row is 16 bytes of
+    16-bit elements, or of 8-bit ones read as byte pairs (the int8 tensor-core tiles)."""
     if count not in (1, 2, 4):
         raise ValueError(f"ldmatrix loads 1, 2 or 4 matrices, got {count}")
     regs = _registers(dst, "ldmatrix destination", count,
                       ("uint32", "int32", "float16", "bfloat16"))
     row = _element(smem, "ldmatrix source", ("shared",))
-    if np.dtype(row.dtype).itemsize != 2:
-        raise ValueError(f"ldmatrix reads 16-bit elements, {row.buffer.name} is {row.dtype}")
+    if np.dtype(row.dtype).itemsize not in (1, 2):
+        raise ValueError(f"ldmatrix reads 16-bit elements (or 8-bit pairs), "
+                         f"{row.buffer.name} is {row.dtype}")
     return _void(f"hidetc_ldmatrix_x{count}{'_trans' if trans else ''}", regs, row)
 
 
@@ -261,3 +271,56 @@ def mma_m16n8k16(d: Expr, a: Expr, b: Expr, c: Expr | None = None,
     fb = _registers(b, "mma operand b", 2, ("uint32", "int32", dtype))
     fc = _registers(c, "mma accumulator c", 4, ("float32",))
     return _void(MMA_M16N8K16[dtype], fd, fa, fb, fc)
+
+
+# the 8-bit operand types of mma.m16n8k32 -> their PTX names
+INT8_OPERANDS = {"uint8": "u8", "int8": "s8"}
+# (A type, B type) -> the helper of mma.m16n8k32 on them (int32 accumulation)
+MMA_M16N8K32 = {(a, b): f"hidetc_mma_m16n8k32_{pa}{pb}s32"
+                for a, pa in INT8_OPERANDS.items() for b, pb in INT8_OPERANDS.items()}
+
+
+def mma_m16n8k32(d: Expr, a: Expr, b: Expr, c: Expr | None = None,
+                 a_dtype: str = "int8", b_dtype: str = "int8") -> Evaluate:
+    """`mma.sync.aligned.m16n8k32.row.col.s32.<ta>.<tb>.s32` with ta, tb the operands'
+    8-bit types (uint8 or int8 each): d = a @ b + c (c defaults to d), the int32 sums
+    wrapping modulo 2^32. a: 4 registers (A rows g, g + 8 at k 4t.. and 16 + 4t..), b: 2
+    (B column g at k 4t.. and 16 + 4t..), four elements each, low byte first; c and d: 4
+    int32 (the m16n8k16 C layout). g = lane // 4, t = lane % 4."""
+    key = (a_dtype, b_dtype)
+    if key not in MMA_M16N8K32:
+        raise ValueError(f"mma.m16n8k32 takes uint8 or int8 operands, got {key}")
+    c = d if c is None else c
+    fd = _registers(d, "mma accumulator d", 4, ("int32",))
+    fa = _registers(a, "mma operand a", 4, ("uint32", "int32"))
+    fb = _registers(b, "mma operand b", 2, ("uint32", "int32"))
+    fc = _registers(c, "mma accumulator c", 4, ("int32",))
+    return _void(MMA_M16N8K32[key], fd, fa, fb, fc)
+
+
+def _word(x: ExprLike, what: str) -> Expr:
+    e = as_expr(x)
+    if e.dtype not in ("uint32", "int32"):
+        raise ValueError(f"{what} must be a 32-bit integer, got {e.dtype}")
+    return e if e.dtype == "uint32" else Cast(e, "uint32")
+
+
+def byte_perm(x: ExprLike, y: ExprLike, selector: int) -> Call:
+    """`hidetc_byte_perm(x, y, selector)` (prmt, `__byte_perm`): byte n of the result is
+    byte (selector >> 4n) & 7 of the eight bytes {y, x}, x's the low four."""
+    if not isinstance(selector, int) or not 0 <= selector < 1 << 16:
+        raise ValueError(f"a byte selector is a 16-bit constant, got {selector!r}")
+    return Call("hidetc_byte_perm", (_word(x, "byte_perm operand"), _word(y, "byte_perm operand"),
+                                     Const(selector, "uint32")), "uint32")
+
+
+def bytesum(x: ExprLike, acc: ExprLike, dtype: str) -> Call:
+    """`hidetc_bytesum_{u8,s8}(x, acc)`: acc + the four bytes of x read as `dtype` (uint8
+    or int8; dp4a with ones), an int32 wrapping modulo 2^32."""
+    if dtype not in INT8_OPERANDS:
+        raise ValueError(f"bytesum reads uint8 or int8 bytes, got {dtype!r}")
+    total = as_expr(acc)
+    if total.dtype != "int32":
+        raise ValueError(f"bytesum accumulates in int32, got {total.dtype}")
+    return Call(f"hidetc_bytesum_{INT8_OPERANDS[dtype]}", (_word(x, "bytesum operand"), total),
+                "int32")

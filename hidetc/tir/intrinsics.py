@@ -108,6 +108,12 @@ _RECORDS: list[Intrinsic] = [
     _cuda("hidetc_ld_f4", (0, 1), copy_bytes=16),
     _cuda("hidetc_mma_m16n8k16_f16f32", (0, 1, 2, 3)),
     _cuda("hidetc_mma_m16n8k16_bf16f32", (0, 1, 2, 3)),
+    # mma.m16n8k32 on 8-bit integers (A, B each u8 or s8), and the pure register helpers
+    # the int8 tensor-core template reads its fragments with (prmt, dp4a)
+    *(_cuda(f"hidetc_mma_m16n8k32_{a}{b}s32", (0, 1, 2, 3)) for a in ("u8", "s8")
+      for b in ("u8", "s8")),
+    _cuda("hidetc_byte_perm", pure=True),
+    _cuda("hidetc_bytesum_u8", pure=True), _cuda("hidetc_bytesum_s8", pure=True),
     # `&x` of a buffer element (the printer prints the address itself, no call)
     Intrinsic("address_of", "cuda", "cuda", (0,), pure=True),
 ]

@@ -10,7 +10,9 @@ convolutions too: the direct kernels, which win there). MatMul: the f32 SIMT tem
 tensor-core template (`matmul_tc`, sm_80+, f32 accumulation) under the key "MatMul/f16",
 and for half MatMuls of few rows the GEMV template (`matmul_gemv`,
 "MatMul/f16-small-m") where the cost model prefers it; `kernel_choice(task, target)`
-picks per task."""
+picks per task. MatMulInteger (quantized models): the int8 tensor-core template
+(`matmul_int8_tc`, sm_80+, int32 accumulation); the integer convolutions have no CUDA
+kernel yet."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -30,6 +32,7 @@ from hidetc.schedules.cuda import (
     depthwise_nhwc,
     injective,
     matmul_gemv,
+    matmul_int8_tc,
     matmul_simt,
     matmul_tc,
     norm,
@@ -49,6 +52,7 @@ TEMPLATES: dict[str, Template] = {
     "MatMul": matmul_simt.TEMPLATE,
     "MatMul/f16": matmul_tc.TEMPLATE,
     "MatMul/f16-small-m": matmul_gemv.TEMPLATE,
+    "MatMulInteger": matmul_int8_tc.TEMPLATE,
     "ConvNHWC": conv_tc.TEMPLATE,
     "Conv": conv_gemm.TEMPLATE,
     **{op: reduce.TEMPLATE for op in reduce.OPS},

@@ -26,6 +26,10 @@
  *   hidetc_ldmatrix_x{1,2,4}[_trans](dst_regs, smem_row)    ldmatrix .m8n8 .b16
  *   hidetc_mma_m16n8k16_f16f32(d, a, b, c)  d = a*b + c, fragments per the PTX ISA
  *   hidetc_mma_m16n8k16_bf16f32(d, a, b, c) the same on bfloat16 operands (same layouts)
+ *   hidetc_mma_m16n8k32_<a><b>s32(d, a, b, c)  d = a*b + c on 8-bit integers, a, b in
+ *                                        {u8, s8}; int32 sums wrapping modulo 2^32
+ *   hidetc_byte_perm(x, y, s)            bytes of {y, x} picked by s's nibbles (prmt)
+ *   hidetc_bytesum_{u8,s8}(x, acc)       acc + x's four bytes as uint8 / int8 (dp4a)
  * Alignment: vector copies, cp.async and ldmatrix rows need their size in alignment
  * (the emulator checks and fails the launch otherwise). */
 #pragma once
@@ -228,6 +232,36 @@ HIDETC_LDMATRIX(_trans, ".trans")
 HIDETC_MMA_M16N8K16(hidetc_mma_m16n8k16_f16f32, "f16")
 HIDETC_MMA_M16N8K16(hidetc_mma_m16n8k16_bf16f32, "bf16")
 
+/* d = a * b + c: mma.m16n8k32 on 8-bit integers (A and B each .u8 or .s8; a: 4, b: 2
+ * 32-bit registers of four elements each, c and d: 4 int32), the int32 sums wrapping
+ * modulo 2^32 (no .satfinite) */
+#define HIDETC_MMA_M16N8K32(NAME, ATYPE, BTYPE)                                            \
+  __device__ __forceinline__ void NAME(int *d, const void *a, const void *b, const int *c) { \
+    const uint32_t *A = (const uint32_t *)a, *B = (const uint32_t *)b;                      \
+    asm volatile(                                                                           \
+        "mma.sync.aligned.m16n8k32.row.col.s32." ATYPE "." BTYPE ".s32 "                    \
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"              \
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])                                    \
+        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]),                 \
+          "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));                                      \
+  }
+HIDETC_MMA_M16N8K32(hidetc_mma_m16n8k32_s8s8s32, "s8", "s8")
+HIDETC_MMA_M16N8K32(hidetc_mma_m16n8k32_u8s8s32, "u8", "s8")
+HIDETC_MMA_M16N8K32(hidetc_mma_m16n8k32_s8u8s32, "s8", "u8")
+HIDETC_MMA_M16N8K32(hidetc_mma_m16n8k32_u8u8s32, "u8", "u8")
+
+/* byte n of the result = byte ((s >> 4n) & 7) of the 8 bytes {y, x} (x the low four) */
+__device__ __forceinline__ unsigned hidetc_byte_perm(unsigned x, unsigned y, unsigned s) {
+  return __byte_perm(x, y, s);
+}
+/* acc + the sum of x's four bytes read as uint8 / int8 (dp4a with ones), wrapping */
+__device__ __forceinline__ int hidetc_bytesum_u8(unsigned x, int acc) {
+  return (int)__dp4a(x, 0x01010101u, (unsigned)acc);
+}
+__device__ __forceinline__ int hidetc_bytesum_s8(unsigned x, int acc) {
+  return __dp4a((int)x, 0x01010101, acc);
+}
+
 #else
 /* =================== emulator: the twins, same names and semantics ================== */
 static inline void hidetc_emu_check_align(const void *p, int bytes, const char *what) {
@@ -280,4 +314,39 @@ HIDETC_EMU_LDMATRIX(4, _trans, HIDETC_EMU_LDMATRIX_X4_TRANS)
   }
 HIDETC_EMU_MMA_M16N8K16(hidetc_mma_m16n8k16_f16f32, HIDETC_EMU_MMA_M16N8K16_F16F32)
 HIDETC_EMU_MMA_M16N8K16(hidetc_mma_m16n8k16_bf16f32, HIDETC_EMU_MMA_M16N8K16_BF16F32)
+
+/* the same operands (40 bytes), then the 8-bit types: bit 0 set for an int8 A, bit 1 for
+ * an int8 B (hidetc_emu_resolve.cpp: resolve_mma_int8) */
+#define HIDETC_EMU_MMA_M16N8K32(NAME, SIGNS)                                              \
+  static inline void NAME(int *d, const void *a, const void *b, const int *c) {          \
+    unsigned char in[44];                                                                 \
+    const int signs = SIGNS;                                                              \
+    std::memcpy(in, a, 16);                                                               \
+    std::memcpy(in + 16, b, 8);                                                           \
+    std::memcpy(in + 24, c, 16);                                                          \
+    std::memcpy(in + 40, &signs, 4);                                                      \
+    hidetc_emu_collective(HIDETC_EMU_MMA_M16N8K32_S32, 0xffffffffu, in, sizeof in, d, 16); \
+  }
+HIDETC_EMU_MMA_M16N8K32(hidetc_mma_m16n8k32_s8s8s32, 3)
+HIDETC_EMU_MMA_M16N8K32(hidetc_mma_m16n8k32_u8s8s32, 2)
+HIDETC_EMU_MMA_M16N8K32(hidetc_mma_m16n8k32_s8u8s32, 1)
+HIDETC_EMU_MMA_M16N8K32(hidetc_mma_m16n8k32_u8u8s32, 0)
+
+static inline unsigned hidetc_byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t bytes = (uint64_t)y << 32 | x;
+  unsigned r = 0;
+  for (int n = 0; n < 4; n++)
+    r |= (unsigned)(bytes >> (8 * ((s >> (4 * n)) & 7)) & 0xffu) << (8 * n);
+  return r;
+}
+static inline int hidetc_bytesum_u8(unsigned x, int acc) {
+  unsigned sum = (unsigned)acc;
+  for (int n = 0; n < 4; n++) sum += (x >> (8 * n)) & 0xffu;
+  return (int)sum;
+}
+static inline int hidetc_bytesum_s8(unsigned x, int acc) {
+  unsigned sum = (unsigned)acc;
+  for (int n = 0; n < 4; n++) sum += (unsigned)(int)(int8_t)(uint8_t)(x >> (8 * n));
+  return (int)sum;
+}
 #endif

@@ -227,6 +227,7 @@ void resolve(int kind, int warp, unsigned part) {
   else if (kind >= HIDETC_EMU_LDMATRIX_X1 && kind <= HIDETC_EMU_LDMATRIX_X4_TRANS) resolve_ldmatrix(kind, warp);
   else if (kind == HIDETC_EMU_MMA_M16N8K16_F16F32) resolve_mma(warp, false);
   else if (kind == HIDETC_EMU_MMA_M16N8K16_BF16F32) resolve_mma(warp, true);
+  else if (kind == HIDETC_EMU_MMA_M16N8K32_S32) resolve_mma_int8(warp);
 }
 
 /* Complete the collective over `mask` in `warp` if all its live lanes wait at it. */

@@ -41,7 +41,7 @@ inline const char *const kKindNames[HIDETC_EMU_NUM_KINDS] = {
     "__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
     "__ballot_sync", "__any_sync", "__all_sync", "ldmatrix.x1", "ldmatrix.x2", "ldmatrix.x4",
     "ldmatrix.x1.trans", "ldmatrix.x2.trans", "ldmatrix.x4.trans", "mma.m16n8k16",
-    "__activemask", "mma.m16n8k16.bf16"};
+    "__activemask", "mma.m16n8k16.bf16", "mma.m16n8k32.s32"};
 
 extern std::vector<Fiber> g_fibers;  /* the threads of the running block */
 
@@ -51,6 +51,7 @@ void resolve_shfl(int kind, int warp, unsigned part);
 void resolve_vote(int kind, int warp, unsigned part);
 void resolve_ldmatrix(int kind, int warp);
 void resolve_mma(int warp, bool bf16);
+void resolve_mma_int8(int warp);
 
 }  // namespace hidetc_emu
 #pragma GCC visibility pop

@@ -116,4 +116,44 @@ void resolve_mma(int warp, bool bf16) {
   }
 }
 
+/* PTX ISA, mma.m16n8k32 .u8 / .s8 (g = lane/4, t = lane%4; each register four elements,
+ * low byte first, along k): A regs {(g, 4t..4t+3) (g+8, 4t..) (g, 16+4t..) (g+8, 16+4t..)},
+ * B regs {(4t..4t+3, g) (16+4t.., g)}, C/D int32 {(g,2t) (g,2t+1) (g+8,2t) (g+8,2t+1)}.
+ * Products exact; d = c + the sum of the 32 products, wrapping modulo 2^32 (no .satfinite).
+ * The operand types follow the fragments (in + 40: bit 0 an int8 A, bit 1 an int8 B). */
+static int element8(uint32_t reg, int q, bool is_signed) {
+  uint8_t byte = (uint8_t)(reg >> (8 * q));
+  return is_signed ? (int)(int8_t)byte : (int)byte;
+}
+
+void resolve_mma_int8(int warp) {
+  int A[16][32], B[32][8];
+  uint32_t C[16][8];
+  int signs = 0;
+  std::memcpy(&signs, g_fibers[warp * 32].in + 40, sizeof signs);
+  for (int l = 0; l < 32; l++) {
+    uint32_t a[4], b[2], c[4];
+    const unsigned char *in = g_fibers[warp * 32 + l].in;
+    std::memcpy(a, in, 16), std::memcpy(b, in + 16, 8), std::memcpy(c, in + 24, 16);
+    int g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; i++)
+      for (int q = 0; q < 4; q++)
+        A[g + 8 * (i & 1)][4 * t + 16 * (i >> 1) + q] = element8(a[i], q, signs & 1);
+    for (int i = 0; i < 2; i++)
+      for (int q = 0; q < 4; q++) B[4 * t + 16 * i + q][g] = element8(b[i], q, signs & 2);
+    for (int i = 0; i < 4; i++) C[g + 8 * (i >> 1)][2 * t + (i & 1)] = c[i];
+  }
+  for (int l = 0; l < 32; l++) {
+    int g = l / 4, t = l % 4;
+    uint32_t d[4];
+    for (int i = 0; i < 4; i++) {
+      int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+      uint32_t acc = C[row][col];
+      for (int k = 0; k < 32; k++) acc += (uint32_t)(A[row][k] * B[k][col]);
+      d[i] = acc;
+    }
+    std::memcpy(g_fibers[warp * 32 + l].out, d, sizeof d);
+  }
+}
+
 }  // namespace hidetc_emu
