@@ -33,8 +33,9 @@ its own cap (a fault, a hang or a kill costs that row only), clipped by the budg
                   and 384: outputs vs ONNX Runtime, device time dynamic/static
                   (bench/gpu_dynamic.py)
   peers_compile   torch.compile (reduce-overhead) for BERT-base and ResNet-50, f16
-  template_tests  the template tests (awkward shapes, sampled configs; f16, and bf16 in
-                  tests/schedules/test_cuda_tc_bf16.py) on the GPU
+  template_tests  the template tests (awkward shapes, sampled configs; f16, bf16 in
+                  tests/schedules/test_cuda_tc_bf16.py, the int8 mma layout, wraparound
+                  and MatMulInteger in tests/schedules/test_cuda_int8_tc.py) on the GPU
   tune            BERT-base f16 tuned with --space 2 (how long the full space takes)
   cuda_ops        the template cases beside cuBLAS/cuDNN (bench/cuda_ops.py)
   cpu_NAME        the five models on this machine's CPU beside ONNX Runtime (hidetc bench)
@@ -86,6 +87,7 @@ TEMPLATE_TESTS = ["tests/schedules/test_cuda_matmul_tc.py", "tests/schedules/tes
                   "tests/schedules/test_cuda_nhwc_kernels.py",
                   "tests/schedules/test_more_elementwise_kernels.py",
                   "tests/schedules/test_cuda_tc_bf16.py",
+                  "tests/schedules/test_cuda_int8_tc.py",
                   "tests/codegen/test_cuda_codegen.py", "tests/graph/test_grid_sample.py"]
 RUNTIME_TESTS = ["tests/runtime/test_cuda_runtime.py", "tests/runtime/test_cuda_runtime_dynamic.py",
                  "tests/runtime/test_cuda_runtime_gpu.py"]
