@@ -63,6 +63,7 @@ suffix. Assumes `hidetc.tir.pipeline.lower` ran (it verifies).
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Optional, Sequence
 
@@ -194,6 +195,7 @@ class CPrinter:
         self.uses_x86 = False  # set when a registered C intrinsic was printed
         self.uses_bf16 = False  # set when a bf16 GEMM block (c_bf16) was printed
         self.uses_int8 = False  # set when an int8 GEMM block (c_int8) was printed
+        self.scalars: dict[Buffer, str] = {}   # one-element inputs read into locals
 
     # per-target hooks --------------------------------------------------------------------
     def ctype(self, dtype: str) -> str:
@@ -340,10 +342,14 @@ class CPrinter:
         return f"({c} ? {a} : {b})", _ATOM
 
     def _address(self, e: Load) -> str:
-        """`&buf[i]`: an intrinsic's address operand."""
-        return f"&{self.expr(e)}"
+        """`&buf[i]`: an intrinsic's address operand (the buffer itself, never a
+        `_scalar_locals` copy)."""
+        return f"&{self.ident(e.buffer.name)}[{self._index(e.buffer, e.indices)}]"
 
     def _load(self, e: Load) -> tuple[str, int]:
+        if e.buffer in self.scalars and len(e.indices) == 1 and \
+                isinstance(e.indices[0], Const) and e.indices[0].value == 0:
+            return self.scalars[e.buffer], _ATOM
         return f"{self.ident(e.buffer.name)}[{self._index(e.buffer, e.indices)}]", _ATOM
 
     def _index(self, buf: Buffer, indices: tuple[Expr, ...]) -> str:
@@ -508,8 +514,31 @@ class CPrinter:
         if not fn.attr("flattened", False):
             raise ValueError(f"{fn.name} is not lowered: run hidetc.tir.pipeline.lower")
         lines = ['__attribute__((visibility("default")))', self.signature() + " {"]
+        lines += self._scalar_locals("  ")
         lines += self.block(fn.body, "  ")
         return "\n".join(lines + ["}"]) + "\n"
+
+    def _scalar_locals(self, ind: str) -> list[str]:
+        """Each one-element input buffer (never stored to, not aliased: a fused
+        neighbour's scale, zero point or bound) read once into a local at entry, its
+        `x[0]` loads printed as the local: gcc otherwise reloads it on every iteration
+        of a loop that stores through a byte pointer (a char store may alias anything,
+        and gcc honours `restrict` on parameters only), which kept such loops -- a
+        quantized model's A packing with a grafted prologue -- from vectorizing."""
+        stored = set(collect(self.fn).stores)
+        shared = set(self.fn.attr("may_alias", ()))
+        lines = []
+        for p in self.fn.params:
+            if not isinstance(p, Buffer) or p in stored or p.name in shared:
+                continue
+            if not all(isinstance(d, int) for d in p.shape) or math.prod(p.shape) != 1:
+                continue
+            if p.dtype not in C_TYPES or p.dtype in ("bool",):
+                continue
+            local = f"hidetc_s_{self.ident(p.name)}"
+            self.scalars[p] = local
+            lines.append(f"{ind}const {self.ctype(p.dtype)} {local} = {self.ident(p.name)}[0];")
+        return lines
 
 
 def print_c_function(fn: Function) -> str:

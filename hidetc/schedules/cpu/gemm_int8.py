@@ -271,11 +271,16 @@ def _pack_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> tuple[Buffer, Option
                 row = rb * ROWS + r
                 clamped = minimum(row, p.m - 1)
                 total = kb.declare("total", "int32", Const(0, "int32")) if rowsum else None
-                full = p.k // K_STEP * K_STEP        # plain copies (they vectorize) ...
-                with kb.for_range(full, name="kk") as kk:
-                    value = kb.declare("v", "int32",
-                                       p.a_prime(p.a_value(mat, clamped, kk)))
-                    kb.store(apack, a_at(mat, row, kk), cast(value, "uint8"))
+                full = p.k // K_STEP * K_STEP
+                # whole tiles: 64 contiguous bytes on both sides per inner loop (it
+                # vectorizes, a grafted prologue -- a QDQ model's GELU and quantize --
+                # with it; one flat loop over K kept it scalar: 20 ms for BERT's FFN2)
+                with kb.for_range(p.k // K_STEP, name="ks") as ks, \
+                        kb.for_range(K_STEP, name="kk") as kk:
+                    value = kb.declare("v", "int32", p.a_prime(
+                        p.a_value(mat, clamped, ks * K_STEP + kk)))
+                    kb.store(apack, (mat, row // ROWS, ks, row % ROWS, kk),
+                             cast(value, "uint8"))
                     if total is not None:
                         kb.assign(total, total + value)
                 with kb.for_range(kp - full, name="kt") as kt:   # ... then the ragged tile
