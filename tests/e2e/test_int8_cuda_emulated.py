@@ -121,6 +121,7 @@ def test_dynamically_quantized_mlp(weight_type, tmp_path):
     assert report["status"] == "passed", report
 
 
+@pytest.mark.slow      # (the suite's time: make test-slow runs it)
 def test_dynamically_quantized_mlp_over_a_range_of_batches(tmp_path):
     """One artifact for batch 1..40 (the kernels take M as a size parameter; its
     predicated tiles hold at every size), run at three sizes."""

@@ -121,7 +121,8 @@ STATIC_CASES = [
     pytest.param("mobilenet_v2", True, QuantType.QUInt8, id="mobilenet_v2-per_channel-u8"),
     pytest.param("inception_v3", True, QuantType.QUInt8, id="inception_v3-per_channel-u8",
                  marks=pytest.mark.slow),
-    pytest.param("resnet50", False, QuantType.QUInt8, id="resnet50-per_tensor-u8"),
+    pytest.param("resnet50", False, QuantType.QUInt8, id="resnet50-per_tensor-u8",
+                 marks=pytest.mark.slow),      # (the suite's time: make test-slow runs it)
     pytest.param("mobilenet_v2", True, QuantType.QInt8, id="mobilenet_v2-per_channel-s8"),
 ]
 
@@ -152,7 +153,8 @@ def test_static_cnn(name, per_channel, activation_type, tmp_path):
 
 
 @pytest.mark.parametrize("name", [
-    "resnet50", "mobilenet_v2", pytest.param("inception_v3", marks=pytest.mark.slow)])
+    "resnet50", pytest.param("mobilenet_v2", marks=pytest.mark.slow),
+    pytest.param("inception_v3", marks=pytest.mark.slow)])
 def test_dynamic_cnn(name, tmp_path):
     """ConvInteger with activations quantized at run time (DynamicQuantizeLinear), and
     with K = C * kh * kw beyond 258 (resnet50's 3x3 over 32 channels: K = 288), which
@@ -171,7 +173,8 @@ def test_dynamic_cnn(name, tmp_path):
     check_deterministic(tmp_path / "out", proto)
 
 
-@pytest.mark.parametrize("name,mode", [("bert_base", "dynamic"), ("gpt2", "dynamic"),
+@pytest.mark.parametrize("name,mode", [("bert_base", "dynamic"),
+                                       pytest.param("gpt2", "dynamic", marks=pytest.mark.slow),
                                        ("bert_base", "static")])
 def test_transformer(name, mode, tmp_path):
     proto, _, dst = quantize(name, tmp_path, mode=mode)

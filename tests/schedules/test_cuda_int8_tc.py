@@ -359,6 +359,7 @@ def test_sample_in_emulator(cases):
 
 
 @needs_nvcc
+@pytest.mark.slow      # (the suite's time; test_nvcc_compiles_the_intrinsics stays)
 def test_nvcc_compiles_the_sample(cases, tmp_path):
     check_ptxas(cases, compile_cubins(sources(cases, 2), ARCHS, tmp_path, ptx=False,
                                       include_dirs=[CUDA_INCLUDE_DIR], keep_logs=True))

@@ -514,9 +514,11 @@ class CPrinter:
         if not fn.attr("flattened", False):
             raise ValueError(f"{fn.name} is not lowered: run hidetc.tir.pipeline.lower")
         lines = ['__attribute__((visibility("default")))', self.signature() + " {"]
-        lines += self._scalar_locals("  ")
-        lines += self.block(fn.body, "  ")
-        return "\n".join(lines + ["}"]) + "\n"
+        body = self.block(fn.body, "  ")
+        if self.uses_int8:            # (see `_scalar_locals`: int8 kernels only, for now)
+            lines += self._scalar_locals("  ")
+            body = self.block(fn.body, "  ")
+        return "\n".join(lines + body + ["}"]) + "\n"
 
     def _scalar_locals(self, ind: str) -> list[str]:
         """Each one-element input buffer (never stored to, not aliased: a fused
@@ -524,7 +526,12 @@ class CPrinter:
         `x[0]` loads printed as the local: gcc otherwise reloads it on every iteration
         of a loop that stores through a byte pointer (a char store may alias anything,
         and gcc honours `restrict` on parameters only), which kept such loops -- a
-        quantized model's A packing with a grafted prologue -- from vectorizing."""
+        quantized model's A packing with a grafted prologue -- from vectorizing.
+        Printed only for the int8 GEMM kernels: everywhere, it let gcc 12 vectorize and
+        fully unroll small `c ? s : x[i]` loops, which it then miscompiled (the masked
+        loads of every unrolled block reused the first block's mask: ONNX's expanded
+        Clip tests got zeros); a general fix (selects printed without conditional
+        loads) is future work."""
         stored = set(collect(self.fn).stores)
         shared = set(self.fn.attr("may_alias", ()))
         lines = []
