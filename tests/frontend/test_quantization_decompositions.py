@@ -243,6 +243,9 @@ def compiled(proto, inputs):
      {"xs": 0.00369, "ws": 0.004, "ys": 0.0078}),
     ("MatMulInteger", [("a", U8, [3, 300]), ("b", I8, [300, 4]), ("az", U8, [])], {}, {}),
     ("MatMulInteger", EXTREME_INPUTS, {}, EXTREME),
+    # a 1-D ConvInteger (speech models' feature extractors) lifted to the 2-D kernels
+    ("ConvInteger", [("x", U8, [2, 4, 17]), ("w", I8, [6, 2, 3]), ("xz", U8, [])],
+     {"pads": [1, 2], "strides": [2], "group": 2}, {}),
 ])
 def test_compiled_on_cpu_matches_reference(op, inputs, attrs, values):
     opset = 21 if op in ("QuantizeLinear", "DequantizeLinear") else 10

@@ -37,7 +37,8 @@ DynamicQuantizeLinear: uint8, the reference's float32 steps one by one.
 
 Integer products (MatMulInteger, ConvInteger, and the integer core of QLinearMatMul /
 QLinearConv): 8-bit operands with a per-tensor first zero point (and a per-tensor or
-per-column / per-channel second one) are the catalogue's integer ops of the same names
+per-column / per-channel second one; a 1-D convolution lifted to 2-D) are the catalogue's
+integer ops
 (`hidetc.graph.ops.integer`: exact int32, the integer kernels). Otherwise (ONNX's
 per-row zero points, 16-bit operands) the float decomposition: the operands,
 widened and with zero points subtracted, are integers of magnitude <= span (255 for
@@ -59,10 +60,11 @@ import math
 
 import numpy as np
 
-from hidetc.errors import ModelError
+from hidetc.errors import ModelError, ShapeError
 from hidetc.frontend.onnx.base import Builder, Context, Converted, OnnxNode, label, scalar
 from hidetc.frontend.onnx.tensors import dtype_name
 from hidetc.graph.ir import FLOAT_DTYPES, TensorType
+from hidetc.graph.ops.conv import window_geometry
 
 QUANTIZED = ("uint8", "int8", "uint16", "int16")
 NARROW_INTS = {"int4": (-8, 7), "uint4": (0, 15), "int2": (-2, 1), "uint2": (0, 3)}
@@ -390,10 +392,12 @@ def _integer_conv(build: Builder, x_at: int, w_at: int, x_zero: int, w_zero: int
         if at is not None:
             _same_type(build, at, operand.dtype)
     attrs = {k: v for k, v in node.attrs.items() if k in CONV_ATTRS}
-    if _native(ctx, node, x, w, zero_at, w.shape[0]):
+    if x.rank in (3, 4) and _native(ctx, node, x, w, zero_at, w.shape[0]):
         inputs = [node.inputs[x_at], node.inputs[w_at]] + \
             [_zero_input(build, at) for at in zero_at]
-        return build.add("ConvInteger", _trimmed(inputs), out=out, **attrs)
+        if x.rank == 4:
+            return build.add("ConvInteger", _trimmed(inputs), out=out, **attrs)
+        return _integer_conv_1d(build, inputs, x, w, attrs, out)
     work = _product_dtype(math.prod(w.shape[1:]), x.dtype, w.dtype)
     zeros: list[str | None] = [None, None]
     if zero_at[0] is not None:
@@ -403,6 +407,26 @@ def _integer_conv(build: Builder, x_at: int, w_at: int, x_zero: int, w_zero: int
     left = _shifted(build, node.inputs[x_at], x.dtype, zeros[0], work)
     right = _shifted(build, node.inputs[w_at], w.dtype, zeros[1], work)
     return build.add("Cast", [build.add("Conv", [left, right], **attrs)], out=out, to="int32")
+
+
+def _integer_conv_1d(build: Builder, inputs: list[str], x: TensorType, w: TensorType,
+                     attrs: dict, out: str | None) -> str:
+    """A 1-D ConvInteger as the 2-D one over [N, C, 1, W] (weights [OC, C/G, 1, KW],
+    the window lifted, pads resolved), reshaped back: what the float Conv's import does
+    (`spatial.conv`), for the 2-D integer kernels."""
+    try:
+        win = window_geometry("Conv", x.shape[2:], w.shape[2:], attrs)
+    except ShapeError as error:
+        raise ModelError(f"{label(build.node)}: {str(error).split(': ', 1)[-1]}") from None
+    lifted = [build.add("Reshape", [name, build.const("shape_2d", _int64(shape))])
+              for name, shape in ((inputs[0], x.shape[:2] + (1,) + x.shape[2:]),
+                                  (inputs[1], w.shape[:2] + (1,) + w.shape[2:]))]
+    y = build.add("ConvInteger", _trimmed(lifted + inputs[2:]),
+                  kernel_shape=(1,) + tuple(w.shape[2:]), strides=(1,) + win.strides,
+                  dilations=(1,) + win.dilations, pads=(0,) + win.begin + (0,) + win.end,
+                  group=int(attrs.get("group", 1)))
+    return build.add("Reshape", [y, build.const("shape_1d", _int64((x.shape[0], w.shape[0])
+                                                                   + win.out))], out=out)
 
 
 def _requantize(build: Builder, product: str, multiplier: str, zero_at: int,
