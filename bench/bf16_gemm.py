@@ -18,7 +18,6 @@ import ctypes
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -65,8 +64,8 @@ def time_configs(n: int, features: tuple, cores: int, seconds: float) -> dict:
     for (name, _), cfg in zip(fns.items(), configs):
         kernel = getattr(lib, name)
         kernel(*args)
-        calls = max(1, int(seconds / 5 / max(_once(kernel, args), 1e-6)))
-        best = min(_once(kernel, args, calls) for _ in range(5))
+        calls = max(1, int(seconds / 5 / max(cpu_peak.seconds_per_call(kernel, args), 1e-6)))
+        best = min(cpu_peak.seconds_per_call(kernel, args, calls) for _ in range(5))
         rates[cfg] = 2 * n ** 3 / best / 1e9
     ref = get_op("MatMul").reference([a, b], {"compute": "bfloat16"})[0]
     getattr(lib, list(fns)[configs.index(default)])(*args)
@@ -75,13 +74,6 @@ def time_configs(n: int, features: tuple, cores: int, seconds: float) -> dict:
     return {"features": list(features), "default": str(default),
             "default_gflops": rates[default], "best": str(best), "best_gflops": rates[best],
             "norm_rel_err_vs_bf16_reference": err}
-
-
-def _once(kernel, args, calls: int = 1) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        kernel(*args)
-    return (time.perf_counter() - start) / calls
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -249,6 +249,15 @@ def _rate(fn, flops_per_iter: float, seconds: float) -> float:
     return flops_per_iter * iters / best / 1e9
 
 
+def seconds_per_call(kernel, args, calls: int = 1) -> float:
+    """Wall seconds per `kernel(*args)` over `calls` back-to-back calls (the GEMM
+    benchmarks' timer)."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        kernel(*args)
+    return (time.perf_counter() - start) / calls
+
+
 def _timed(fn, iters: int) -> float:
     start = time.perf_counter()
     fn(iters)

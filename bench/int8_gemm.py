@@ -20,7 +20,6 @@ import ctypes
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -76,8 +75,8 @@ def time_configs(n: int, features: tuple, cores: int, seconds: float) -> dict:
     for (name, _), cfg in zip(fns.items(), configs):
         kernel = getattr(lib, name)
         kernel(*args)
-        calls = max(1, int(seconds / 5 / max(_once(kernel, args), 1e-6)))
-        best = min(_once(kernel, args, calls) for _ in range(5))
+        calls = max(1, int(seconds / 5 / max(cpu_peak.seconds_per_call(kernel, args), 1e-6)))
+        best = min(cpu_peak.seconds_per_call(kernel, args, calls) for _ in range(5))
         rates[cfg] = 2 * n ** 3 / best / 1e9
     getattr(lib, list(fns)[configs.index(default)])(*args)
     exact = (a.astype(np.int64) - 7) @ b.astype(np.int64)
@@ -85,13 +84,6 @@ def time_configs(n: int, features: tuple, cores: int, seconds: float) -> dict:
     return {"features": list(features), "default": str(default),
             "default_gops": rates[default], "best": str(best), "best_gops": rates[best],
             "exact": bool(np.array_equal(out, exact))}
-
-
-def _once(kernel, args, calls: int = 1) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        kernel(*args)
-    return (time.perf_counter() - start) / calls
 
 
 def main(argv: list[str] | None = None) -> int:

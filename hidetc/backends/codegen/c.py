@@ -69,6 +69,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from hidetc.backends.codegen.c_amx import AMX_PRELUDE
 from hidetc.backends.codegen.c_bf16 import BF16_SOURCE
 from hidetc.backends.codegen.c_int8 import INT8_SOURCE
 from hidetc.backends.codegen.c_math import FAST_FLOAT32
@@ -565,6 +566,8 @@ def print_c_module(functions: Sequence[Function], prelude: str = "",
     if any(p.uses_x86 for p in printers):
         head += _X86_HEADER
     parts = [head, helpers_source()]
+    if any(p.uses_bf16 or p.uses_int8 for p in printers):
+        parts.append(AMX_PRELUDE)
     if any(p.uses_bf16 for p in printers):
         parts.append(BF16_SOURCE)
     if any(p.uses_int8 for p in printers):

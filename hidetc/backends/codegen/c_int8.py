@@ -21,7 +21,7 @@ refuses larger K).
   tiles += a 16 x 64 uint8 A tile x a 16-quad-row B tile -- the A and B layouts above
   are the tiles' (one A tile a KB of apack, one B tile 16 rows of a panel); 2 x 2 C
   tiles per step, K blocks of 1024, as the bf16 AMX block (`c_bf16`, whose notes on the
-  tile configuration and Linux's permission apply: this unit's constructor asks too).
+  tile configuration and Linux's permission apply: `c_amx`, shared with it).
 - `hidetc_i8_gemm_vnni` (AVX512_VNNI: Ice Lake, Sapphire Rapids, Zen 4 and on):
   `vpdpbusd` on zmm: 8 rows x 32 columns of int32 accumulators (16 zmm) per micro-tile,
   each k quad a broadcast A quad times two B rows. `vpdpbusd` (without the `s`) wraps
@@ -41,76 +41,21 @@ ISA's flags (`hidetc.backends.toolchain.gcc.flags_for`), and only int8 kernels c
 """
 from __future__ import annotations
 
+from hidetc.backends.codegen.c_amx import amx_block
+
 INT8_SOURCE = r"""
 /* int8 GEMM blocks (hidetc.backends.codegen.c_int8) */
-extern long syscall(long number, ...);
-__attribute__((constructor)) static void hidetc_amx_permit_int8(void) {
-  syscall(158 /* SYS_arch_prctl, x86-64 */, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
-          18 /* XFEATURE_XTILEDATA */);
-}
 static inline int32_t hidetc_i8_quad(const uint8_t *p) {
   int32_t v;
   __builtin_memcpy(&v, p, 4);
   return v;
 }
 
-#define HIDETC_AMX_I8_KSTEPS 16  /* K block: 16 x 64 = 1024 */
-typedef struct {
-  uint8_t palette, start_row, reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} hidetc_i8_tilecfg;
-
-__attribute__((noinline, unused, target("amx-tile,amx-int8")))
-static void hidetc_i8_gemm_amx(const uint8_t *a, long kp, const int32_t *b, long pst,
-                               int32_t *c, long ldc, long rows, long panels) {
-  hidetc_i8_tilecfg cfg = {0};
-  cfg.palette = 1;
-  for (int t = 0; t < 8; ++t) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
-  _tile_loadconfig(&cfg);
-  long groups = (rows + 15) / 16, steps = kp / 64;
-  for (long k0 = 0; k0 < steps; k0 += HIDETC_AMX_I8_KSTEPS) {
-    long k1 = k0 + HIDETC_AMX_I8_KSTEPS < steps ? k0 + HIDETC_AMX_I8_KSTEPS : steps;
-    for (long g = 0; g < groups; g += 2) {
-      int two_rows = g + 1 < groups;
-      const uint8_t *a0 = a + g * 16 * kp, *a1 = a0 + 16 * kp;
-      for (long p = 0; p < panels; p += 2) {
-        int two_cols = p + 1 < panels;
-        const int32_t *b0 = b + p * pst, *b1 = b0 + pst;
-        int32_t *c0 = c + g * 16 * ldc + p * 16;
-        if (k0 == 0) {
-          _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-        } else {
-          _tile_loadd(0, c0, ldc * 4);
-          if (two_cols) _tile_loadd(1, c0 + 16, ldc * 4);
-          if (two_rows) {
-            _tile_loadd(2, c0 + 16 * ldc, ldc * 4);
-            if (two_cols) _tile_loadd(3, c0 + 16 * ldc + 16, ldc * 4);
-          }
-        }
-        for (long s = k0; s < k1; ++s) {
-          _tile_loadd(4, a0 + s * 1024, 64);
-          _tile_loadd(6, b0 + s * 256, 64);
-          _tile_dpbusd(0, 4, 6);
-          if (two_cols) { _tile_loadd(7, b1 + s * 256, 64); _tile_dpbusd(1, 4, 7); }
-          if (two_rows) {
-            _tile_loadd(5, a1 + s * 1024, 64);
-            _tile_dpbusd(2, 5, 6);
-            if (two_cols) _tile_dpbusd(3, 5, 7);
-          }
-        }
-        _tile_stored(0, c0, ldc * 4);
-        if (two_cols) _tile_stored(1, c0 + 16, ldc * 4);
-        if (two_rows) {
-          _tile_stored(2, c0 + 16 * ldc, ldc * 4);
-          if (two_cols) _tile_stored(3, c0 + 16 * ldc + 16, ldc * 4);
-        }
-      }
-    }
-  }
-  _tile_release();
-}
-
+""" + amx_block(
+    "hidetc_i8_gemm_amx", "amx-tile,amx-int8",
+    "const uint8_t *a, long kp, const int32_t *b, long pst, int32_t *c, long ldc, long rows, "
+    "long panels", ("uint8_t", "int32_t", "int32_t"), "kp", 64, 16, 1024, 256,
+    "_tile_dpbusd") + r"""
 /* (the accumulators are named variables, not an array: gcc 12 shuffled an array's
    zmm accumulators between registers on every step of the K loop) */
 #define HIDETC_I8_ROW(r, v0, v1)                                                  \

@@ -417,4 +417,6 @@ def fuse_qdq(proto: onnx.ModelProto, base_dir: str | None = None) -> tuple[onnx.
     opset = next((o.version for o in proto.opset_import if o.domain in _DOMAINS), 0)
     if not 10 <= opset <= 21:
         return proto, 0
+    if not any(n.op_type == "DequantizeLinear" for n in proto.graph.node):
+        return proto, 0         # (every import comes here: no graph indexes for a float model)
     return _Fuser(proto, base_dir).run(proto)

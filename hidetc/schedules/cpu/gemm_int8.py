@@ -43,7 +43,7 @@ import numpy as np
 from hidetc.compute.injective import unravel
 from hidetc.errors import UnsupportedOpError
 from hidetc.graph.guards import hint_value
-from hidetc.schedules.cpu.gemm_bf16 import balanced_tile
+from hidetc.schedules.cpu.gemm_bf16 import balanced_tile, round_up
 from hidetc.schedules.cpu.microkernel import ceil_div
 from hidetc.schedules.template import CpuTarget
 from hidetc.tir.builder import KernelBuilder
@@ -76,10 +76,6 @@ class Int8Config:
 
 def int8_space() -> list[Int8Config]:
     return [Int8Config(mt, nc) for mt, nc in itertools.product(MT_CHOICES, NC_CHOICES)]
-
-
-def round_up(x: ExprLike, unit: int) -> ExprLike:
-    return ceil_div(x, unit) * unit
 
 
 def clamp(cfg: Int8Config, m: int, n: int) -> tuple[int, int]:
