@@ -28,7 +28,7 @@ refuses larger K).
   instead of saturating; the sums never get there (above).
 - `hidetc_i8_gemm_avxvnni` (AVX-VNNI on AVX2 CPUs: Alder Lake and on, Zen 5): the same
   with the VEX-encoded `vpdpbusd` on ymm, 6 rows x 16 columns (12 of the 16 ymm it can
-  name: 4 rows left the latency of the chains uncovered, 44% of the peak loop), rows
+  name: 4 rows left the chains' latency uncovered, bench/results/2026-12-07-int8.md), rows
   past `rows` read row 0 and are not stored.
 - `hidetc_i8_gemm_avx2` (any AVX2 CPU): exact without VNNI. `vpmaddubsw` would add two
   u8 x s8 products into a saturating int16 (255 * 127 * 2 > 2^15: silently wrong), so the

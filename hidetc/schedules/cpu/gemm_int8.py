@@ -270,7 +270,7 @@ def _pack_a(kb: KernelBuilder, p: Problem, kp: ExprLike) -> tuple[Buffer, Option
                 full = p.k // K_STEP * K_STEP
                 # whole tiles: 64 contiguous bytes on both sides per inner loop (it
                 # vectorizes, a grafted prologue -- a QDQ model's GELU and quantize --
-                # with it; one flat loop over K kept it scalar: 20 ms for BERT's FFN2)
+                # with it; one flat loop over K kept it scalar: bench/results/2026-12-07-int8.md)
                 with kb.for_range(p.k // K_STEP, name="ks") as ks, \
                         kb.for_range(K_STEP, name="kk") as kk:
                     value = kb.declare("v", "int32", p.a_prime(
