@@ -18,6 +18,8 @@ compiles (~20 s each without a build cache) are marked slow.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import onnx
 import pytest
@@ -280,3 +282,18 @@ def test_a_quantized_output_passes_by_the_criterion_end_to_end(tmp_path):
     assert passed and all("quantized" in e["passed_by"] for e in passed)
     assert all(e["rel_error"] > e["tolerance"] for e in passed)
     assert record["kernels"]["checked"] > 0
+
+
+def test_one_loaded_quantized_model_from_four_threads(resnet_static):
+    """The int8 kernels (per-call AMX tile configuration, per-thread scratch for the
+    packed A) give each of four threads sharing one loaded model the single-threaded
+    outputs bit for bit."""
+    proto, _, out, _ = resnet_static
+    model = hidetc.load(out)
+    feeds = [models.sample_inputs(proto, seed=s) for s in range(4)]
+    alone = [model.run(f) for f in feeds]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda f: model.run(f), feeds * 3))
+    for i, got in enumerate(together):
+        for name, value in alone[i % 4].items():
+            np.testing.assert_array_equal(got[name], value)
