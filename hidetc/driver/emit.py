@@ -19,6 +19,9 @@ from hidetc.backends.runtime.artifact import (
     sha256_file,
     utc_now,
 )
+from hidetc.backends.runtime.c_build import install_runtime
+from hidetc.backends.runtime.plan_file import ABI_VERSION as PLAN_ABI
+from hidetc.backends.runtime.plan_file import write_plan
 from hidetc.backends.runtime.weights import write_weights
 from hidetc.driver.dynamic import Variant
 from hidetc.driver.launch import ExecutionPlan
@@ -63,7 +66,16 @@ def write_artifact(writer: ArtifactWriter, plan: ExecutionPlan, ctx, model_path:
             "graph_cache": int(cfg.graph_cache),
             "variants": [v.as_dict(forward_name(k), first=k == 0)
                          for k, v in enumerate(variants)]}
-    return plain(manifest)
+    return _with_c_runtime(writer.path, plain(manifest))
+
+
+def _with_c_runtime(root: Path, manifest: dict) -> dict:
+    """The manifest with its `runtime` section: the C runtime installed in `root`
+    (`c_build`) and the plan it executes written beside the manifest (`plan_file`)."""
+    runtime = install_runtime(root)
+    runtime["abi"] = PLAN_ABI
+    runtime["plan"] = write_plan(root, manifest).name
+    return {**manifest, "runtime": runtime}
 
 
 def _bytes_at_sizes(graph, arena: int) -> dict:

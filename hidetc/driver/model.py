@@ -27,11 +27,13 @@ class Model:
 
     def __init__(self, out_dir: str | os.PathLike, *, verify_checksums: bool = True,
                  emulate: bool = False, sanitize: bool = False,
-                 max_contexts: Optional[int] = None):
+                 max_contexts: Optional[int] = None, runtime: str = "python"):
         self.path = Path(out_dir)
         self.manifest = read_manifest(self.path, verify_checksums=verify_checksums)
+        self.runtime = runtime
         self._executor = make_executor(self.path, self.manifest, emulate=emulate,
-                                       sanitize=sanitize, max_contexts=max_contexts)
+                                       sanitize=sanitize, max_contexts=max_contexts,
+                                       runtime=runtime)
 
     @property
     def inputs(self) -> list[dict]:
@@ -114,11 +116,13 @@ class Model:
 
 def load(out_dir: str | os.PathLike, *, verify_checksums: bool = True,
          emulate: bool = False, sanitize: bool = False,
-         max_contexts: Optional[int] = None) -> Model:
+         max_contexts: Optional[int] = None, runtime: str = "python") -> Model:
     """Load an artifact; `emulate=True` runs a cuda artifact on the CPU (slow; tests);
     `sanitize=True` (with emulate) checks every run for hazards and raises
     `SanitizerError` (`hidetc.backends.runtime.emulated`) naming them; `max_contexts`
     bounds the passes in flight at once (default: twice the cores on the cpu, a few
-    streams on a GPU; `runtime.contexts`)."""
+    streams on a GPU; `runtime.contexts`); `runtime="c"` executes the plan through the
+    artifact's own C runtime (`libhidetc_runtime.so`, what services without Python
+    link) instead of this package's executors: same outputs, bit for bit."""
     return Model(out_dir, verify_checksums=verify_checksums, emulate=emulate,
-                 sanitize=sanitize, max_contexts=max_contexts)
+                 sanitize=sanitize, max_contexts=max_contexts, runtime=runtime)

@@ -40,3 +40,23 @@ def bitcast_model(x: np.ndarray, dst: str, src: str | None = None) -> onnx.Model
             helper.np_dtype_to_tensor_dtype(np.dtype(src))
     model.ir_version = 11
     return model
+
+
+def matmul_relu_model(path, dynamic: bool, seed: int = 0):
+    """y = relu(x @ W) on x[b or 4, 8], x back through Identity, and a constant output
+    (outputs a kernel writes, an input's copy, a weight's copy); written to `path`."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((8, 16)).astype(np.float32)
+    c = rng.standard_normal((3,)).astype(np.float32)
+    batch = "b" if dynamic else 4
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"]),
+         helper.make_node("Identity", ["x"], ["x_out"]),
+         helper.make_node("Identity", ["C"], ["c_out"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 16]),
+         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [batch, 8]),
+         helper.make_tensor_value_info("c_out", TensorProto.FLOAT, [3])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(c, "C")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path

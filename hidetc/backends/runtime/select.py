@@ -11,12 +11,15 @@ from pathlib import Path
 from typing import Optional
 
 from hidetc import cpu_isa
+from hidetc.backends.runtime.c_executor import CRuntimeExecutor
 from hidetc.backends.runtime.cuda.driver import session
 from hidetc.backends.runtime.cuda.executor import CudaExecutor
 from hidetc.backends.runtime.emulated import EmulatedCudaExecutor
 from hidetc.backends.runtime.executor import CpuExecutor
 from hidetc.errors import ArtifactError
 from hidetc.target import usable_cores
+
+RUNTIMES = ("python", "c")     # what executes the plan: this package, or the artifact's C
 
 log = logging.getLogger("hidetc")
 
@@ -69,12 +72,20 @@ def _warn_other_cores(path: Path, manifest: dict) -> None:
 
 def make_executor(path: Path, manifest: dict, *, emulate: bool = False,
                   warn_cores: bool = True, sanitize: bool = False,
-                  max_contexts: Optional[int] = None):
+                  max_contexts: Optional[int] = None, runtime: str = "python"):
     """The executor of the artifact at `path`; `warn_cores=False` (the compile's own
     verification of a cross-compiled artifact) skips the other-core-count warning;
     `max_contexts` bounds the pooled execution contexts (`runtime.contexts`; None: the
-    executor's default)."""
+    executor's default); `runtime="c"` runs the plan through the artifact's own C
+    runtime (`c_executor`; it checks the machine itself and says why in one line)."""
     target = manifest["target"]
+    if runtime not in RUNTIMES:
+        raise ArtifactError(f"runtime: expected one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if runtime == "c":
+        if emulate or sanitize:
+            raise ArtifactError(f"{path}: --emulate and --sanitize run the Python runtime's "
+                                f"emulator, not the C runtime")
+        return CRuntimeExecutor(path, manifest, max_contexts)
     if target == "cpu":
         if sanitize:
             raise ArtifactError(f"{path}: --sanitize applies to cuda artifacts run in the "
