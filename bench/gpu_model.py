@@ -19,7 +19,10 @@ process, so a sticky GPU fault costs this row only).
    profile (CUDA events around each launch of an un-captured pass), of which OUT.json
    keeps the `top` most expensive launches with grid, block, template and config, and
    for every launch its measured and the cost model's estimated microseconds
-   (`profile.calibration`: what the first GPU session fits the model's constants to).
+   (`profile.calibration`: what the first GPU session fits the model's constants to);
+   and the artifact through its C runtime (`OUT/bin/hidetc-run --repeat`, `c_runtime`:
+   its median latency and whether its outputs equal the Python runtime's bit for bit;
+   on the fake driver without a GPU).
    `--device emulator` (the dry run) runs the same on the emulator: the times are the
    CPU's emulation times, only the code paths are exercised. `--device none` compiles
    only and says so.
@@ -85,6 +88,50 @@ def executor_for(device: str, out: Path, manifest: dict, locate_s: float):
     return CudaExecutor(out, manifest, locate_timeout_s=locate_s)
 
 
+def _fake_driver(work: Path) -> Path:
+    """The tests' fake libcuda (no GPU: the plan's launches run as no-ops)."""
+    lib = work / "fake_libcuda.so"
+    subprocess.run(["gcc", "-std=c11", "-O1", "-fPIC", "-shared", "-pthread",
+                    str(ROOT / "tests" / "helpers" / "fake_libcuda.c"), "-o", str(lib)],
+                   check=True)
+    return lib
+
+
+def c_runner(device: str, out: Path, inputs: dict, python_outputs: dict, repeat: int) -> dict:
+    """The artifact through its C runtime, as a service without Python runs it
+    (`OUT/bin/hidetc-run`): the median latency of `hidetc_context_run` (host inputs and
+    outputs, copies included) and whether its outputs equal the Python runtime's bit for
+    bit. Without a GPU it runs on the tests' fake driver: the plan executes (modules,
+    launches, graph capture), the values are not computed."""
+    work = out.parent / f"{out.name}.c_runtime"
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    if device != "gpu":
+        env["HIDETC_CUDA_DRIVER"] = str(_fake_driver(work))
+    cmd = [str(out / "bin" / "hidetc-run"), str(out), "--repeat", str(repeat),
+           "--output-dir", str(work / "outputs")]
+    for k, (name, array) in enumerate(inputs.items()):
+        np.save(work / f"in{k}.npy", array)
+        cmd += ["--input", f"{name}={work / f'in{k}.npy'}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    row: dict = {"rc": proc.returncode, "driver": "libcuda" if device == "gpu" else "fake"}
+    if proc.returncode:
+        row["error"] = _tail(proc.stderr, 2)
+        return row
+    fields = dict(p.split("=", 1) for p in proc.stdout.split() if "=" in p)
+    row["median_ms"] = float(fields.get("median_ms", "nan"))
+    if device == "gpu":
+        got = {name: np.load(work / "outputs" / f"{name}.npy").view(np.asarray(v).dtype)
+               for name, v in python_outputs.items()}    # (bfloat16 comes back as V2)
+        row["identical"] = all(got[k].tobytes() == np.asarray(v).tobytes()
+                               for k, v in python_outputs.items())
+        row["max_abs_diff"] = max(float(np.max(np.abs(got[k].astype(np.float64) -
+                                                      np.asarray(v).astype(np.float64))))
+                                  if np.asarray(v).size else 0.0
+                                  for k, v in python_outputs.items())
+    return row
+
+
 def measure(record: dict, save, device: str, out: Path, inputs: dict, reference: dict,
             precision: str, repeat: int, top: int, deadline: float) -> None:
     manifest = read_manifest(out)
@@ -93,7 +140,8 @@ def measure(record: dict, save, device: str, out: Path, inputs: dict, reference:
     try:
         record["graph"] = executor.uses_graph
         record["graph_unavailable"] = executor.graph_unavailable
-        check = compare(executor.run(inputs), reference, rtol=TOLERANCE[precision])
+        python_outputs = executor.run(inputs)
+        check = compare(python_outputs, reference, rtol=TOLERANCE[precision])
         errors = [o.get("rel_error") for o in check["outputs"].values()]
         record["check"] = {"status": check["status"], "rtol": TOLERANCE[precision],
                            "rel_error": max((e for e in errors if e is not None), default=None),
@@ -108,6 +156,8 @@ def measure(record: dict, save, device: str, out: Path, inputs: dict, reference:
         record["timing"] = {"device_ms": float(np.median(times)), "min_ms": float(np.min(times)),
                             "replays": len(times), "run_ms": float(np.median(wall)),
                             "clock": "cuda events" if device == "gpu" else "emulator wall"}
+        save()
+        record["c_runtime"] = c_runner(device, out, inputs, python_outputs, repeat)
         save()
         rows = profile_rows(manifest, executor.profile(inputs, repeat=20 if device == "gpu"
                                                        else 1))

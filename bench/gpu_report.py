@@ -163,6 +163,12 @@ def progress_line(name: str, entry: dict) -> str:
     timing = figures.get("timing") or {}
     if timing:
         bits.append(f"{timing['device_ms']:.3f} ms ({timing.get('clock')})")
+    c_run = figures.get("c_runtime") or {}
+    if c_run:
+        bits.append("hidetc-run " + (f"error: {c_run.get('error', '')[:120]}" if c_run["rc"] else
+                                     f"{c_run.get('median_ms', float('nan')):.3f} ms" +
+                                     {True: ", same bits", False: ", DIFFERENT",
+                                      None: ""}[c_run.get("identical")]))
     if figures.get("error"):
         bits.append(str(figures["error"])[:200])
     return " | ".join(bits)

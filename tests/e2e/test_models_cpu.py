@@ -1,12 +1,14 @@
 """The five benchmark models end to end on the CPU target: compile (which verifies
 against ONNX Runtime, f32 tolerance 1e-4 norm-wise), load through the Python API, run on
-the builders' realistic sample inputs and compare with ONNX Runtime again.
+the builders' realistic sample inputs and compare with ONNX Runtime again, and run
+through the artifact's own `bin/hidetc-run` (the C runtime, no Python): the same bits.
 Tiny variants run in the default suite; the full-size models are marked slow. Each also
 in bf16 where this CPU has AVX512_BF16 (the bf16 tolerance, 2e-2)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.c_runtime_twin import assert_runner_matches
 
 import hidetc
 import models
@@ -31,6 +33,8 @@ def _compile_and_check(name: str, tiny: bool, tmp_path, precision: str = "f32") 
     assert report["status"] == "passed", report
     for array in outputs.values():
         assert np.all(np.isfinite(array))
+    # the artifact's C runtime in a process without Python: the same bits
+    assert_runner_matches(tmp_path / "out", inputs, outputs, tmp_path / "runner")
     return result.manifest
 
 

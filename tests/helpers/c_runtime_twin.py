@@ -9,10 +9,13 @@ differing element; a C runtime that refuses an artifact the Python runtime ran i
 failure too (its one-line message is the assertion's)."""
 from __future__ import annotations
 
+import subprocess
 import threading
 import weakref
+from pathlib import Path
 
 import numpy as np
+import yaml
 
 from hidetc.driver import model as model_module
 
@@ -74,3 +77,26 @@ def install() -> None:
     run._c_twin = True
     model_module.Model.run = run
     model_module.Model.close = close
+
+
+def runner_outputs(out, inputs: dict, work) -> dict:
+    """The outputs of `OUT/bin/hidetc-run` (a process without Python) on `inputs`, read
+    back as arrays of the manifest's dtypes (bfloat16 comes back as 2-byte voids)."""
+    out, work = Path(out), Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    cmd = [str(out / "bin" / "hidetc-run"), str(out), "--output-dir", str(work / "outs")]
+    for k, (name, array) in enumerate(inputs.items()):
+        np.save(work / f"in{k}.npy", array)
+        cmd += ["--input", f"{name}={work / f'in{k}.npy'}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    manifest = yaml.safe_load((out / "manifest.yaml").read_text())
+    safe = {o["name"]: "".join(c if c.isalnum() or c in "._-" else "_" for c in o["name"])
+            for o in manifest["outputs"]}
+    return {o["name"]: np.load(work / "outs" / f"{safe[o['name']]}.npy").view(o["dtype"])
+            for o in manifest["outputs"]}
+
+
+def assert_runner_matches(out, inputs: dict, expected: dict, work) -> None:
+    """hidetc-run's outputs on `inputs` equal `expected` (the Python runtime's) bit for bit."""
+    compare(expected, runner_outputs(out, inputs, work), f"{out} (hidetc-run)")

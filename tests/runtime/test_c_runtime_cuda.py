@@ -1,4 +1,4 @@
-"""The C runtime's cuda path (`runtime/c/cuda.c`) without a GPU: against a fake CUDA driver
+"""The C runtime's cuda path (`runtime/c/cuda*.c`) without a GPU: against a fake CUDA driver
 (`tests/helpers/fake_libcuda.c`, built here with gcc and named by HIDETC_CUDA_DRIVER)
 whose device memory is host memory and which traces every call to a file. Hand-made
 cuda artifacts (stand-in kernel images: no nvcc needed) whose `fake_add` / `fake_copy`

@@ -1,10 +1,11 @@
 """hidetc-run, the artifact's command-line runner (OUT/bin/hidetc-run, built from
-runtime/c/hidetc_run.c and npy.c on the C runtime alone): its .npy outputs are the bytes
-np.save writes for `hidetc.load(OUT).run(...)`'s outputs (bfloat16 as numpy writes an
-ml_dtypes array: descr '<V2'), on static and dynamic artifacts; --repeat and --threads
-time the passes and check every thread's outputs against thread 0's; a bad input, name
-or artifact is one `hidetc-run: error:` line and a non-zero exit (2: usage, 1: runtime);
-no Python is mapped; the ASan+UBSan build runs the same paths clean."""
+runtime/c/hidetc_run.c, run_io.c, run_threads.c and npy.c on the C runtime alone): its
+.npy outputs are the bytes np.save writes for `hidetc.load(OUT).run(...)`'s outputs
+(bfloat16 as numpy writes an ml_dtypes array: descr '<V2'), on static and dynamic
+artifacts; --repeat and --threads time the passes and check every thread's outputs
+against thread 0's; a bad input, name or artifact is one `hidetc-run: error:` line and a
+non-zero exit (2: usage, 1: runtime); no Python is mapped; the ASan+UBSan build runs the
+same paths clean."""
 from __future__ import annotations
 
 import io

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.c_runtime_twin import assert_runner_matches
 
 from models import zoo
 
@@ -95,5 +96,8 @@ def test_zoo_model(name, exporter, tmp_path):
     assert result.manifest["verification"]["status"] == "passed", result.manifest["verification"]
     got = hidetc.load(tmp_path / "out").run({k: feeds[k] for k in graph_inputs})
     assert sorted(got) == sorted(want)
+    # the artifact's C runtime in a process without Python: the same bits
+    assert_runner_matches(tmp_path / "out", {k: feeds[k] for k in graph_inputs}, got,
+                          tmp_path / "runner")
     for output, expected in want.items():
         _compare(output, np.asarray(got[output]), expected)

@@ -30,8 +30,8 @@ from hidetc.errors import ToolchainError
 
 SOURCE_DIR = Path(__file__).resolve().parent / "c"
 HEADER = "hidetc.h"
-LIBRARY_SOURCES = ("sha256.c", "plan.c", "runtime.c", "cuda.c")
-RUNNER_SOURCES = ("hidetc_run.c", "npy.c")
+LIBRARY_SOURCES = ("sha256.c", "plan.c", "runtime.c", "cuda_driver.c", "cuda_model.c", "cuda.c")
+RUNNER_SOURCES = ("hidetc_run.c", "run_io.c", "run_threads.c", "npy.c")
 LIBRARY = "libhidetc_runtime.so"
 RUNNER = "hidetc-run"
 # where an artifact carries them (relative to OUT)

@@ -2,7 +2,8 @@
  *
  * plan.c reads plan.bin into an hx_plan (every count and offset bounds-checked) and
  * evaluates its size expressions; runtime.c owns the public API, the model and the cpu
- * path; cuda.c the cuda path. The plan's layout is written by
+ * path; cuda_driver.c, cuda_model.c and cuda.c the cuda path (their own state in
+ * cuda_driver.h and cuda_model.h). The plan's layout is written by
  * hidetc/backends/runtime/plan_file.py: change both together (PLAN_FORMAT).
  */
 #ifndef HIDETC_INTERNAL_H
@@ -171,7 +172,8 @@ int hx_expr_eval(const hx_expr *e, const int64_t *sizes, int64_t *out);   /* 0: 
 hidetc_status hx_pass_bind(const hx_plan *plan, const int *ranks,
                            const int64_t (*dims)[HIDETC_MAX_RANK], hx_pass *pass);
 
-/* cuda.c: the cuda path (all return a status with hx_fail's message on failure) */
+/* the cuda path, cuda_model.c (the model) and cuda.c (contexts, passes): all return a
+   status with hx_fail's message on failure */
 hidetc_status hx_cuda_model_init(hidetc_model *model);
 void hx_cuda_model_free(hidetc_model *model);
 hidetc_status hx_cuda_context_init(hidetc_context *context);

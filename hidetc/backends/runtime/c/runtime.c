@@ -616,7 +616,8 @@ static hidetc_status run_cpu(hidetc_context *c, const void *const *inputs,
         else if (s->kind == HX_SRC_OUTPUT)
             memcpy(outputs[k], outputs[s->index], n);
         else if (s->kind == HX_SRC_CONSTANT) {
-            if (s->index + s->nbytes > m->weight_bytes || s->nbytes < n)
+            if (s->nbytes > m->weight_bytes || s->nbytes < n ||
+                s->index > m->weight_bytes - s->nbytes)
                 return hx_fail(HIDETC_ERR_FORMAT, "output '%s': its constant lies outside "
                                "the weights", plan->outputs[k].name);
             memcpy(outputs[k], (const char *)m->weights + s->index, n);
