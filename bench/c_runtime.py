@@ -102,7 +102,8 @@ def bench_models(args) -> list[dict]:
             work.mkdir(parents=True, exist_ok=True)
             models.save(proto, path)
             log(f"{name}: compiling")
-            hidetc.compile_model(path, out, target="cpu")
+            hidetc.compile_model(path, out, target="cpu", tune=False)   # (the default
+            # configs: both runtimes run the same artifact, whatever its kernels)
         feeds = models.sample_inputs(proto, seed=0)
         files = {}
         for k, (key, array) in enumerate(feeds.items()):
