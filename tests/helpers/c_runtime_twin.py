@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from hidetc.backends.runtime.c_executor import CRuntimeExecutor
 from hidetc.driver import model as model_module
 
 _LOCK = threading.Lock()
@@ -26,7 +27,8 @@ def _twin(model):
     with _LOCK:
         twin = model.__dict__.get("_c_twin")
         if twin is None:
-            twin = model_module.Model(model.path, runtime="c", max_contexts=64)
+            # (the executor on the manifest already read: no second parse or hashing)
+            twin = CRuntimeExecutor(model.path, model.manifest, max_contexts=64)
             model.__dict__["_c_twin"] = twin
             weakref.finalize(model, twin.close)
         return twin
