@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_MODEL ?= resnet50
 DEMO_DIR := demo
 
-.PHONY: demo test test-slow lint venv clean gpu-check gpu-check-dry bench
+.PHONY: demo test test-slow test-farm lint venv clean gpu-check gpu-check-dry bench
 
 venv: $(STAMP)
 
@@ -36,6 +36,18 @@ $(ZOO_STAMP): $(STAMP)
 
 test-slow: $(ZOO_STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m slow
+
+# The tuning farm's tests start local Ray clusters (two simulated nodes; a node killed
+# mid-tune; a driver restarted): they need the `ray` extra, which `make test` never
+# installs.
+FARM_STAMP := $(VENV)/.farm-installed
+
+$(FARM_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[ray,dev]'
+	touch $(FARM_STAMP)
+
+test-farm: $(FARM_STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m farm
 
 # The five models beside ONNX Runtime on this machine's target (tuned; records reused).
 BENCH_JSON ?= bench/results/$(shell date -u +%Y-%m-%d)-bench-$(shell uname -m).json

@@ -39,7 +39,7 @@ from hidetc.compute.task import Task
 from hidetc.driver.select import Selection
 from hidetc.driver.tune.keys import key_for
 from hidetc.driver.tune.measure import best, measure_candidates, prebuild
-from hidetc.driver.tune.records import RecordStore, resolve_config
+from hidetc.driver.tune.records import CandidateResult, RecordStore, resolve_config
 from hidetc.target import Target
 
 SHORT_LIST = 8
@@ -231,8 +231,11 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
         else:
             choices[task] = Choice(template, default, "default", key=key)
     total = sum(len(p.configs) for p in pending)
+    farm = getattr(measure, "measure_all", None)
+    measured = _measure_farm(measure, pending, records, limits, kernels, tolerance,
+                             progress) if farm is not None and pending else None
     ahead = getattr(measure, "prebuild", None)
-    if ahead is not None and pending:
+    if ahead is not None and pending and measured is None:
         if progress:
             progress("building candidates", 0, total)
         ahead([(p.task, p.template, p.configs) for p in pending], target=limits)
@@ -245,7 +248,8 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
             if progress:
                 progress(label, base + k, total)
 
-        results = measure(task, template, configs, target=limits, progress=step)
+        results = measured[n] if measured is not None else \
+            measure(task, template, configs, target=limits, progress=step)
         done += len(configs)
         summary.tuned += 1
         summary.candidates += len(results)
@@ -271,6 +275,50 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
                     kept.append(choice.config)
     summary.seconds = time.perf_counter() - clock
     return choices, summary
+
+
+@dataclass(frozen=True)
+class MeasureJob:
+    """One task's candidates for a farm (a measurer with `measure_all`): the configs
+    still to measure, the records key they are committed under, the numerics budget
+    (`numerics_budget`; None: none) and a label for progress."""
+    task: Task
+    template: Any
+    configs: list
+    key: Any
+    budget: Optional[float]
+    label: str
+
+
+def _measure_farm(farm, pending: list[_Pending], records: RecordStore, limits: Target,
+                  kernels: int, tolerance: Optional[float],
+                  progress: Callable[[str, int, int], None] | None) -> list[list]:
+    """Every pending task's results through `farm.measure_all(jobs, target=, commit=,
+    progress=)`, which may measure any jobs' candidates anywhere and in any order, and
+    calls `commit(job index, results)` as results land: each is committed to the records
+    at once (the key's candidates so far, no winner yet), so a run stopped midway keeps
+    them, and a later run with the same records measures only the candidates a key has
+    no result for. One result per config, in order (a config the farm gave none is
+    an error result)."""
+    have: list[dict[str, Any]] = []
+    jobs = []
+    for n, p in enumerate(pending):
+        done = {r.config: r for r in records.candidates(p.key)}    # a stopped run's part
+        have.append(done)
+        jobs.append(MeasureJob(p.task, p.template, [c for c in p.configs if repr(c) not in done],
+                               p.key, numerics_budget(tolerance, p.task, kernels),
+                               f"{p.template.name} {n + 1}/{len(pending)}"))
+
+    def ordered(n: int) -> list:
+        return [have[n][repr(c)] for c in pending[n].configs if repr(c) in have[n]]
+
+    def commit(n: int, results: Sequence) -> None:
+        have[n].update({r.config: r for r in results})
+        records.save(pending[n].key, ordered(n), None)
+
+    farm.measure_all(jobs, target=limits, commit=commit, progress=progress)
+    return [[have[n].get(repr(c)) or CandidateResult(repr(c), error="farm: not measured")
+             for c in p.configs] for n, p in enumerate(pending)]
 
 
 def _from_records(records: RecordStore, key, template, task: Task, limits: Target,
