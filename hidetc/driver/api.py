@@ -63,7 +63,7 @@ def compile_model(model_path: str | os.PathLike, out_dir: str | os.PathLike, *,
     if config is not None and overrides:
         cfg = replace(cfg, **overrides)
     verifier = verifier or verify_artifact
-    ctx = CompileContext.create(cfg)
+    ctx = CompileContext.create(cfg, farm=hasattr(measure, "measure_all"))
     check_output_dir(out_dir)
     model_path = Path(model_path)
     timings: dict[str, float] = {}

@@ -52,17 +52,19 @@ class CompileContext:
     skip_verify: Optional[str]  # why the artifact is not verified here (None: it is)
 
     @classmethod
-    def create(cls, cfg: CompileConfig) -> "CompileContext":
-        """The decisions of a compile (see the module docstring)."""
+    def create(cls, cfg: CompileConfig, farm: bool = False) -> "CompileContext":
+        """The decisions of a compile (see the module docstring); `farm`: candidates are
+        measured elsewhere (a farm measurer, `tune.ray_farm`), so tuning needs no device
+        here."""
         backend = backend_for(cfg.target)
         machine = backend.machine(cfg)
         backend.check_precision(cfg.precision, named=cfg.target != "auto", machine=machine)
         present = backend.on_this_machine(machine)
         level = cfg.space if cfg.space is not None else backend.default_space
-        if cfg.tune and not present:
+        if cfg.tune and not present and not farm:
             raise ConfigError(f"{backend.why_not_here(machine)}, so the candidates cannot "
                               f"be measured as they will run: compile with --no-tune")
-        tunes = present if cfg.tune is None else bool(cfg.tune)
+        tunes = (present or farm) if cfg.tune is None else bool(cfg.tune)
         skip = "--no-verify" if not cfg.verify else backend.cannot_verify(machine)
         return cls(cfg, backend, machine, present, tunes, level, skip)
 
@@ -105,7 +107,9 @@ class CompileContext:
              ) -> tuple[dict[Task, Choice], dict]:
         """The configs of the selection's templated tasks (records, tuning here or
         defaults) and the manifest's `tuning` record (`hidetc.driver.tune.search`)."""
-        arch, device = self.backend.record_facts(self.machine, self.present)
+        # a farm keys the records by its measuring nodes' machine, not this host's
+        facts = getattr(measure, "record_facts", None) if self.tunes else None
+        arch, device = (facts or self.backend.record_facts)(self.machine, self.present)
         choices, summary = tune(selection, self.backend, self.machine, tune=self.tunes,
                                 level=self.level, arch=arch, records=records, device=device,
                                 toolchain=self.backend.toolchain(), progress=progress,

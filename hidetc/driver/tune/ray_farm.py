@@ -52,6 +52,7 @@ from hidetc.backends.toolchain.cache import ENV_CACHE_DIR, atomic_write, default
 from hidetc.driver.backend import backend_for, backend_of
 from hidetc.driver.tune.measure import measure_candidates, prebuild
 from hidetc.driver.tune.records import CandidateResult
+from hidetc.driver.tune.search import MeasureJob
 from hidetc.errors import ConfigError
 from hidetc.target import Target
 
@@ -136,6 +137,10 @@ class MeasureWorker:
         self.kind, self.arch = kind, arch
         self.backend = backend_for(kind)
 
+    def facts(self, target: Target) -> tuple[str, str]:
+        """(arch, device) of the records key on this node's machine."""
+        return self.backend.record_facts(target, True)
+
     def node(self) -> str:
         """`ip/node-id` (first 8 hex digits) of the node this actor runs on."""
         context = import_ray().get_runtime_context()
@@ -187,14 +192,26 @@ class RayFarm:
         self.stats = FarmStats()
         self.on_event = on_event or (lambda text: None)
         self._ray = None
+        self._pools: dict[str, list] = {}      # resource -> its live measuring actors
+
+    def record_facts(self, target: Target, present: bool = False) -> tuple[str, str]:
+        """(arch, device) of the records key, as a measuring node sees its machine: the
+        device is the farm's (its CPU model, its GPU), not the driver's, which may have
+        none (`present` is the driver's and is not used)."""
+        ray, backend, arch, resource = self._setting(target)
+        actors = self._actors(ray, resource, backend.kind, arch)
+        return tuple(ray.get(actors[0].facts.remote(target)))
+
+    def _setting(self, target: Target):
+        ray = self._ray = connect(self.address)
+        backend = backend_of(target)
+        arch = backend.record_facts(target, False)[0]     # (the target's: no device needed)
+        return ray, backend, arch, machine_resource(backend.kind, arch)
 
     def measure_all(self, jobs: Sequence, *, target: Target,
                     commit: Callable[[int, list], None],
                     progress: Optional[Callable[[str, int, int], None]] = None) -> None:
-        ray = self._ray = connect(self.address)
-        backend = backend_of(target)
-        arch, _ = backend.record_facts(target, True)
-        resource = machine_resource(backend.kind, arch)
+        ray, backend, arch, resource = self._setting(target)
         actors = self._actors(ray, resource, backend.kind, arch)
         build = ray.remote(num_cpus=1, max_retries=3)(build_files)
         builds = {n: build.remote(backend.kind, arch, j.task, j.template, j.configs, target)
@@ -205,6 +222,7 @@ class RayFarm:
         total, done = sum(len(c.configs) for c in queue), 0
         running: dict[Any, tuple[Any, _Chunk]] = {}
         idle = list(actors)
+        alive = self._pools[resource]
         while queue or running:
             while queue and idle:
                 chunk, actor = queue.popleft(), idle.pop()
@@ -224,6 +242,8 @@ class RayFarm:
                 node, results = ray.get(ready[0])
             except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
                     ray.exceptions.NodeDiedError) as error:
+                if actor in alive:
+                    alive.remove(actor)
                 self._lost(chunk, queue, commit, error)
                 continue
             except ray.exceptions.RayTaskError as error:    # the build failed for good
@@ -235,13 +255,31 @@ class RayFarm:
             self.stats.count(node, "chunks")
             self.stats.count(node, "measured", sum(r.error is None for r in results))
             self.stats.count(node, "failed", sum(r.error is not None for r in results))
-            self.stats.where.setdefault(jobs[chunk.job].key, set()).add(node)
+            if jobs[chunk.job].key is not None:
+                self.stats.where.setdefault(jobs[chunk.job].key, set()).add(node)
             commit(chunk.job, results)
             done += len(chunk.configs)
             if progress:
                 progress(jobs[chunk.job].label, done, total)
 
+    def __call__(self, task, template, configs: Sequence, *, target: Target,
+                 progress: Optional[Callable[[int], None]] = None) -> list[CandidateResult]:
+        """One task's candidates on the farm, one result per config in order (the plain
+        measurer form: what a range compile's dispatch table measures, `measure_missing`)."""
+        got: dict[str, CandidateResult] = {}
+        job = MeasureJob(task, template, list(configs), None, None, template.name)
+        self.measure_all([job], target=target,
+                         commit=lambda n, results: got.update({r.config: r for r in results}),
+                         progress=(lambda label, done, total: progress(done)) if progress
+                         else None)
+        return [got.get(repr(c)) or CandidateResult(repr(c), error="farm: not measured")
+                for c in configs]
+
     def _actors(self, ray, resource: str, kind: str, arch: str) -> list:
+        """The live measuring actors of `resource`: made once per farm (one per node
+        offering it; a GPU each on cuda) and kept for its later calls."""
+        if self._pools.get(resource):
+            return list(self._pools[resource])
         nodes = [n for n in ray.nodes() if n.get("Alive") and
                  n.get("Resources", {}).get(resource, 0) >= 1]
         if not nodes:
@@ -249,11 +287,13 @@ class RayFarm:
                               f"measuring nodes with `ray start --resources "
                               f"'{{\"{resource}\": 1}}'` (`hidetc farm resources` prints it "
                               f"on such a machine)")
-        cls = ray.remote(num_cpus=0, max_restarts=0, resources={resource: 1})(MeasureWorker)
+        cls = ray.remote(num_cpus=0, num_gpus=1 if kind == "cuda" else 0, max_restarts=0,
+                         resources={resource: 1})(MeasureWorker)
         actors = [cls.remote(kind, arch) for _ in nodes]
         for node in ray.get([a.node.remote() for a in actors]):
             self.stats.count(node, "chunks", 0)
-        return actors
+        self._pools[resource] = actors
+        return list(actors)
 
     def _lost(self, chunk: _Chunk, queue: deque, commit, error) -> None:
         """A chunk whose actor died: sent again, or failed after `retries` losses."""
