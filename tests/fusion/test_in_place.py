@@ -9,6 +9,8 @@ anchor also reads (the conv would read inputs already overwritten), a residual r
 again later, a graph input (not in the arena)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -131,3 +133,28 @@ def test_the_cuda_target_keeps_separate_buffers(tmp_path):
     __restrict__ (and are not checked for single stores per element)."""
     plan = plan_graph(target_graph(two_blocks(), targets.CUDA), targets.CUDA)
     assert plan.in_place == {} and plan.launches
+
+
+def test_cuda_in_place_drops_restrict_on_the_shared_buffers(tmp_path, monkeypatch):
+    """With in-place outputs turned on for cuda (off by default), a kernel that writes
+    over a residual it reads prints neither pointer `__restrict__` (nvcc would read a
+    const restrict input through the non-coherent path, which assumes it does not change
+    during the kernel), and the artifact run in the sanitizing emulator matches the
+    reference."""
+    import hidetc.schedules.cuda as cuda_schedules
+    monkeypatch.setattr(cuda_schedules, "WRITES_IN_PLACE", True)
+    proto = two_blocks()
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    result = hidetc.compile_model(path, tmp_path / "out", target="cuda", verify=False)
+    assert result.manifest["memory"]["in_place"], "no output was written in place"
+    sources = "".join(p.read_text() for p in (tmp_path / "out" / "kernels" / "src").glob("*.cu"))
+    params = re.findall(r"__global__ void __launch_bounds__\(\d+\)\s*\w+\(([^)]*)\)", sources)
+    assert params
+    unrestricted = [p for ps in params for p in ps.split(",")
+                    if "*" in p and "__restrict__" not in p]
+    assert len(unrestricted) >= 2, "the shared output and input are still __restrict__"
+    x = np.random.default_rng(3).standard_normal((1, 8, 6, 6)).astype(np.float32)
+    got = hidetc.load(tmp_path / "out", emulate=True, sanitize=True).run({"x": x})
+    want = run_graph(import_model(proto), {"x": x})
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-4, atol=1e-5)

@@ -8,9 +8,13 @@ The translation unit is `#include "hidetc_cuda.h"` (the device header in
     NAME(const float *__restrict__ a, float *__restrict__ out, int32_t n) { ... }
 
 THREADS = prod(attr "block"). A Buffer parameter is a `__restrict__` pointer, `const`
-unless the kernel stores to it or an intrinsic writes through it; a scalar is passed
-by value. The emulator entry is `extern "C" void NAME_emu_entry(void **args)`: args[i]
-is the i-th parameter's pointer, or a pointer to the scalar's value.
+unless the kernel stores to it or an intrinsic writes through it -- but for the
+parameters the function's `may_alias` attr names (an output written over an input it
+reads, `fusion.graft`), which lose `__restrict__`: nvcc turns a const restrict read
+into `ld.global.nc`, which assumes the data does not change during the kernel. A
+scalar is passed by value. The emulator entry is
+`extern "C" void NAME_emu_entry(void **args)`: args[i] is the i-th parameter's pointer,
+or a pointer to the scalar's value.
 
 What the printer adds to the C printer (`hidetc.backends.codegen.c.CPrinter`, subclassed):
 - built-ins: `Call("threadIdx.x")` etc. print as `(int32_t)threadIdx.x` (CUDA's are
@@ -372,12 +376,14 @@ class CudaPrinter(CPrinter):
 
     def params(self) -> list[str]:
         written = self.written_buffers()
+        shared = set(self.fn.attr("may_alias", ()))
         out = []
         for p in self.fn.params:
             name, ctype = self.ident(p.name), self.ctype(p.dtype)
             if isinstance(p, Buffer):
                 const = "" if p in written else "const "
-                out.append(f"{const}{ctype} *__restrict__ {name}")
+                qual = "" if p.name in shared else "__restrict__ "
+                out.append(f"{const}{ctype} *{qual}{name}")
             else:
                 out.append(f"{ctype} {name}")
         return out
