@@ -49,7 +49,13 @@ def test_split_k_with_grafted_epilogues_emulated(tmp_path):
     assert ZEROED_SCRATCH in offsets
     for kernel in split:    # the workspace and the counters are its last two arguments
         assert kernel["args"][-1] == ZEROED_SCRATCH and kernel["args"][-2] in offsets
-    model = hidetc.load(out, emulate=True, sanitize=True)
+    # the arrival protocol's one fence pair, both in thread 0 (no fence per thread)
+    source = "".join(p.read_text() for p in (out / "kernels" / "src").glob("*.cu"))
+    for kernel in split:
+        body = source[source.index(f"{kernel['name']}("):]
+        body = body[:body.index("\n}\n")]
+        assert body.count("__threadfence()") == 2, kernel["name"]
+    model = hidetc.load(out, emulate=True, sanitize=True)     # (blocks both ways round)
     inputs = models.sample_inputs(proto, seed=3)
     first = model.run(inputs)
     report = compare(first, run_onnxruntime(path, inputs), rtol=TOLERANCES["f16"])

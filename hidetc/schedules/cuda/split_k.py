@@ -6,10 +6,11 @@ Each of the S blocks of an output tile has summed its split's k tiles into its
 accumulators. Then (`reduce_splits`):
 - every thread writes its accumulators to a TRANSIENT workspace (`declare`: per tile
   and split, thread-major, so the writes are coalesced: slot ((tile * S + s) * ACC +
-  a) * threads + tid), fences (`threadfence`) and waits at a barrier;
-- one thread, between two more fences (release: the block's partials, seen through
-  the barrier, before the count; acquire: the other blocks' after it -- CUTLASS's
-  semaphore pattern), bumps the tile's arrival counter (a ZEROED scratch buffer,
+  a) * threads + tid) and waits at a barrier (no fence of its own: the barrier orders
+  its stores before thread 0's release fence, which is cumulative);
+- one thread, between the protocol's one fence pair (release: the block's partials,
+  seen through the barrier, before the count; acquire: the other blocks' after it --
+  CUTLASS's semaphore pattern), bumps the tile's arrival counter (a ZEROED scratch buffer,
   `hidetc.tir.scratch`) with atomicAdd and tells the block through `flag` (a shared
   element the block no longer needs) whether it arrived last;
 - the block that arrived last reads the S partial sums back through L2 (`load_cg`)
@@ -54,7 +55,6 @@ def reduce_splits(kb: KernelBuilder, acc: Buffer, count: int,
 
     with kb.for_range(count, kind="unroll", name="a") as a:
         kb.store(ws, (slot(split, a),), acc[element(a)])
-    kb.emit(threadfence())
     kb.emit(syncthreads())
     one, zero = Const(1.0, flag.dtype), Const(0.0, flag.dtype)
     with kb.if_then(eq(tid, 0)):
