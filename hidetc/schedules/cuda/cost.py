@@ -196,12 +196,15 @@ def with_best_split(gemm: Gemm, cfg: TcConfig, target: CudaTarget) -> TcConfig:
 def gemm_choice(gemm: Gemm, configs: Iterable[TcConfig], target: CudaTarget) -> TcConfig:
     """The cheapest of `configs` (each at its cheapest split); among estimates equal to
     0.01 us, the one that occupies more SMs (up to all of them: what a latency-bound
-    launch, which the model times alike, gains from), then the earlier."""
-    best, best_key = None, (math.inf, 0)
+    launch, which the model times alike, gains from), then the one whose tiles cover
+    fewer rows and columns past the GEMM's (tensor-core work on zero-filled rows: a
+    32-row tile where M <= 32), then the earlier."""
+    best, best_key = None, (math.inf, 0, 0)
     for cfg in configs:
         choice = with_best_split(gemm, cfg, target)
         estimate = gemm_estimate(gemm, choice, target)
-        key = (round(estimate.estimate_us, 2), -min(estimate.blocks, target.sms))
+        padded = gemm.tiles(cfg) * cfg.bm * cfg.bn
+        key = (round(estimate.estimate_us, 2), -min(estimate.blocks, target.sms), padded)
         if key < best_key:
             best, best_key = choice, key
     if best is None:

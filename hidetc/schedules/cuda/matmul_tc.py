@@ -198,9 +198,12 @@ def check_task(task: Task) -> str:
 # ------------------------------------------------------------------ template
 
 # The cost model picks among these (each at its best split-K); the 64x32 tile gives
-# latency-bound launches of a few k tiles twice the blocks of 64x64 (more SMs streaming)
+# latency-bound launches of a few k tiles twice the blocks of 64x64 (more SMs streaming);
+# the 32-row tiles (one warp along M) serve M <= 32 (BERT-sized sequences, decoding)
+# without a warp whose rows are all past M
 DEFAULTS = (TcConfig(128, 128, 32, 2, 2, 3), TcConfig(128, 64, 32, 2, 2, 4),
-            TcConfig(64, 64, 32, 2, 2, 4), TcConfig(64, 32, 32, 2, 1, 4))
+            TcConfig(64, 64, 32, 2, 2, 4), TcConfig(64, 32, 32, 2, 1, 4),
+            TcConfig(32, 64, 32, 1, 2, 4), TcConfig(32, 32, 32, 1, 1, 4))
 
 
 def operand_bytes(geo: Geometry) -> int:

@@ -14,7 +14,10 @@ the epilogue rounds to that type.
 - `compute_stage`: A fragments by `ldmatrix.x4` from the swizzled BM x BK tile; B
   fragments from either a BK x BN tile ([k][n], `ldmatrix.x4.trans`, the MatMul
   layout) or a BN x BK tile ([n][k] = B^T, plain `ldmatrix.x4`, the conv layout: see
-  `B_NK_X4`); MT x NT `mma.m16n8k16` per 16-deep k step into f32 accumulators;
+  `B_NK_X4`); MT x NT `mma.m16n8k16` per 16-deep k step into f32 accumulators; where
+  the tiles can overhang M (M not a multiple of BM, or symbolic) each 16-row sub-tile's
+  A fragments and mma run only when it starts before M (a warp-uniform branch:
+  `row_guard`), so no tensor-core work is spent on rows that are all past M;
 - the epilogue: the C fragment (`C_FRAGMENT`), rounded to the half type once through
   the subclass's `out_value` (bias goes there), stored predicated on row < M, col < N
   (column pairs as one 4-byte store when the subclass allows it).
@@ -35,6 +38,7 @@ checked by tests/schedules/test_cuda_matmul_tc.py.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass
@@ -310,9 +314,10 @@ class TcKernel:
             nhalf, kchunk, row8 = spatial_index(B_NK_X4, lane)
         with kb.for_range(cfg.bk // MMA_K, kind="unroll", name="kk") as kk:
             with kb.for_range(cfg.mt, kind="unroll", name="i") as i:
-                row = self.wi * (cfg.bm // cfg.wm) + i * MMA_M + row16
-                off = stage * ta.size + ta.offset(row, kk * 2 + half, key_row=row16)
-                kb.emit(ldmatrix(self.fa[i * 4], self.sa[off], 4))
+                with self.live_rows(i):
+                    row = self.wi * (cfg.bm // cfg.wm) + i * MMA_M + row16
+                    off = stage * ta.size + ta.offset(row, kk * 2 + half, key_row=row16)
+                    kb.emit(ldmatrix(self.fa[i * 4], self.sa[off], 4))
             with kb.for_range(cfg.nt // 2, kind="unroll", name="j") as j:
                 if self.b_nk:
                     row = self.wj * (cfg.bn // cfg.wn) + j * 16 + nhalf * 8 + row8
@@ -324,9 +329,26 @@ class TcKernel:
                                                       key_row=row16)
                     kb.emit(ldmatrix(self.fb[j * 4], self.sb[off], 4, trans=True))
             with kb.for_range(cfg.mt, kind="unroll", name="i") as i:
-                with kb.for_range(cfg.nt, kind="unroll", name="j") as j:
-                    kb.emit(mma_m16n8k16(self.acc[(i * cfg.nt + j) * 4], self.fa[i * 4],
-                                         self.fb[j * 2], dtype=self.dtype))
+                with self.live_rows(i):
+                    with kb.for_range(cfg.nt, kind="unroll", name="j") as j:
+                        kb.emit(mma_m16n8k16(self.acc[(i * cfg.nt + j) * 4],
+                                             self.fa[i * 4], self.fb[j * 2],
+                                             dtype=self.dtype))
+
+    @property
+    def row_guard(self) -> bool:
+        """Whether a block's tile can overhang M (then `live_rows` tests each 16-row
+        sub-tile): M symbolic, or not a multiple of BM."""
+        return not (isinstance(self.m, int) and self.m % self.cfg.bm == 0)
+
+    def live_rows(self, i: Expr):
+        """The scope of sub-tile i's work: under `row_guard`, a branch on its first row
+        being before M -- the same for the whole warp (block, warp and i), so the
+        warp-collective ldmatrix and mma see every lane or none."""
+        if not self.row_guard:
+            return contextlib.nullcontext()
+        first = self.m0 + self.wi * (self.cfg.bm // self.cfg.wm) + i * MMA_M
+        return self.kb.if_then(first < self.m)
 
     def main_loop(self) -> None:
         """The pipeline over this block's k tiles: all of them, or its split's range."""
@@ -417,7 +439,8 @@ class TcKernel:
         """The Function, with its launch shape, its scratch buffers and the `gemm` attr
         (M, N, K, outer count, the operands' bytes, config: what the cost model reads)."""
         gx, gy, outer = self.grid
-        attrs = {"gemm": (self.m, self.n, self.k, outer, operand_bytes, self.cfg)}
+        attrs = {"gemm": (self.m, self.n, self.k, outer, operand_bytes, self.cfg),
+                 "row_guard": self.row_guard}
         if self.split is not None:
             attrs["scratch"] = split_k.scratch_attr(self.ws, self.counters)
         return self.kb.finish(grid=(gx, gy, outer * self.cfg.splits),
