@@ -11,7 +11,8 @@ softmax is the online one (rescaled partial sums) and P is rounded to f16 before
 so elements may differ by a few f16 ulps of the output: every element within 4e-3 of
 the reference scaled by max(1, the output's RMS), and the norm-wise error within the
 documented f16 tolerance 1e-2. The emulator also runs each kernel with its blocks and
-threads in reverse order: the same bits."""
+threads in reverse order, and with its shared-memory accesses tracked per barrier
+interval (the double-buffered K/V tiles): the same bits, no race."""
 from __future__ import annotations
 
 import shutil
@@ -96,6 +97,24 @@ def test_kernels_match_the_reference_in_the_emulator(built):
             module.launch(fn.name, fn.attr("grid"), fn.attr("block"), ins + [again],
                           reverse=True)
             assert np.array_equal(out, again), what
+            # the double-buffered K/V pipeline: no shared-memory race between barriers
+            # (a copy into a stage still being read), nothing read before it landed
+            raced = np.full_like(out, np.nan)
+            module.launch(fn.name, fn.attr("grid"), fn.attr("block"), ins + [raced],
+                          races=True)
+            assert np.array_equal(out, raced), what
+
+
+def test_kv_tiles_are_double_buffered_where_two_stages_fit(built):
+    """Heads up to 64: the next K/V tile's copies are in flight while this one
+    computes (wait_group(1)); a 128 head (two stages would pass 48 KiB) waits for each."""
+    for task, fn in built:
+        if task.outputs[0].size == 0:           # (an empty kernel)
+            continue
+        source = print_cuda_module([fn])
+        pipelined = "hidetc_cp_async_wait_group(1)" in source
+        head = max(task.inputs[0].shape[-1], task.inputs[2].shape[-1])
+        assert pipelined == (head <= 64), (fn.name, task.signature())
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

@@ -7,8 +7,11 @@ tiles on x, the batch on y). The block's Q tile is copied to shared memory once 
 each warp keeps its A fragments (ldmatrix.x4) in registers; then for each tile of
 BN = 64 keys:
 - Kt's [D x 64] and V's [64 x Dv] tiles are copied to shared memory (cp.async, zero
-  fill past the ends; the swizzled layouts of `tc_common.SwizzledTile`), the block
-  waits;
+  fill past the ends; the swizzled layouts of `tc_common.SwizzledTile`); where two
+  stages of them fit the 48 KiB of static shared memory (heads up to 64) they are
+  double-buffered: the next tile's copies are issued (into the other stage, after the
+  barrier that says it is consumed) before this tile is computed, which waits with
+  `wait_group(1)` for its own copies only; larger heads copy and wait for each tile;
 - S = Q Kt for the warp's 16 rows by mma.m16n8k16 (B fragments by ldmatrix.x4.trans,
   as `matmul_tc`'s B operand), each score rounded to the half type as the unfused
   MatMul stores it, then the score steps in order (each computed in f32 and rounded to
@@ -28,9 +31,10 @@ Numerics: the scores and every score step round as the unfused ops do; the softm
 the online one (exp(s - running max), rescaled), so its rounding differs from the
 unfused Softmax's in the last bits: within the half type's tolerance, checked against
 the reference in tests/schedules/test_cuda_attention.py. Assumes Q, Kt, V and output
-of one half type, 16-byte aligned buffers, D and Dv at most `fuse_attention.MAX_HEAD` (shared
-memory: (64 x D + D x 64 + 64 x Dv) halves <= 48 KiB). Correct for every shape (any
-Sq, Sk, D, Dv, broadcast batch and score operands, including Sq or the batch 0).
+of one half type, 16-byte aligned buffers, D and Dv at most `fuse_attention.MAX_HEAD`
+(shared memory: 64 x D + S x (D x 64 + 64 x Dv) halves <= 48 KiB, S the K/V stages).
+Correct for every shape (any Sq, Sk, D, Dv, broadcast batch and score operands,
+including Sq or the batch 0).
 """
 from __future__ import annotations
 
@@ -56,6 +60,7 @@ from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.cuda import (
     WARP_SIZE,
     cp_async_commit,
+    cp_async_wait,
     cp_async_wait_all,
     ldmatrix,
     mma_m16n8k16,
@@ -80,6 +85,7 @@ from hidetc.tir.ir import (
 
 F32 = "float32"
 BM, BN, WARPS = 64, 64, 4
+STATIC_SHARED = 48 * 1024      # bytes: what a block may hold without the dynamic opt-in
 THREADS = WARPS * WARP_SIZE
 INF = float("inf")
 
@@ -91,10 +97,11 @@ def _round(value: Expr, dtype: str) -> Expr:
 
 
 def _load_tile(kb: KernelBuilder, smem: Buffer, tile: SwizzledTile, src, row0: Expr,
-               rows: int, col0: Expr, cols: int) -> None:
-    """smem (swizzled `tile`) <- src(row, col) for rows row0 + [0, tile.rows) and columns
-    col0 + [0, tile.cols), zero past `rows` / `cols`: 16-byte cp.async pieces where the
-    row length keeps them aligned, else narrower ones (or predicated half stores)."""
+               rows: int, col0: Expr, cols: int, base: Expr | int = 0) -> None:
+    """smem (swizzled `tile`, at element `base`) <- src(row, col) for rows row0 + [0,
+    tile.rows) and columns col0 + [0, tile.cols), zero past `rows` / `cols`: 16-byte
+    cp.async pieces where the row length keeps them aligned, else narrower ones (or
+    predicated half stores)."""
     width = copy_width(cols)
     with kb.for_mapping(chunk_mapping(tile.rows, tile.chunks, THREADS), thread_idx(),
                         names=("r", "c")) as (r, c):
@@ -104,7 +111,7 @@ def _load_tile(kb: KernelBuilder, smem: Buffer, tile: SwizzledTile, src, row0: E
             col = col0 + c * CHUNK + p * width
             pieces.append((logical_and(row < rows, col < cols),
                            src(minimum(row, rows - 1), minimum(col, cols - width))))
-        copy_pieces(kb, smem, tile.offset(r, c), width, pieces)
+        copy_pieces(kb, smem, base + tile.offset(r, c), width, pieces)
 
 
 class _Attention:
@@ -148,9 +155,12 @@ class _Attention:
         tq = SwizzledTile(BM, self.dk_pad)
         tk = SwizzledTile(self.dk_pad, BN)
         tv = SwizzledTile(BN, self.dv_pad)
+        # K/V tiles double-buffered where both stages fit static shared memory (heads
+        # up to 64): the next tile's copies run while this one computes
+        stages = 2 if (tq.size + 2 * (tk.size + tv.size)) * 2 <= STATIC_SHARED else 1
         sq = kb.alloc("sq", self.dt, (tq.size,), "shared")
-        sk = kb.alloc("sk", self.dt, (tk.size,), "shared")
-        sv = kb.alloc("sv", self.dt, (tv.size,), "shared")
+        sk = kb.alloc("sk", self.dt, (stages * tk.size,), "shared")
+        sv = kb.alloc("sv", self.dt, (stages * tv.size,), "shared")
         k_steps, d_tiles = self.dk_pad // 16, self.dv_pad // 8
         fq = kb.alloc("fq", "uint32", (k_steps * 4,))
         fb = kb.alloc("fb", "uint32", (4,))
@@ -176,31 +186,46 @@ class _Attention:
             kb.store(m_i, (h,), Const(-INF, F32))
             kb.store(l_i, (h,), Const(0.0, F32))
 
-        with kb.for_range(ceil_div(self.sk, BN), name="kt") as kt:
-            k0 = kb.declare("k0", "int32", kt * BN)
-            kb.emit(syncthreads())                    # the previous tiles are consumed
-            _load_tile(kb, sk, tk, lambda r, c: self.kt[pre[1] + (r, c)], zero, self.d, k0,
-                       self.sk)
-            _load_tile(kb, sv, tv, lambda r, c: self.v[pre[2] + (r, c)], k0, self.sk, zero,
-                       self.dv)
+        def load_kv(k_first: Expr, stage: Expr | int) -> None:
+            _load_tile(kb, sk, tk, lambda r, c: self.kt[pre[1] + (r, c)], zero, self.d,
+                       k_first, self.sk, stage * tk.size)
+            _load_tile(kb, sv, tv, lambda r, c: self.v[pre[2] + (r, c)], k_first, self.sk,
+                       zero, self.dv, stage * tv.size)
+
+        tiles = ceil_div(self.sk, BN)
+        if stages == 2 and tiles > 0:
+            load_kv(zero, 0)                          # the first tile, ahead
             kb.emit(cp_async_commit())
-            kb.emit(cp_async_wait_all())
+        with kb.for_range(tiles, name="kt") as kt:
+            k0 = kb.declare("k0", "int32", kt * BN)
+            stage = kt % stages if stages > 1 else 0
+            kb.emit(syncthreads())                    # the stage to refill is consumed
+            if stages == 2:
+                with kb.if_then(kt + 1 < tiles):
+                    load_kv(k0 + BN, (kt + 1) % 2)
+                kb.emit(cp_async_commit())            # (empty on the last tile)
+                kb.emit(cp_async_wait(1))             # this tile's copies have landed
+            else:
+                load_kv(k0, 0)
+                kb.emit(cp_async_commit())
+                kb.emit(cp_async_wait_all())
             kb.emit(syncthreads())
-            self.scores(s_acc, fq, fb, sk, tk, half, row16)
+            self.scores(s_acc, fq, fb, sk, tk, half, row16, stage * tk.size)
             self.score_steps(s_acc, q0 + warp * 16 + g, k0 + t * 2)
             self.softmax_step(s_acc, o_acc, pf, m_i, l_i, d_tiles)
-            self.pv(o_acc, pf, fb, sv, tv, half, row16)
+            self.pv(o_acc, pf, fb, sv, tv, half, row16, stage * tv.size)
         self.store(o_acc, l_i, q0 + warp * 16 + g, t, d_tiles)
 
     # ---------------------------------------------------------------------------------
-    def scores(self, s_acc, fq, fb, sk, tk: SwizzledTile, half, row16) -> None:
-        """s_acc = this warp's 16 rows of Q x the Kt tile (8 n tiles of 8 keys)."""
+    def scores(self, s_acc, fq, fb, sk, tk: SwizzledTile, half, row16, base) -> None:
+        """s_acc = this warp's 16 rows of Q x the Kt tile at `base` (8 n tiles of 8
+        keys)."""
         kb = self.kb
         for i in range(BN // 8 * 4):
             kb.store(s_acc, (i,), Const(0.0, F32))
         for kk in range(self.dk_pad // 16):
             for j in range(BN // 16):
-                off = tk.offset(kk * 16 + row16, j * 2 + half, key_row=row16)
+                off = base + tk.offset(kk * 16 + row16, j * 2 + half, key_row=row16)
                 kb.emit(ldmatrix(fb[0], sk[off], 4, trans=True))
                 kb.emit(mma_m16n8k16(s_acc[(2 * j) * 4], fq[kk * 4], fb[0], dtype=self.dt))
                 kb.emit(mma_m16n8k16(s_acc[(2 * j + 1) * 4], fq[kk * 4], fb[2],
@@ -265,12 +290,12 @@ class _Attention:
                     i = dt * 4 + 2 * h + c
                     kb.store(o_acc, (i,), o_acc[i] * alpha)
 
-    def pv(self, o_acc, pf, fb, sv, tv: SwizzledTile, half, row16) -> None:
-        """o_acc += P (this warp's 16 rows x 64 keys) x the V tile."""
+    def pv(self, o_acc, pf, fb, sv, tv: SwizzledTile, half, row16, base) -> None:
+        """o_acc += P (this warp's 16 rows x 64 keys) x the V tile at `base`."""
         kb = self.kb
         for kk in range(BN // 16):
             for j in range(self.dv_pad // 16):
-                off = tv.offset(kk * 16 + row16, j * 2 + half, key_row=row16)
+                off = base + tv.offset(kk * 16 + row16, j * 2 + half, key_row=row16)
                 kb.emit(ldmatrix(fb[0], sv[off], 4, trans=True))
                 kb.emit(mma_m16n8k16(o_acc[(2 * j) * 4], pf[kk * 8], fb[0], dtype=self.dt))
                 kb.emit(mma_m16n8k16(o_acc[(2 * j + 1) * 4], pf[kk * 8], fb[2],
