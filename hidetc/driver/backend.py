@@ -12,7 +12,8 @@ A backend owns:
     policy among them) and the precisions it computes (`check_precision`);
   - its fusion rules (`refusals`: the producers an anchor does not take as prologues);
   - its schedules (`schedules`: the package of rules and templates, one interface:
-    `hidetc.schedules.protocol.ScheduleModule`) and its default search space;
+    `hidetc.schedules.protocol.ScheduleModule`) and its default search space; what a
+    tuning farm's measuring actor holds (`measuring_gpus`);
   - its measurer and candidate builder for tuning (`measure`, `prebuild`);
   - how the plan's kernels are built and what the manifest records of them (`build`,
     `manifest_facts`, `context_memory`).
@@ -67,6 +68,7 @@ from hidetc.target import (
 
 class CpuBackend:
     kind = "cpu"
+    measuring_gpus = 0         # what a farm's measuring actor holds (`tune.ray_farm`)
     schedules = cpu_schedules
     # the cpu candidates are gcc builds on a few cores: a short list by default
     default_space = 1
@@ -179,6 +181,7 @@ class CpuBackend:
 
 class CudaBackend:
     kind = "cuda"
+    measuring_gpus = 1         # a farm's measuring actor holds its node's GPU
     schedules = cuda_schedules
     default_space = 2          # the whole hardware-centric space: measured on the GPU
     refusals = NO_GATHERING_PROLOGUES

@@ -287,8 +287,8 @@ class RayFarm:
                               f"measuring nodes with `ray start --resources "
                               f"'{{\"{resource}\": 1}}'` (`hidetc farm resources` prints it "
                               f"on such a machine)")
-        cls = ray.remote(num_cpus=0, num_gpus=1 if kind == "cuda" else 0, max_restarts=0,
-                         resources={resource: 1})(MeasureWorker)
+        cls = ray.remote(num_cpus=0, num_gpus=backend_for(kind).measuring_gpus,
+                         max_restarts=0, resources={resource: 1})(MeasureWorker)
         actors = [cls.remote(kind, arch) for _ in nodes]
         for node in ray.get([a.node.remote() for a in actors]):
             self.stats.count(node, "chunks", 0)
