@@ -121,3 +121,26 @@ def test_the_sanitizer_sees_every_variant_s_arena(cnn):
     with pytest.raises(SanitizerError, match="poison"):
         model.run({"x": np.ones((8, 3, 16, 16), np.float32)})
     assert skipped
+
+
+def test_a_small_m_range_of_half_matmuls(tmp_path):
+    """x[b, 384] @ w for b in 1..256 in f16 on an A100: the small-M hints would pick the
+    GEMV kernel or split-K, which are shaped by a static M (rows, tile count); over a
+    range of M the compile takes the tensor-core kernel without split instead (it
+    failed with 'the size b is symbolic, not a number'), right at every size."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.random.default_rng(0).standard_normal((384, 96)).astype(np.float32) * 0.05
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 384])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 96])],
+        [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    models.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    hidetc.compile_model(path, tmp_path / "out", target="cuda", precision="f16", gpu="a100",
+                         dims={"b": "1..256"}, verify=False)
+    model = hidetc.load(tmp_path / "out", emulate=True, sanitize=True)
+    for b in (1, 3, 100):
+        x = np.random.default_rng(b).standard_normal((b, 384)).astype(np.float32)
+        report = compare(model.run({"x": x}), {"y": x @ w}, rtol=TOLERANCES["f16"])
+        assert report["status"] == "passed", (b, report)

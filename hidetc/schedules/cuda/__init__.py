@@ -15,6 +15,7 @@ picks per task. MatMulInteger (quantized models): the int8 tensor-core template
 kernel yet."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 from hidetc.compute.injective import COMPUTE
@@ -165,7 +166,8 @@ def kernel_choice(task: Task, target: CudaTarget) -> tuple[Template | None, Any]
     None): a rule builds the kernel (depthwise Conv and ConvNHWC: the direct kernels,
     which win there). A half MatMul of at most `matmul_gemv.SMALL_M` rows takes the
     GEMV template where the cost model estimates its default below the tensor-core
-    template's. What `build_kernel` builds, and what the tuner tunes."""
+    template's -- and where M is a number, not a range's symbolic size (the GEMV kernel
+    is shaped by its rows). What `build_kernel` builds, and what the tuner tunes."""
     if task.op == "Conv" and conv_geometry(task).depthwise:
         return None, None
     if task.op == "ConvNHWC":
@@ -175,9 +177,16 @@ def kernel_choice(task: Task, target: CudaTarget) -> tuple[Template | None, Any]
     template = template_for(task)
     if template is None:
         return None, None
+    # the GEMV kernel is shaped by its rows (one accumulator set per row), split-K's
+    # workspace by the number of tiles: both need a static M
+    static_m = template is matmul_tc.TEMPLATE and (
+        not task.symbolic or isinstance(matmul_tc.geometry(task).m, int))
+    symbolic = task.symbolic
     task = task.hinted()        # a range's heuristics: at the build's hint sizes
     config = template.default(task, target)
-    if template is matmul_tc.TEMPLATE and matmul_gemv.applies(task):
+    if symbolic and not static_m and getattr(config, "splits", 1) > 1:
+        config = replace(config, splits=1)
+    if static_m and matmul_gemv.applies(task):
         small = matmul_gemv.TEMPLATE.default(task, target)
         gemv_us = cost.gemv_estimate(matmul_gemv.cost_gemv(task), small, target).estimate_us
         tc_us = cost.gemm_estimate(matmul_tc.cost_gemm(task), config, target).estimate_us
