@@ -12,21 +12,19 @@ Decisions: generic x86-64 code (no -march: the runtime runs wherever the artifac
 kernels run; the kernels carry the ISA), C11, hidden visibility but for the API.
 `sanitize="address"` / `"thread"` builds the ASan+UBSan / TSan variants the tests run
 (cached apart). Guarantees: a ToolchainError naming the command and its first error
-line when gcc fails.
+line when gcc fails (`gcc.run_logged`: the full output kept in a log beside the cache).
 """
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Optional
 
 from hidetc import __version__
 from hidetc.backends.toolchain.cache import BuildCache, cache_key
-from hidetc.backends.toolchain.gcc import compiler_identity, find_compiler
-from hidetc.errors import ToolchainError
+from hidetc.backends.toolchain.gcc import compiler_identity, find_compiler, run_logged
 
 SOURCE_DIR = Path(__file__).resolve().parent / "c"
 HEADER = "hidetc.h"
@@ -46,14 +44,6 @@ SANITIZE = {None: (), "address": ("-fsanitize=address,undefined", "-fno-omit-fra
 
 def _sources(names: tuple[str, ...]) -> list[Path]:
     return [SOURCE_DIR / n for n in names if (SOURCE_DIR / n).is_file()]
-
-
-def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode:
-        lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "error" in ln]
-        first = (lines or (proc.stdout + proc.stderr).splitlines() or ["no output"])[0]
-        raise ToolchainError(f"gcc building {what} failed: {first.strip()}")
 
 
 def build_runtime(sanitize: Optional[str] = None, cache: Optional[BuildCache] = None) -> Path:
@@ -78,11 +68,13 @@ def build_runtime(sanitize: Optional[str] = None, cache: Optional[BuildCache] = 
             (tmp / sub).mkdir()
         shutil.copy2(SOURCE_DIR / HEADER, tmp / INSTALLED["header"])
         lib = tmp / INSTALLED["library"]
-        _run([cc, *flags, "-shared", f"-Wl,-soname,{LIBRARY}", f"-I{SOURCE_DIR}",
-              *map(str, lib_src), "-o", str(lib), "-ldl"], LIBRARY)
-        _run([cc, *flags, f"-I{SOURCE_DIR}", *map(str, run_src), f"-L{lib.parent}",
-              "-lhidetc_runtime", "-Wl,-rpath,$ORIGIN/../lib", "-o",
-              str(tmp / INSTALLED["runner"])], RUNNER)
+        logs = done.parent / f"{key}.log"      # kept only when gcc fails
+        run_logged([cc, *flags, "-shared", f"-Wl,-soname,{LIBRARY}", f"-I{SOURCE_DIR}",
+                    *map(str, lib_src), "-o", str(lib), "-ldl"], f"gcc building {LIBRARY}",
+                   logs)
+        run_logged([cc, *flags, f"-I{SOURCE_DIR}", *map(str, run_src), f"-L{lib.parent}",
+                    "-lhidetc_runtime", "-Wl,-rpath,$ORIGIN/../lib", "-o",
+                    str(tmp / INSTALLED["runner"])], f"gcc building {RUNNER}", logs)
         try:
             os.rename(tmp, done)
         except OSError:            # another process finished the same build first

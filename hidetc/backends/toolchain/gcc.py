@@ -80,7 +80,7 @@ def _safe_name(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "source"
 
 
-def _run(cmd: list[str], what: str, log: Path) -> None:
+def run_logged(cmd: list[str], what: str, log: Path) -> None:
     """Run a compiler command; on failure keep its output in `log` and raise."""
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode == 0:
@@ -108,7 +108,7 @@ def compile_object(name: str, source: str, flags: Optional[Sequence[str]] = None
     tmp = temp_path_beside(obj)
     try:
         cmd = [cc_path, *flags, "-c", str(src), "-o", str(tmp)]
-        _run(cmd, f"gcc compiling {name}", cache.build_dir(key) / f"{stem}.log")
+        run_logged(cmd, f"gcc compiling {name}", cache.build_dir(key) / f"{stem}.log")
         os.replace(tmp, obj)
     finally:
         tmp.unlink(missing_ok=True)
@@ -140,7 +140,7 @@ def link_shared(objects: Sequence[Path], out_path: Union[str, Path],
     link_flags = [f for f in flags if f not in ("-c", "-std=c99")]
     cmd = [cc_path, *LINK_FLAGS, *link_flags, *map(str, objects), "-o", str(tmp), *LINK_LIBS]
     try:
-        _run(cmd, f"gcc linking {out.name}", out.with_name(out.name + ".link.log"))
+        run_logged(cmd, f"gcc linking {out.name}", out.with_name(out.name + ".link.log"))
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

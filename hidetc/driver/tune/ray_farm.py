@@ -28,9 +28,9 @@ time); here, `RayFarm` is a farm measurer (`measure_all`, see `search._measure_f
   retried by Ray (`max_retries`). No live measuring actor left: the remaining chunks
   fail with the reason. A driver restarted with the same records measures only what
   they lack (`search._measure_farm`).
-- **Observability**: `stats` per node (chunks and candidates built, measured, failed)
-  and, per records key, the nodes its results were measured on; `progress(label, done,
-  total)` as chunks land.
+- **Observability**: `stats` per measuring node (chunks, candidates measured and
+  failed), the build tasks sent, and, per records key, the nodes its results were
+  measured on; `progress(label, done, total)` as chunks land.
 
 Assumes: every node runs the same hidetc (and Python) as the driver; the driver owns
 the record store (the workers never open it). Decides: chunks are dispatched one per

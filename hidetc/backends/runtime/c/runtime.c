@@ -50,6 +50,17 @@ hidetc_status hx_fail(hidetc_status status, const char *fmt, ...) {
     return status;
 }
 
+/* A failing call's message kept across the cleanup that follows it (which may fail
+   on its own and overwrite the thread's message). */
+typedef struct { char text[sizeof last_error]; } saved_error;
+
+static void save_error(saved_error *saved) { memcpy(saved->text, last_error, sizeof saved->text); }
+
+static hidetc_status restore_error(const saved_error *saved, hidetc_status status) {
+    memcpy(last_error, saved->text, sizeof saved->text);
+    return status;
+}
+
 int hidetc_abi_version(void) { return HIDETC_ABI_VERSION; }
 const char *hidetc_version(void) { return HX_VERSION; }
 const char *hidetc_last_error(void) { return last_error; }
@@ -210,9 +221,8 @@ static int libraries_has(const uint8_t *digest) {
 }
 
 /* dlopen the library from the bytes that were checked (see the file's docstring) */
-static void *open_library(const char *path, const void *data, size_t size) {
-    uint8_t digest[HX_HASH_BYTES];
-    hx_sha256(data, size, digest);
+static void *open_library(const char *path, const void *data, size_t size,
+                          const uint8_t digest[HX_HASH_BYTES]) {
     pthread_mutex_lock(&libraries_lock);
     void *handle = NULL;
     for (opened *o = libraries; o && !handle; o = o->next)
@@ -263,7 +273,13 @@ static hidetc_status load_cpu(hidetc_model *m, int verify) {
         return status;
     openmp_wait_policy(plan);
     char *path = join(m->dir, lib->path);
-    m->library = path ? open_library(path, data, size) : NULL;
+    /* the bytes' sha256: checked equal to the plan's by map_file, else computed here */
+    uint8_t digest[HX_HASH_BYTES];
+    if (verify)
+        memcpy(digest, lib->sha256, HX_HASH_BYTES);
+    else
+        hx_sha256(data, size, digest);
+    m->library = path ? open_library(path, data, size, digest) : NULL;
     munmap(data, size);
     if (!m->library) {
         const char *why = dlerror();
@@ -315,11 +331,10 @@ hidetc_status hidetc_model_load(const char *dir, unsigned flags, hidetc_model **
             status = hx_fail(HIDETC_ERR_FORMAT, "%s: unknown target '%s'", dir, m->plan.target);
     }
     if (status != HIDETC_OK) {
-        char saved[sizeof last_error];
-        memcpy(saved, last_error, sizeof saved);
+        saved_error saved;
+        save_error(&saved);
         hidetc_model_free(m);
-        memcpy(last_error, saved, sizeof saved);
-        return status;
+        return restore_error(&saved, status);
     }
     *out = m;
     return HIDETC_OK;
@@ -442,11 +457,10 @@ hidetc_status hidetc_context_create(hidetc_model *m, const hidetc_context_option
         status = hx_cuda_context_init(c);
     }
     if (status != HIDETC_OK) {
-        char saved[sizeof last_error];
-        memcpy(saved, last_error, sizeof saved);
+        saved_error saved;
+        save_error(&saved);
         hidetc_context_free(c);
-        memcpy(last_error, saved, sizeof saved);
-        return status;
+        return restore_error(&saved, status);
     }
     *out = c;
     return HIDETC_OK;
@@ -486,10 +500,10 @@ hidetc_status hidetc_context_set_input_shape(hidetc_context *c, int i, int rank,
     if (status != HIDETC_OK) {        /* keep the shapes that were set before */
         memcpy(c->set_dims[i], saved, sizeof saved);
         c->set_rank[i] = saved_rank;
-        char message[sizeof last_error];
-        memcpy(message, last_error, sizeof message);
+        saved_error saved;
+        save_error(&saved);
         rebind(c);
-        memcpy(last_error, message, sizeof message);
+        restore_error(&saved, status);
     }
     atomic_store(&c->busy, 0);
     return status;
