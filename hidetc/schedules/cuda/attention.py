@@ -44,7 +44,7 @@ import numpy as np
 
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
-from hidetc.schedules.cuda.common import at_least_one, ceil_div
+from hidetc.schedules.cuda.common import SHARED_LIMIT, at_least_one, ceil_div
 from hidetc.schedules.cuda.tc_common import (
     CHUNK,
     HALVES,
@@ -85,7 +85,6 @@ from hidetc.tir.ir import (
 
 F32 = "float32"
 BM, BN, WARPS = 64, 64, 4
-STATIC_SHARED = 48 * 1024      # bytes: what a block may hold without the dynamic opt-in
 THREADS = WARPS * WARP_SIZE
 INF = float("inf")
 
@@ -157,7 +156,7 @@ class _Attention:
         tv = SwizzledTile(BN, self.dv_pad)
         # K/V tiles double-buffered where both stages fit static shared memory (heads
         # up to 64): the next tile's copies run while this one computes
-        stages = 2 if (tq.size + 2 * (tk.size + tv.size)) * 2 <= STATIC_SHARED else 1
+        stages = 2 if (tq.size + 2 * (tk.size + tv.size)) * 2 <= SHARED_LIMIT else 1
         sq = kb.alloc("sq", self.dt, (tq.size,), "shared")
         sk = kb.alloc("sk", self.dt, (stages * tk.size,), "shared")
         sv = kb.alloc("sv", self.dt, (stages * tv.size,), "shared")

@@ -24,6 +24,9 @@ from hidetc.tir.cuda import shfl_xor
 from hidetc.tir.ir import Const, Expr, Var, call, syncthreads, thread_idx
 
 WARP = 32
+# static __shared__ bytes a block may hold: the CUDA limit on every GPU (past it, the
+# per-GPU dynamic opt-in, `CudaTarget.shared_optin_bytes`)
+SHARED_LIMIT = 48 * 1024
 FULL_MASK = Const(0xFFFFFFFF, "uint32")
 Combine = Callable[[Expr, Expr], Expr]
 

@@ -66,7 +66,13 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Optional, Sequence
 
 from hidetc.schedules.cuda import split_k
-from hidetc.schedules.cuda.common import WARP, at_least_one, ceil_div, may_exceed_one
+from hidetc.schedules.cuda.common import (
+    SHARED_LIMIT,
+    WARP,
+    at_least_one,
+    ceil_div,
+    may_exceed_one,
+)
 from hidetc.tir import cuda as tc
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.ir import (
@@ -88,7 +94,6 @@ from hidetc.tir.ir import (
 from hidetc.tir.mapping import Repeat, TaskMapping, repeat, spatial
 
 MAX_THREADS = 1024             # threads per block on every GPU of sm_80 and newer
-SHARED_LIMIT = 48 * 1024       # static __shared__ bytes: the CUDA limit on every GPU (no opt-in)
 REGISTER_BUDGET = 200          # estimated registers per thread (ptxas max 255: margin)
 REGISTER_OVERHEAD = 40         # addresses, indices, predicates, loop counters
 TILES = (32, 64, 128)

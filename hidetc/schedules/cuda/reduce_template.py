@@ -69,7 +69,13 @@ from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.graph.symbolic import SymDim
 from hidetc.schedules.common.reducers import INF, REDUCERS
-from hidetc.schedules.cuda.common import WARP, at_least_one, ceil_div, group_allreduce
+from hidetc.schedules.cuda.common import (
+    SHARED_LIMIT,
+    WARP,
+    at_least_one,
+    ceil_div,
+    group_allreduce,
+)
 from hidetc.schedules.cuda.reduce_rows import (
     GLOBAL_POOLS,
     RowView,
@@ -100,7 +106,6 @@ from hidetc.tir.ir import (
 )
 
 MAX_THREADS = 1024             # threads per block on every GPU of sm_80 and newer
-SHARED_LIMIT = 48 * 1024       # static __shared__ bytes: the CUDA limit on every GPU (no opt-in)
 THREADS_PER_ROW = (32, 64, 128, 256, 512, 1024)
 ROWS_PER_BLOCK = (1, 2, 4, 8, 16, 32)
 VECTORS = (1, 2, 4, 8)
