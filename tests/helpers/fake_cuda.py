@@ -105,6 +105,11 @@ class FakeDriver:
     def memset_d8(self, ptr, value, n):
         self.write(ptr, np.full(n, value, np.uint8))
 
+    def memset_d8_async(self, ptr, value, n, stream=None):
+        """Stream-ordered memset (recorded in `grids` as ("memset", ptr, n))."""
+        self.grids.append(("memset", ptr, n))
+        self.write(ptr, np.full(n, value, np.uint8))
+
     def memcpy_htod(self, ptr, src, stream=None):
         self.write(ptr, np.asarray(src))
 

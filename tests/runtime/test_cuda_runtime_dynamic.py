@@ -107,3 +107,37 @@ def _section_only() -> dict:
                      "launches": [launch("k", ["((255 + n)//256)"], [256],
                                          [["arena", 0], ["size", 0]])],
                      "variant_launches": [[launch("k", [1], [256], [["arena", 0]])]]}}
+
+
+def test_fake_dynamic_zeroes_a_variants_kept_zero_region_when_the_variant_changes(
+        fake, tmp_path):
+    """Each variant lays out its own arena: variant 1 keeps its split-K counters where
+    variant 0 writes activations, and variant 0 its counters where variant 1 does. A
+    pass that changes the variant zeroes the new one's region first (on the context's
+    stream, ahead of its launches); passes that keep the variant do not (a completed
+    pass leaves its region zero)."""
+    manifest = dynamic_artifact(tmp_path, graph_cache=8)
+    regions = {0: 8 * N - 64, 1: 128}        # inside the other variant's activations
+    manifest["memory"]["offsets"] = {"scratch.zeroed": regions[0]}
+    manifest["memory"]["bytes"] = {"scratch.zeroed": 64}
+    manifest["dynamic"]["variants"][1]["memory"] = {"offsets": {"scratch.zeroed": regions[1]},
+                                                    "bytes": {"scratch.zeroed": 64}}
+    ex = CudaExecutor(tmp_path, manifest)
+    memsets = [g for g in fake.grids if g[0] == "memset"]
+    assert [n for _, _, n in memsets] == [64]                # the warm-up's (n = N)
+    arena = memsets[0][1] - regions[1]
+    # (n, its variant, zeroed first, the region dirty before: the other variant's last
+    # pass wrote activations over it)
+    for n, variant, zeroed, dirty in ((64, 0, True, True), (64, 0, False, False),
+                                      (300, 1, True, True), (200, 1, False, False),
+                                      (5, 0, True, False), (300, 1, True, False)):
+        assert fake.read(arena + regions[variant], 64).any() == dirty
+        fake.grids.clear()
+        x = np.full(n, 0.75, np.float32)
+        np.testing.assert_array_equal(ex.run({"x": x})["y"], sized_expected(x))
+        memsets = [g for g in fake.grids if g[0] == "memset"]
+        assert memsets == ([("memset", arena + regions[variant], 64)] if zeroed else [])
+        if zeroed:
+            assert fake.grids[0][0] == "memset"               # ahead of the launches
+        assert not fake.read(arena + regions[variant], 64).any()
+    ex.close()

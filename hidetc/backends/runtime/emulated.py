@@ -50,7 +50,13 @@ from hidetc.backends.runtime.emulator.emulator import (
     build_emulated,
 )
 from hidetc.backends.runtime.executor import check_inputs, collect_outputs, value_bytes
-from hidetc.backends.runtime.sizes import Pass, read_dynamic, variant_view, zero_inputs
+from hidetc.backends.runtime.sizes import (
+    Pass,
+    kept_zero,
+    read_dynamic,
+    variant_view,
+    zero_inputs,
+)
 from hidetc.backends.runtime.weights import WeightEntry, read_weights
 from hidetc.errors import ArtifactError
 from hidetc.tir import scratch
@@ -233,6 +239,7 @@ class EmulatedContext:
         self.arena_bytes = executor.arena_bytes
         self._arena = np.zeros(executor.arena_bytes, np.uint8)
         self._variant = 0             # the dispatch variant of the pass under way
+        self._kept_zero_for = 0       # the variant whose kept-zero region is zero
         self._data_poison = False      # sanitize: the data holds poison's bits itself
         self._last_inputs: Optional[dict] = None     # of its last `run`, for `measure`
         # a sanitized pass's whole output and input buffers (red zones included)
@@ -287,6 +294,8 @@ class EmulatedContext:
         checking = digests is not None and not reverse
         one, launches = self._ex.bound_pass(inputs)
         self._variant = one.variant
+        if outs is None:             # (a sanitized pass's arena was poisoned and zeroed)
+            self._keep_zero(one.variant)
         arrays = [a.copy() for a in check_inputs(one.inputs, inputs)]
         if digests is not None:                 # a sanitized pass: inputs in red zones
             arrays = self._red_zoned_inputs(arrays)
@@ -332,6 +341,15 @@ class EmulatedContext:
         self.last_latency_ms = (time.perf_counter() - begin) * 1e3
         return collect_outputs(self.manifest, arrays, outs, self._ex.constants, one.variant)
 
+    def _keep_zero(self, variant: int) -> None:
+        """Zero `variant`'s kept-zero region (`sizes.kept_zero`) when the last pass ran
+        another variant, whose values may sit there (the arena is zeroed once, when the
+        context is made, and a completed pass leaves its own region zero)."""
+        if variant != self._kept_zero_for:
+            offset, nbytes = kept_zero(self.manifest, variant)
+            self._arena[offset:offset + nbytes] = 0
+            self._kept_zero_for = variant
+
     def _place(self, value: str, arrays, outs) -> Optional[np.ndarray]:
         """The bytes of graph value `value` in this pass (of its dispatch variant): its
         arena region (its own, when sanitizing), its output or input buffer; None for
@@ -360,7 +378,7 @@ class EmulatedContext:
         keeps the whole buffers). A dispatch variant whose layout the manifest does not
         hold (an older hidetc's) gets a zeroed arena instead: its zeroed region's place
         is not known."""
-        self._variant = variant
+        self._variant = self._kept_zero_for = variant
         if self._ex.views[variant] is None:
             self._arena.fill(0)
         else:

@@ -42,14 +42,14 @@ from __future__ import annotations
 import hashlib
 import struct
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from hidetc import cpu_isa
 from hidetc.backends.runtime import wait_policy
 from hidetc.backends.runtime.artifact import sha256_file
-from hidetc.backends.runtime.sizes import parse_dims
+from hidetc.backends.runtime.sizes import kept_zero, parse_dims
 from hidetc.errors import ArtifactError
 from hidetc.graph.guards import Guard
 from hidetc.graph.symbolic import Quot, SymDim
@@ -65,7 +65,6 @@ GUARD_OPS = {"<": 0, "<=": 1, ">": 2, ">=": 3}
 SOURCES = {"kernel": 0, "input": 1, "output": 2, "constant": 3}
 ARGS = {"input": 0, "output": 1, "arena": 2, "weights": 3, "size": 4, "i32": 10, "u32": 11,
         "i64": 12, "u64": 13, "f32": 14, "f64": 15}
-ZEROED_REGION = "scratch.zeroed"
 
 
 class _Writer:
@@ -214,13 +213,6 @@ def _symbols(w: _Writer, manifest: Mapping[str, Any], order: Sequence[str]) -> N
         w.i64(int(symbols[name]["max"]))
 
 
-def _zeroed(memory: Optional[Mapping]) -> tuple[int, int]:
-    memory = memory or {}
-    if ZEROED_REGION in (memory.get("offsets") or {}):
-        return int(memory["offsets"][ZEROED_REGION]), int(memory["bytes"][ZEROED_REGION])
-    return -1, 0
-
-
 def _variants(w: _Writer, manifest: Mapping[str, Any], order: Sequence[str]) -> None:
     dynamic = manifest.get("dynamic") or {}
     variants = dynamic.get("variants") or [{"forward": "hidetc_forward", "guards": []}]
@@ -237,7 +229,7 @@ def _variants(w: _Writer, manifest: Mapping[str, Any], order: Sequence[str]) -> 
             w.u32(GUARD_OPS[g.op])
         w.str(v.get("forward", "hidetc_forward"))
         w.u64(int(v.get("arena_bytes", manifest["memory"]["arena_bytes"])))
-        offset, nbytes = _zeroed(manifest["memory"] if k == 0 else v.get("memory"))
+        offset, nbytes = kept_zero(manifest, k)
         w.i64(offset)
         w.u64(nbytes)
         sources = v.get("output_sources", manifest.get("output_sources")) or \

@@ -23,6 +23,7 @@ import numpy as np
 from hidetc.errors import ArtifactError, InputError
 from hidetc.graph.guards import Guard
 from hidetc.graph.symbolic import Dim, SymDim, evaluate, parse
+from hidetc.tir.scratch import ZEROED_REGION
 
 
 def parse_dims(dims: list, where: str) -> tuple[Dim, ...]:
@@ -179,6 +180,21 @@ def variant_view(manifest: dict, variant: int) -> Optional[dict]:
         return None
     return {**manifest, "kernels": v["launch_kernels"],
             "memory": {**v["memory"], "dtypes": manifest["memory"].get("dtypes", {})}}
+
+
+def kept_zero(manifest: dict, variant: int) -> tuple[int, int]:
+    """(offset, bytes) in the arena of the region dispatch `variant`'s kernels keep zero
+    between passes (`tir.scratch.ZEROED_REGION`: split-K's arrival counters, zero before
+    a pass and left zero by every completed one); (-1, 0) where it has none. Each
+    variant lays out its own arena, so where another variant's values sat a context
+    must zero this region before a pass that changes the variant (every runtime does:
+    the cuda context, the emulator and the C runtime, `plan.bin`)."""
+    memory = (manifest.get("memory") if not variant
+              else manifest["dynamic"]["variants"][variant].get("memory")) or {}
+    offsets = memory.get("offsets") or {}
+    if ZEROED_REGION not in offsets:
+        return -1, 0
+    return int(offsets[ZEROED_REGION]), int(memory["bytes"][ZEROED_REGION])
 
 
 def zero_inputs(manifest: dict, dynamic: Optional[Dynamic]) -> dict[str, np.ndarray]:

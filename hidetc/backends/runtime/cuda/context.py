@@ -7,7 +7,9 @@ that this context's calls go through for allocation, launch errors and fault han
 Guarantees:
 - All of a context's device memory is allocated when it is made: one arena
   (`memory.arena_bytes`, zeroed once: split-K's counters start zero and every completed
-  pass leaves them so), one I/O buffer holding every input and output at a fixed
+  pass leaves them so; a pass whose dispatch variant differs from the last one's first
+  zeroes its variant's counters, which another variant's values may have covered),
+  one I/O buffer holding every input and output at a fixed
   address, and a pinned host staging buffer per input and output; so its captured graph
   stays valid, and a pass allocates nothing on the device.
 - Its own non-blocking stream, CUDA events and CUDA graph: the launches are packed once
@@ -45,7 +47,7 @@ import numpy as np
 from hidetc.backends.runtime.cuda.driver import STREAM_NON_BLOCKING, GraphError
 from hidetc.backends.runtime.cuda.manifest import pack_args
 from hidetc.backends.runtime.executor import check_inputs, collect_outputs
-from hidetc.backends.runtime.sizes import Pass
+from hidetc.backends.runtime.sizes import Pass, kept_zero
 from hidetc.errors import ArtifactError
 
 ALIGN = 256                    # bytes: every device buffer starts at a multiple of this
@@ -110,6 +112,7 @@ class CudaContext:
         self._shapes: "OrderedDict[tuple, _Shape]" = OrderedDict()
         self._shape: Optional[_Shape] = None       # the last pass's
         self._pass: Optional[Pass] = None
+        self._kept_zero_for: Optional[int] = None   # the variant whose region is zero
         self._closed = False
         self._drv = executor._drv
         with executor.setting_up(self.close):
@@ -161,6 +164,7 @@ class CudaContext:
         key = tuple(one.sizes.get(s, 0) for s in (self._ex.dynamic.order
                                                   if self._ex.dynamic else ()))
         self._pass = one
+        self._keep_zero(one.variant)
         shape = self._shapes.get(key)
         if shape is not None:
             self._shapes.move_to_end(key)
@@ -174,6 +178,18 @@ class CudaContext:
         if capture and self._use_graph and not shape.graph_exec:
             with self._ex.setting_up(lambda: None):
                 self._capture()
+
+    def _keep_zero(self, variant: int) -> None:
+        """Zero `variant`'s kept-zero region (`sizes.kept_zero`) on this context's stream
+        when the last pass ran another variant, whose values may sit there (ahead of
+        the pass's launches or its capture, on the same stream). The region of the
+        variant that ran last is zero already: every completed pass leaves it so."""
+        if variant == self._kept_zero_for:
+            return
+        offset, nbytes = kept_zero(self._ex.manifest, variant)
+        if nbytes:
+            self._drv.memset_d8_async(self._arena + offset, 0, nbytes, self._stream)
+        self._kept_zero_for = variant
 
     def _destroy(self, shape: _Shape) -> None:
         graphs = self._ex._session.graphs
