@@ -89,6 +89,21 @@ def test_c_runtime_equals_python_runtime(artifacts, kind):
     py.close()
 
 
+def test_closed_contexts_are_not_kept(artifacts):
+    """A service that opens and closes a context per request: the executor holds only
+    the open ones (it held every context it ever made)."""
+    model = hidetc.load(artifacts["static"], runtime="c")
+    x = np.ones((4, 8), np.float32)
+    kept = model.context(threads=1)
+    for _ in range(50):
+        with model.context(threads=1) as ctx:
+            ctx.run({"x": x})
+    assert model._executor._contexts == {kept._context}
+    kept.close()
+    assert not model._executor._contexts
+    model.close()
+
+
 def test_metadata_and_workspace(artifacts):
     lib = open_runtime(artifacts["dynamic"] / "lib" / c_build.LIBRARY)
     model = ctypes.c_void_p()

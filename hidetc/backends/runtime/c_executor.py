@@ -120,19 +120,27 @@ class CRuntimeExecutor(Executor):
         self.weight_bytes = int(self.lib.hidetc_model_weight_bytes(handle))
         self._outputs = len(manifest["outputs"])
         self._closed = threading.Event()
-        self._contexts: list["CContext"] = []
+        self._contexts: set["CContext"] = set()     # the open ones (closed: forgotten)
+        self._contexts_lock = threading.Lock()
         cores = runtime_cores()
         self._init_pool(max_contexts or 2 * cores, cores)
 
     def new_context(self, threads: int) -> "CContext":
         context = CContext(self, threads)
-        self._contexts.append(context)
+        with self._contexts_lock:
+            self._contexts.add(context)
         return context
+
+    def _forget(self, context: "CContext") -> None:
+        with self._contexts_lock:
+            self._contexts.discard(context)
 
     def close(self) -> None:
         """Free the pooled contexts, then the model (once every context is closed)."""
         super().close()
-        for context in self._contexts:
+        with self._contexts_lock:
+            contexts = list(self._contexts)
+        for context in contexts:
             context.close()
         if self.handle:
             self.lib.hidetc_model_free(self.handle)
@@ -167,6 +175,7 @@ class CContext:
         if self._handle:
             self._ex.lib.hidetc_context_free(self._handle)
             self._handle = None
+            self._ex._forget(self)
 
     def workspace_bytes(self) -> int:
         size = ctypes.c_size_t()
