@@ -16,6 +16,11 @@ DEFAULT_NVCC_FLAGS, and why:
 - `-Xptxas=-v`: ptxas reports registers, shared memory and spills per kernel; the
   report is kept beside the cached cubin and parsed by `ptxas_resources`.
 
+A cubin is assembled from the PTX of its arch (`nvcc -ptx` once per source and arch,
+cached; then `nvcc -cubin` on that PTX runs only ptxas): the same bytes as a cubin
+compiled from the source, without a second front-end run (most of nvcc's time) where
+the artifact also keeps that PTX.
+
 Guarantees: `compile_cubins` runs nvcc in parallel, bounded by the CPU cores and by the
 free memory (`MemAvailable`, about 1 GiB per nvcc/ptxas job). Every product is cached by
 sha256(kind, source, flags, architecture, nvcc identity, contents of the include dirs)
@@ -207,11 +212,18 @@ def _safe_name(name: str) -> str:
 
 def _command(nvcc: str, task: _Task, src: Path, out: Path, flags: Sequence[str],
              include_dirs: Sequence[Union[str, Path]]) -> list[str]:
-    includes = [f"-I{d}" for d in include_dirs]
+    """The PTX of a source, or the cubin of a PTX (`src`: only ptxas runs, with the same
+    flags: the cubin is byte for byte the one nvcc makes from the source)."""
+    includes = [f"-I{d}" for d in include_dirs] if task.kind == "ptx" else []
     if task.kind == "ptx":
         flags = [f for f in flags if not f.startswith("-Xptxas")]
     return [nvcc, f"-{task.kind}", f"-arch={task.arch}", *flags, *includes, str(src),
             "-o", str(out)]
+
+
+def virtual_arch(arch: str) -> str:
+    """The PTX architecture a cubin of `arch` is assembled from (sm_90a -> compute_90a)."""
+    return "compute_" + arch[len("sm_"):]
 
 
 def _run(cmd: list[str], what: str, log: Path) -> str:
@@ -242,20 +254,25 @@ class _Builder:
     def product(self, key: str, kind: str) -> Path:
         return self.cache.root / "cuda" / key[:2] / f"{key}.{kind}"
 
-    def build(self, task: _Task) -> Path:
-        """The cached product of `task` (compiled now on a miss)."""
+    def build(self, task: _Task, purpose: str = "") -> Path:
+        """The cached product of `task` (compiled now on a miss); `purpose` names the
+        arch an error speaks of (a cubin's PTX fails "for sm_90")."""
         key = cache_key([task.kind, task.source, "\0".join(self.flags), task.arch,
                          self.identity, self.headers])
         out = self.product(key, task.kind)
         if out.is_file():
             return out
         stem = _safe_name(task.name)
-        src = atomic_write(self.cache.build_dir(key) / f"{stem}.cu", task.source)
+        if task.kind == "ptx":
+            src = atomic_write(self.cache.build_dir(key) / f"{stem}.cu", task.source)
+        else:       # the front end runs once per source and arch: the PTX, then ptxas
+            src = self.build(_Task(task.name, task.source, "ptx", virtual_arch(task.arch)),
+                             task.arch)
         tmp = temp_path_beside(out)
         try:
             cmd = _command(self.nvcc, task, src, tmp, self.flags, self.include_dirs)
             log = self.cache.build_dir(key) / f"{stem}.{task.arch}.log"
-            output = _run(cmd, f"nvcc compiling {task.name} for {task.arch}", log)
+            output = _run(cmd, f"nvcc compiling {task.name} for {purpose or task.arch}", log)
             atomic_write(out.with_suffix(".log"), output)   # before the product: a hit has both
             os.replace(tmp, out)
         finally:
@@ -305,9 +322,13 @@ def compile_cubins(sources: Mapping[str, str], archs: Union[str, Iterable[str]],
         return {arch: {} for arch in archs}
     builder = _Builder(cache or BuildCache(), flags, include_dirs)
     tasks = _tasks(sources, archs, ptx)
+    cubins = sum(t.kind == "cubin" for t in tasks)      # (first in `tasks`)
     workers = jobs if jobs and jobs > 0 else default_jobs(len(tasks))
     with ThreadPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-        cached = list(pool.map(builder.build, tasks))
+        # the cubins first: each builds (and caches) its PTX, so the PTX of the newest
+        # arch is a cache hit afterwards, not a second front-end run beside its cubin's
+        cached = list(pool.map(builder.build, tasks[:cubins]))
+        cached += pool.map(builder.build, tasks[cubins:])
     result: dict[str, dict[str, Path]] = {}
     for task, path in zip(tasks, cached):
         dest = _install(path, _destination(out, task))
