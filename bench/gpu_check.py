@@ -20,6 +20,8 @@ its own cap (a fault, a hang or a kill costs that row only), clipped by the budg
                   numpy references (HIDETC_KERNEL_DEVICE)
   kernels         the hand-written DSL kernel tests the same way
   templates       the tensor-core and SIMT templates on 8 model shapes vs numpy
+  kernel_ab       issue 41's kernel changes before and after (bench/gpu_kernel_ab.py):
+                  attention K/V double-buffered or not, split-K's protocol now and before
   runtime         the runtime's GPU tests: module load per arch (cubin, PTX JIT), CUDA
                   graph capture and replay, dynamic shared memory above 48 KB, fault
                   location, per-launch profile
@@ -174,6 +176,9 @@ def plan(run: Run) -> list[Step]:
     steps = [pytest_step("primitives", 60, PRIMITIVE_TESTS, run),
              pytest_step("kernels", 45, KERNEL_TESTS, run),
              Step("templates", 60, [py, f"{bench}/gpu_templates.py", "{figures}",
+                                    *(["--emulate"] if run.device != "gpu" else [])],
+                  needs="gpu"),
+             Step("kernel_ab", 90, [py, f"{bench}/gpu_kernel_ab.py", "{figures}",
                                     *(["--emulate"] if run.device != "gpu" else [])],
                   needs="gpu"),
              pytest_step("runtime", 60, RUNTIME_TESTS, run,

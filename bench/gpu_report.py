@@ -37,6 +37,8 @@ def collect(doc: dict, step: str, entry: dict) -> None:
         return
     if step.startswith("dynamic"):
         doc["dynamic"] = figures
+    elif step == "kernel_ab":
+        doc["kernel_ab"] = figures
     elif "model" in figures and "precision" in figures:
         key = figures["precision"] + ("-tuned" if step.startswith("tuned") else "")
         doc.setdefault("models", {}).setdefault(figures["model"], {})[key] = figures
@@ -206,6 +208,19 @@ def dynamic_lines(doc: dict) -> list[str]:
     return lines
 
 
+def kernel_ab_lines(doc: dict) -> list[str]:
+    """The kernel A/B step's pairs: each side's check, ms and registers; after/before."""
+    lines = []
+    for pair in (doc.get("kernel_ab") or {}).get("pairs", []):
+        sides = ", ".join(f"{side} {'ok' if f.get('ok') else 'WRONG'} {_ms(f.get('ms'))} ms "
+                          f"{f.get('registers') or '?'} regs"
+                          for side, f in pair.get("sides", {}).items())
+        ratio = pair.get("after_over_before")
+        lines.append(f"ab {pair['pair']}: {sides}" + (f"; after/before {ratio:.3f}"
+                                                     if ratio else ""))
+    return lines
+
+
 def markdown(doc: dict) -> str:
     lines = [f"# GPU check ({doc.get('mode')}) {doc.get('started', '')}", "",
              f"Device: {device_line(doc)}. torch {doc.get('torch', '-')}. Budget "
@@ -236,6 +251,9 @@ def markdown(doc: dict) -> str:
     if doc.get("dynamic"):
         lines += ["", "## Dynamic shapes (one artifact for the range vs static ones)", ""] + \
             [f"- {line.strip()}" for line in dynamic_lines(doc)]
+    if doc.get("kernel_ab"):
+        lines += ["", "## Kernels before and after (issue 41)", ""] + \
+            [f"- {line[3:]}" for line in kernel_ab_lines(doc)]
     problems = faults(doc, 50)
     if problems:
         lines += ["", "## Faults and failures", ""] + [f"- {p}" for p in problems]
@@ -262,6 +280,7 @@ def summary(doc: dict) -> str:
                      f"{_ms(row.get('onnxruntime_ms'))} ms" +
                      (f", ratio {ratio:.2f}" if ratio else ""))
     lines += dynamic_lines(doc)
+    lines += [line[:220] for line in kernel_ab_lines(doc)]
     for model, precisions in doc.get("models", {}).items():
         for line in top_kernels(precisions.get("f16") or {}, 3):
             lines.append(f"top {model} f16: {line}"[:180])
