@@ -10,6 +10,11 @@ memory) comes from it, never from the host or a constant. Kernels must be correc
 every config on every shape (predicated or clamped loads and stores), so the tuner may
 pick any of them.
 
+A template whose configs can be shaped by a size that a range of sizes leaves open
+(split-K's workspace by the tile count) says how a config builds over the range in its
+optional `over_range(task, config)`; `config_over_range` applies it to a task with
+symbolic sizes, where the tuner and the selection pick configs at the build's hint.
+
 A template may wrap another one (the cpu's `prepack.Prepacked`: the same space and
 default, the kernel built to read prepacked weights); the wrapper names the template it
 wraps in its `base` attribute, and `base_template` unwraps it.
@@ -23,7 +28,7 @@ from hidetc.target import CpuTarget, CudaTarget, Target
 from hidetc.tir.ir import Function
 
 __all__ = ["MAX_SPACE", "Config", "CpuTarget", "CudaTarget", "Target", "Template",
-           "base_template"]
+           "base_template", "config_over_range"]
 
 MAX_SPACE = 200
 
@@ -46,3 +51,11 @@ def base_template(template):
     """The template a wrapper template wraps (its `base`), else `template` itself (None
     stays None). Assumes a wrapper's `base` is a plain template: one level to unwrap."""
     return getattr(template, "base", template)
+
+
+def config_over_range(template, task: Task, config):
+    """`config` as `template` builds it for `task` over its ranges: the template's
+    `over_range` where the task has symbolic sizes and the template has one, else
+    `config` itself."""
+    fit = getattr(template, "over_range", None)
+    return fit(task, config) if fit is not None and task.symbolic else config

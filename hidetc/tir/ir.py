@@ -169,7 +169,9 @@ class Seq(Stmt):
 
 @dataclass(frozen=True, slots=True)
 class For(Stmt):
-    """`for var in range(extent)`; kind: "serial" | "parallel" (OpenMP) | "unroll"."""
+    """`for var in range(extent)`; kind: "serial" | "parallel" (OpenMP) | "unroll" |
+    "rolled" (kept a loop though its extent is a constant: what bounds the loads a
+    compiler may hoist from later iterations, and so the registers they take)."""
     var: Var
     extent: Expr
     body: Stmt

@@ -14,7 +14,9 @@ from helpers.exporter_fixtures import DATA, assert_matches, reference
 
 import hidetc
 import models
+from hidetc.driver.backend import backend_of
 from hidetc.driver.config import TOLERANCES
+from hidetc.driver.tune.records import CandidateResult
 from hidetc.driver.verify import compare, run_onnxruntime
 from hidetc.errors import InputError
 
@@ -123,24 +125,75 @@ def test_the_sanitizer_sees_every_variant_s_arena(cnn):
     assert skipped
 
 
+def _batch_matmul_model(root, k: int, scale: float, seed: int):
+    """m.onnx under `root`: y[b, 96] = x[b, k] @ w (w random, `scale`); (path, w)."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.random.default_rng(seed).standard_normal((k, 96)).astype(np.float32) * scale
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 96])],
+        [numpy_helper.from_array(w, "w")])
+    path = root / "m.onnx"
+    models.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path, w
+
+
 def test_a_small_m_range_of_half_matmuls(tmp_path):
     """x[b, 384] @ w for b in 1..256 in f16 on an A100: the small-M hints would pick the
     GEMV kernel or split-K, which are shaped by a static M (rows, tile count); over a
     range of M the compile takes the tensor-core kernel without split instead (it
     failed with 'the size b is symbolic, not a number'), right at every size."""
-    from onnx import TensorProto, helper, numpy_helper
-    w = np.random.default_rng(0).standard_normal((384, 96)).astype(np.float32) * 0.05
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 384])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 96])],
-        [numpy_helper.from_array(w, "w")])
-    path = tmp_path / "m.onnx"
-    models.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    path, w = _batch_matmul_model(tmp_path, 384, 0.05, seed=0)
     hidetc.compile_model(path, tmp_path / "out", target="cuda", precision="f16", gpu="a100",
                          dims={"b": "1..256"}, verify=False)
     model = hidetc.load(tmp_path / "out", emulate=True, sanitize=True)
     for b in (1, 3, 100):
         x = np.random.default_rng(b).standard_normal((b, 384)).astype(np.float32)
+        report = compare(model.run({"x": x}), {"y": x @ w}, rtol=TOLERANCES["f16"])
+        assert report["status"] == "passed", (b, report)
+
+
+
+class _SplitFavouringFarm:
+    """A stand-in tuning farm (the farm protocol lets a GPU-less compile tune): every
+    split-K candidate measures fastest, as one may on a GPU at the build's hint."""
+
+    def __init__(self):
+        self.seen = []
+
+    def record_facts(self, target, present=False):
+        return backend_of(target).record_facts(target, True)
+
+    def _times(self, configs):
+        self.seen += configs
+        return [CandidateResult(repr(c), 1.0 if getattr(c, "splits", 1) > 1 else 2.0 + i)
+                for i, c in enumerate(configs)]
+
+    def measure_all(self, jobs, *, target, commit, progress=None):
+        for n, job in enumerate(jobs):
+            commit(n, self._times(job.configs))
+
+    def __call__(self, task, template, configs, *, target, progress=None):
+        return self._times(configs)
+
+
+def test_a_tuned_range_of_m_builds_unsplit_configs(tmp_path):
+    """Tuning x[b, 3072] @ w for b in 1..256 measures its candidates at the hint sizes,
+    where split-K configs exist and here win; split-K's workspace is sized by the tile
+    count, which the range leaves open, so the tuner measures (and the build takes)
+    each config as it builds over the range: unsplit (the compile failed in the plan
+    before). Right at every size in the sanitizing emulator."""
+    path, w = _batch_matmul_model(tmp_path, 3072, 0.02, seed=1)
+    farm = _SplitFavouringFarm()
+    result = hidetc.compile_model(path, tmp_path / "out", target="cuda", precision="f16",
+                                  gpu="a100", dims={"b": "1..256"}, verify=False, tune=True,
+                                  space=1, measure=farm, records=str(tmp_path / "r.sqlite"))
+    assert farm.seen and not [c for c in farm.seen if getattr(c, "splits", 1) > 1]
+    kernels = result.manifest["kernels"]
+    assert all("splits=1)" in k["config"] for k in kernels if k.get("config"))
+    model = hidetc.load(tmp_path / "out", emulate=True, sanitize=True)
+    for b in (1, 77):
+        x = np.random.default_rng(b).standard_normal((b, 3072)).astype(np.float32)
         report = compare(model.run({"x": x}), {"y": x @ w}, rtol=TOLERANCES["f16"])
         assert report["status"] == "passed", (b, report)

@@ -21,7 +21,8 @@ deschedules does not make the kernel wait for its share (as a static split would
 A run-time extent (an expression of size parameters) takes the same schedule with its
 chunk computed at run time, in spans of 2^30 iterations (a share holds 32-bit bounds);
 a constant extent of 2^31 or more gets `#pragma omp parallel for schedule(dynamic)`.
-Kind "unroll" gets `#pragma GCC unroll N` (N = the constant extent, else 8); `/`, `//` and `%` on
+Kind "unroll" gets `#pragma GCC unroll N` (N = the constant extent, else 8), "rolled"
+`#pragma GCC unroll 1`; `/`, `//` and `%` on
 integers are C's (truncating); `%` on floats is fmod, `//` on floats is rejected;
 `min`/`max` call static helpers that propagate NaN like numpy; a nested Seq is a
 `{ }` block; a local Alloc is an aligned stack array when its size is a constant <=
@@ -216,6 +217,8 @@ class CPrinter:
         if s.kind == "unroll":
             n = int(s.extent.value) if isinstance(s.extent, Const) else UNROLL_DEFAULT
             return [f"{ind}#pragma GCC unroll {max(1, min(n, 65534))}"]
+        if s.kind == "rolled":
+            return [f"{ind}#pragma GCC unroll 1"]
         return []
 
     # expressions -----------------------------------------------------------------------

@@ -40,7 +40,8 @@ What the printer adds to the C printer (`hidetc.backends.codegen.c.CPrinter`, su
   plain `&a[i]`. Local Allocs
   print as `__align__(16) T name[N]; HIDETC_LOCAL_POISON(name);` (registers or local
   memory; the emulator fills them with poison, nvcc ignores it); loops of kind
-  "unroll" get `#pragma unroll`; kind "parallel" is a CPU notion and is rejected.
+  "unroll" get `#pragma unroll`, "rolled" `#pragma unroll 1`; kind "parallel" is a CPU
+  notion and is rejected.
 - float16 is `half` (cuda_fp16.h). Arithmetic on two halves uses the correctly rounded
   `__hadd_rn/__hsub_rn/__hmul_rn` and `hidetc_hdiv` (division in float, rounded once),
   comparisons `__hlt`... (`!=` is the unordered `__hneu`, like C), negation `__hneg`;
@@ -203,6 +204,8 @@ class CudaPrinter(CPrinter):
         if s.kind == "parallel":
             raise ValueError(f"{self.fn.name}: loop {s.var.name} is 'parallel', a cpu loop "
                              "kind; CUDA kernels distribute work with thread/block indices")
+        if s.kind == "rolled":
+            return [f"{ind}#pragma unroll 1"]
         return [f"{ind}#pragma unroll"] if s.kind == "unroll" else []
 
     # expressions ------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from hidetc.driver.select import Selection
 from hidetc.driver.tune.keys import key_for
 from hidetc.driver.tune.measure import best, measure_candidates, prebuild
 from hidetc.driver.tune.records import CandidateResult, RecordStore, resolve_config
+from hidetc.schedules.template import config_over_range
 from hidetc.target import Target
 
 SHORT_LIST = 8
@@ -221,12 +222,15 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
         choice = _from_records(records, key, template, static, limits, exact=tune,
                                extra=extra)
         if choice is not None:
-            choices[task] = replace(choice, key=key)
+            choices[task] = replace(choice, key=key, config=config_over_range(
+                template, task, choice.config))
             summary.from_records += 1
         elif tune:
-            configs = candidates(template, static, limits, level)
-            seen = {repr(c) for c in configs}
-            configs = configs + [c for c in extra if repr(c) not in seen]
+            # what builds over the task's ranges (split-K unsplit where the range leaves
+            # the tile count open), each once
+            configs = list(dict.fromkeys(config_over_range(template, task, c) for c in
+                                         [*candidates(template, static, limits, level),
+                                          *extra]))
             pending.append(_Pending(static, template, key, configs, task, tuple(extra)))
         else:
             choices[task] = Choice(template, default, "default", key=key)

@@ -15,7 +15,6 @@ picks per task. MatMulInteger (quantized models): the int8 tensor-core template
 kernel yet."""
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Callable
 
 from hidetc.compute.injective import COMPUTE
@@ -43,7 +42,7 @@ from hidetc.schedules.cuda import (
     scatter,
     topk,
 )
-from hidetc.schedules.template import CudaTarget, Template
+from hidetc.schedules.template import CudaTarget, Template, config_over_range
 from hidetc.tir.analysis import at_sizes, launch_blocks
 from hidetc.tir.ir import Function
 
@@ -177,15 +176,13 @@ def kernel_choice(task: Task, target: CudaTarget) -> tuple[Template | None, Any]
     template = template_for(task)
     if template is None:
         return None, None
-    # the GEMV kernel is shaped by its rows (one accumulator set per row), split-K's
-    # workspace by the number of tiles: both need a static M
+    # the GEMV kernel is shaped by its rows (one accumulator set per row): it needs a
+    # static M; a config shaped by another size a range leaves open (split-K's tile
+    # count) is made valid over the range by its template (`over_range`)
     static_m = template is matmul_tc.TEMPLATE and (
         not task.symbolic or isinstance(matmul_tc.geometry(task).m, int))
-    symbolic = task.symbolic
+    config = config_over_range(template, task, template.default(task.hinted(), target))
     task = task.hinted()        # a range's heuristics: at the build's hint sizes
-    config = template.default(task, target)
-    if symbolic and not static_m and getattr(config, "splits", 1) > 1:
-        config = replace(config, splits=1)
     if static_m and matmul_gemv.applies(task):
         small = matmul_gemv.TEMPLATE.default(task, target)
         gemv_us = cost.gemv_estimate(matmul_gemv.cost_gemv(task), small, target).estimate_us

@@ -43,7 +43,7 @@ from typing import Optional, Sequence
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.schedules.common.conv_geometry import conv_geometry
-from hidetc.schedules.cuda import conv
+from hidetc.schedules.cuda import conv, split_k
 from hidetc.schedules.cuda.gemm_simt import (
     F32,
     FLOAT_DTYPES,
@@ -76,6 +76,8 @@ class ConvGemmTemplate:
         g = conv_geometry(task)
         return default_config(g.ocg, g.oh * g.ow, g.icg * g.taps, g.n * g.groups,
                               cuda_target(target).sms)
+
+    over_range = staticmethod(split_k.unsplit)   # (the tile count sizes split-K)
 
     def build(self, task: Task, config: SimtConfig, name: str, target: Target) -> Function:
         return build_conv_gemm(task, config, name)

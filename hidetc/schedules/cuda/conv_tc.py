@@ -52,7 +52,7 @@ from typing import Sequence
 
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
-from hidetc.schedules.cuda import cost
+from hidetc.schedules.cuda import cost, split_k
 from hidetc.schedules.cuda.common import at_least_one, ceil_div
 from hidetc.schedules.cuda.matmul_tc import DEFAULTS
 from hidetc.schedules.cuda.tc_common import (
@@ -265,6 +265,8 @@ class TensorCoreConv:
 
     def default(self, task: Task, target: Target) -> TcConfig:
         return default_config(task, target)
+
+    over_range = staticmethod(split_k.unsplit)   # (the batch sizes split-K's tiles)
 
     def build(self, task: Task, config: TcConfig, name: str, target: Target) -> Function:
         return build_tc_conv(task, config, name)

@@ -5,9 +5,9 @@ tuner measures their candidates in, and what `hidetc inspect` reports per launch
 
 Per launch:
 - `blocks` (the grid's product) and `blocks_per_sm` (`CudaTarget.blocks_per_sm` from
-  the threads, the registers -- ptxas's count when the caller has it, else the
-  config's estimate -- and the shared memory); `waves` = ceil(blocks / (SMs x blocks
-  per SM)).
+  the threads, the registers -- ptxas's count for the built kernel when the caller
+  has it, else the table's for the config, `tc_registers` -- and the shared
+  memory); `waves` = ceil(blocks / (SMs x blocks per SM)).
 - the tensor-core GEMMs (kernels carrying a `gemm` attr: M, N, K, outer count, the
   operands' bytes and their TcConfig, `tc_common.TcKernel.finish`): each k-tile
   iteration of a block takes the longest of its MMA time and its L2 -> shared copy
@@ -41,7 +41,7 @@ from typing import Iterable, Optional, Sequence
 
 from hidetc.compute.task import Task, task_flops
 from hidetc.schedules.cuda.common import ceil_div
-from hidetc.schedules.cuda.tc_common import TcConfig
+from hidetc.schedules.cuda.tc_common import TcConfig, fits
 from hidetc.schedules.template import CudaTarget
 from hidetc.tir.ir import Function
 
@@ -107,7 +107,8 @@ def gemm_estimate(gemm: Gemm, cfg: TcConfig, target: CudaTarget,
     blocks = max(1, tiles * splits)
     k_tiles = ceil_div(gemm.k, cfg.bk)
     per = ceil_div(k_tiles, splits)
-    resident = target.blocks_per_sm(cfg.threads, registers or cfg.registers, cfg.shared_bytes)
+    registers = registers or cfg.registers_on(target.arch)
+    resident = target.blocks_per_sm(cfg.threads, registers, cfg.shared_bytes)
     resident = max(1, resident)
     waves = ceil_div(blocks, target.sms * resident)
     active = min(resident, ceil_div(blocks, target.sms))
@@ -176,20 +177,22 @@ def attention_estimate(fn: Function, task: Task, target: CudaTarget,
     return Estimate(blocks, resident, waves, task_flops(task), nbytes, time_us + LAUNCH_US)
 
 
-def split_choices(gemm: Gemm, cfg: TcConfig) -> list[TcConfig]:
-    """`cfg` at each split of SPLITS that leaves no split empty and keeps the workspace
-    under MAX_WORKSPACE_BYTES; `cfg` itself always (a split changes no hardware limit:
-    its flag reuses the A tile)."""
+def split_choices(gemm: Gemm, cfg: TcConfig, target: CudaTarget) -> list[TcConfig]:
+    """`cfg` at each split of SPLITS that leaves no split empty, keeps the workspace
+    under MAX_WORKSPACE_BYTES and fits the target (the split-K kernel's registers:
+    `tc_common.fits`; its flag reuses the A tile, so no shared memory); `cfg` itself
+    always."""
     k_tiles = ceil_div(gemm.k, cfg.bk)
-    return [cfg] + [replace(cfg, splits=s) for s in SPLITS[1:]
-                    if (s - 1) * ceil_div(k_tiles, s) < k_tiles
-                    and gemm.tiles(cfg) * s * cfg.bm * cfg.bn * 4 <= MAX_WORKSPACE_BYTES]
+    return [cfg] + [split for split in (replace(cfg, splits=s) for s in SPLITS[1:])
+                    if (split.splits - 1) * ceil_div(k_tiles, split.splits) < k_tiles
+                    and gemm.tiles(cfg) * split.splits * cfg.bm * cfg.bn * 4
+                    <= MAX_WORKSPACE_BYTES and fits(split, target)]
 
 
 def with_best_split(gemm: Gemm, cfg: TcConfig, target: CudaTarget) -> TcConfig:
     """`cfg` (unsplit) at its cheapest split for this GEMM (the fewest splits among
     equals)."""
-    return min(split_choices(gemm, replace(cfg, splits=1)),
+    return min(split_choices(gemm, replace(cfg, splits=1), target),
                key=lambda c: (round(gemm_estimate(gemm, c, target).estimate_us, 3), c.splits))
 
 

@@ -28,6 +28,7 @@ from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
 from hidetc.errors import UnsupportedOpError
 from hidetc.graph.ops.common import broadcast
+from hidetc.schedules.cuda import split_k
 from hidetc.schedules.cuda.gemm_simt import (  # noqa: F401 (re-exports)
     F32,
     FLOAT_DTYPES,
@@ -61,6 +62,8 @@ class MatMulSimtTemplate:
     def default(self, task: Task, target: Target) -> SimtConfig:
         d = matmul_dims(task)
         return default_config(d.m, d.n, d.k, d.nbatch, cuda_target(target).sms)
+
+    over_range = staticmethod(split_k.unsplit)   # (the tile count sizes split-K)
 
     def build(self, task: Task, config: SimtConfig, name: str, target: Target) -> Function:
         return build_matmul_simt(task, config, name)

@@ -32,8 +32,8 @@ Schedule, for one (BM x BN) output tile per block (grid: N tiles, M tiles, batch
   n (two n tiles: registers b0, b1 of n tile j and j + 1), which turns the row-major
   [k][n] smem into the "col" B fragment. Both address patterns are the mapping
   `LDMATRIX_X4 = spatial(2, 16)`: lane -> (chunk, row). Then MT x NT `mma.m16n8k16` per
-  16-deep k step (registers: ptxas reports 214 for the default config at 1024^3 on
-  sm_90, no spills; `registers` below is only the pruning estimate).
+  16-deep k step (registers: ptxas's counts per config and arch are `tc_registers`'
+  table; no config of the space spills at the reference shape).
 - epilogue: the C fragment mapping `C_FRAGMENT = repeat(2, 1) * spatial(8, 4) *
   repeat(1, 2)` (lane -> groupID, threadID_in_group = spatial(8, 4); each lane rows
   g, g + 8 and columns 2t, 2t + 1; register (row // 8) * 2 + col % 2) converts each
@@ -43,9 +43,10 @@ Schedule, for one (BM x BN) output tile per block (grid: N tiles, M tiles, batch
 Space (`space`): BM, BN in {32..256}, BK in {16, 32, 64}, warp tiles WM, WN in {32, 64},
 stages 2..4, pruned by the target's limits (`tc_common.fits`: threads <= 1024, shared
 memory up to the per-block opt-in maximum -- dynamic shared memory past 48 KiB --,
-estimated registers <= 255 per thread and <= 64K per block, every thread copying at
-least one 16-byte chunk of each tile) and by `tc_common.worth_trying` (32..192 halves
-of K in flight; dynamic shared memory only for deep pipelines of big tiles). For a task
+registers <= 255 per thread (ptxas's count, `tc_registers`; no spills) and <= 64K
+per block, every thread copying at least one 16-byte chunk of each tile) and by
+`tc_common.worth_trying` (32..192 halves of K in flight; dynamic shared memory only
+for deep pipelines of big tiles). For a task
 each tile config comes at the split-K the cost model picks for it, cheapest estimate
 first (`cost.task_space`); the default is the model's best of DEFAULTS.
 
@@ -68,7 +69,7 @@ import numpy as np
 
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
-from hidetc.schedules.cuda import cost
+from hidetc.schedules.cuda import cost, split_k
 from hidetc.schedules.cuda.common import at_least_one, ceil_div
 from hidetc.schedules.cuda.tc_common import (  # noqa: F401  (re-exported)
     C_FRAGMENT,
@@ -231,6 +232,13 @@ class TensorCoreMatmul:
 
     def default(self, task: Task, target: Target) -> TcConfig:
         return default_config(task, target)
+
+    def over_range(self, task: Task, config: TcConfig) -> TcConfig:
+        """`config` over `task`'s ranges: unsplit unless the tile count is a number
+        (M, N and the batch: split-K's workspace and counters are sized by it)."""
+        geo = geometry(task)
+        tiles_static = all(isinstance(d, int) for d in (geo.m, geo.n, *geo.batch))
+        return config if tiles_static else split_k.unsplit(task, config)
 
     def build(self, task: Task, config: TcConfig, name: str, target: Target) -> Function:
         return build_tc_matmul(task, config, name)

@@ -15,17 +15,32 @@ accumulators. Then (`reduce_splits`):
   element the block no longer needs) whether it arrived last;
 - the block that arrived last reads the S partial sums back through L2 (`load_cg`)
   and adds them in split order 0..S-1, whatever order the blocks ran in (the same
-  bits on every run), runs the caller's epilogue (so grafted epilogues ride on it),
+  bits on every run), READ_CHUNK accumulators at a time (all of them at once put a
+  load per accumulator in flight: a 64x64 warp tile's 128 accumulators took ptxas to
+  255 registers, `tc_registers`), runs the caller's epilogue (so grafted epilogues ride on it),
   and resets the counter for the next launch.
+
+The workspace and the counters are sized by the tile count, so a kernel over a range of
+sizes that leaves it open runs unsplit (`unsplit`, the templates' `over_range`).
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import replace
+from typing import Callable, TypeVar
 
 from hidetc.tir import scratch
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.cuda import atomic_add, load_cg, threadfence
 from hidetc.tir.ir import Buffer, Const, Expr, Load, eq, ne, select, syncthreads, thread_idx
+
+C = TypeVar("C")
+READ_CHUNK = 16      # accumulators whose partial sums the last block reads at a time
+
+
+def unsplit(task, config: C) -> C:
+    """`config` without split-K: what a split-K template's `over_range` gives where the
+    range leaves the tile count open."""
+    return replace(config, splits=1) if getattr(config, "splits", 1) > 1 else config
 
 
 def declare(kb: KernelBuilder, tiles: int, splits: int, per_tile: int, dtype: str
@@ -66,9 +81,12 @@ def reduce_splits(kb: KernelBuilder, acc: Buffer, count: int,
     with kb.if_then(ne(flag, zero)):
         with kb.for_range(count, kind="unroll", name="z") as a:
             kb.store(acc, element(a), Const(0.0, acc.dtype))
-        with kb.for_range(splits, name="sp") as sp:
-            with kb.for_range(count, kind="unroll", name="a") as a:
-                kb.store(acc, element(a), acc[element(a)] + load_cg(ws[slot(sp, a)]))
+        for start in range(0, count, READ_CHUNK):     # a chunk's reads in flight
+            size = min(READ_CHUNK, count - start)
+            with kb.for_range(splits, kind="rolled", name="sp") as sp:
+                with kb.for_range(size, kind="unroll", name="a") as a:
+                    i = a + start
+                    kb.store(acc, element(i), acc[element(i)] + load_cg(ws[slot(sp, i)]))
         epilogue()
         with kb.if_then(eq(tid, 0)):
             kb.store(counters, (tile,), Const(0, "int32"))

@@ -43,7 +43,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from hidetc.schedules.cuda import split_k
+from hidetc.schedules.cuda import split_k, tc_registers
 from hidetc.schedules.cuda.common import ceil_div
 from hidetc.schedules.template import CudaTarget, Target
 from hidetc.tir.builder import KernelBuilder
@@ -126,23 +126,49 @@ class TcConfig:
         return self.stages * (self.bm * self.bk + self.bk * self.bn) * 2
 
     @property
-    def registers(self) -> int:
-        """Estimate: accumulators, A and B fragments, ~48 for addresses and loop state."""
-        return self.mt * self.nt * 4 + self.mt * 4 + self.nt * 2 + 48
+    def key(self) -> tc_registers.Key:
+        return (self.bm, self.bn, self.bk, self.wm, self.wn, self.stages)
+
+    def registers_on(self, arch: str) -> int:
+        """Registers per thread of this config's kernel on `arch`: ptxas's count for the
+        reference task (`tc_registers`; the split-K kernel when splits > 1)."""
+        return tc_registers.registers(self.key, self.splits > 1, arch)
+
+    def spills_on(self, arch: str) -> bool:
+        """Whether ptxas spilled this config's reference kernel on `arch`."""
+        return tc_registers.spills(self.key, self.splits > 1, arch) > 0
 
 
-def fits(cfg: TcConfig, target: CudaTarget) -> bool:
-    """Within the target's limits: threads, registers (estimated), every thread copying
-    a chunk of each tile, and shared memory up to the per-block opt-in maximum (past
-    the 48 KiB of static shared memory the kernel's arrays are dynamic shared memory,
-    `codegen.cuda.shared_layout`)."""
+def within_limits(cfg: TcConfig, target: CudaTarget) -> bool:
+    """The target's limits but registers: warp tiles of 32 or 64, threads, every thread
+    copying a chunk of each tile, and shared memory up to the per-block opt-in maximum
+    (past the 48 KiB of static shared memory the kernel's arrays are dynamic shared
+    memory, `codegen.cuda.shared_layout`)."""
     ok_warp_tile = cfg.bm // cfg.wm in (32, 64) and cfg.bn // cfg.wn in (32, 64)
     copies = min(cfg.bm * cfg.bk, cfg.bk * cfg.bn) // CHUNK
     return (ok_warp_tile and cfg.threads <= target.max_threads
             and cfg.shared_bytes <= max(target.shared_bytes, target.shared_optin_bytes)
-            and cfg.registers <= target.max_registers
-            and cfg.registers * cfg.threads <= target.registers_per_block
             and copies >= cfg.threads)
+
+
+def fits(cfg: TcConfig, target: CudaTarget) -> bool:
+    """Within the target's limits (`within_limits`) and its registers per thread and
+    per block, by ptxas's count on the target's arch (`TcConfig.registers_on`), without
+    spilling (a block of 512 threads held to 128 registers spills where its tile needs
+    more)."""
+    registers = cfg.registers_on(target.arch)
+    return (within_limits(cfg, target) and registers <= target.max_registers
+            and registers * cfg.threads <= target.registers_per_block
+            and not cfg.spills_on(target.arch))
+
+
+def _shape_worth_trying(cfg: TcConfig, target: CudaTarget) -> bool:
+    if not 32 <= (cfg.stages - 1) * cfg.bk <= 192:
+        return False
+    if cfg.shared_bytes > target.shared_bytes:
+        return (cfg.stages >= 3 and cfg.bk >= 32 and min(cfg.bm, cfg.bn) >= 64
+                and cfg.threads <= 256)
+    return True
 
 
 def worth_trying(cfg: TcConfig, target: CudaTarget) -> bool:
@@ -150,23 +176,28 @@ def worth_trying(cfg: TcConfig, target: CudaTarget) -> bool:
     ((stages - 1) x BK: less hides no load latency, more only costs shared memory), and
     configs that need dynamic shared memory (past static memory's 48 KiB) only as deep
     pipelines (3+ stages) of 64x64 tiles or larger, BK >= 32, at most 256 threads and
-    registers to spare (an estimate <= 192: ptxas spilled a 128x128x64 tile of 2x2
-    warps, estimated 208, on sm_80): what dynamic shared memory is for."""
-    if not 32 <= (cfg.stages - 1) * cfg.bk <= 192:
+    registers to spare (<= 192 by ptxas's count: what dynamic shared memory is for)."""
+    if not _shape_worth_trying(cfg, target):
         return False
-    if cfg.shared_bytes > target.shared_bytes:
-        return (cfg.stages >= 3 and cfg.bk >= 32 and min(cfg.bm, cfg.bn) >= 64
-                and cfg.threads <= 256 and cfg.registers <= 192)
-    return True
+    return (cfg.shared_bytes <= target.shared_bytes
+            or cfg.registers_on(target.arch) <= 192)
 
 
-def tc_space(target: Target) -> list[TcConfig]:
-    """The shape-free space: every tile, BK, warp layout and pipeline depth that fits
-    `target` and is worth trying (`fits`, `worth_trying`)."""
+def tc_candidates(target: Target) -> list[TcConfig]:
+    """Every tile, BK, warp layout and pipeline depth within `target`'s limits and worth
+    trying, registers aside: the configs `tc_registers`' table counts."""
     limits = cuda_target(target)
     tiles, warps = (32, 64, 128, 256), (1, 2, 4)
     grid = itertools.product(tiles, tiles, (16, 32, 64), warps, warps, (2, 3, 4))
     return [c for c in itertools.starmap(TcConfig, grid)
+            if within_limits(c, limits) and _shape_worth_trying(c, limits)]
+
+
+def tc_space(target: Target) -> list[TcConfig]:
+    """The shape-free space: the candidates that fit `target`'s registers and are worth
+    trying (`fits`, `worth_trying`)."""
+    limits = cuda_target(target)
+    return [c for c in tc_candidates(limits)
             if fits(c, limits) and worth_trying(c, limits)]
 
 

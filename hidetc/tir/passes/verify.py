@@ -158,7 +158,7 @@ class _Verifier(ScopedRewriter):
         return super().visit_If(s)
 
     def visit_For(self, s: For) -> Stmt:
-        if s.kind not in ("serial", "parallel", "unroll"):
+        if s.kind not in ("serial", "parallel", "unroll", "rolled"):
             self.fail(f"loop {s.var.name} has unknown kind {s.kind!r}")
         self.check_int(s.var, f"loop variable {s.var.name}")
         self.check_int(s.extent, f"the extent of loop {s.var.name}")
