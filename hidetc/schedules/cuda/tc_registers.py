@@ -74,6 +74,7 @@ def _arch_number(arch: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
+@functools.lru_cache(maxsize=None)
 def table_arch(arch: str) -> Optional[str]:
     """The arch of the table whose counts stand for `arch` (see the module docstring);
     None when the table has none at or below it."""
