@@ -155,7 +155,8 @@ def bench_cmd(subjects, target, precision, repeat, tiny, peers, profile, no_memo
     import platform
 
     import models
-    from hidetc.tools.bench import bench_subject, format_table, plot, profile_lines
+    from hidetc.tools.bench import bench_subject
+    from hidetc.tools.bench_report import format_table, plot, profile_lines
     sizes = {"shapes": parse_shapes(shape_args),
              "dims": named_args("--dim", dim_args, "NAME=1..512", parse_size, str)}
     at = named_args("--at", at_args, "NAME=16,128", parse_sizes, list)

@@ -68,7 +68,7 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
 def test_profile_and_table_lines_of_a_cuda_row():
     """A cuda row's profile lines name grid, block, template and config (a rule kernel
     says so), the slowest first; a row that ran without its CUDA graph says why."""
-    from hidetc.tools.bench import format_table, profile_lines
+    from hidetc.tools.bench_report import format_table, profile_lines
     profile = [{"kernel": "k0", "op": "Relu", "node": "n0", "ms": 0.01, "template": None,
                 "config": None, "grid": [4, 1, 1], "block": [256, 1, 1]},
                {"kernel": "k1", "op": "MatMul", "node": "n1", "ms": 0.03,
