@@ -1,7 +1,7 @@
 /* fake_libcuda.c -- a fake CUDA driver library for the C runtime's tests (no GPU):
  * built by tests/helpers/c_runtime_cuda.py (for tests/runtime/test_c_runtime_cuda*.py)
- * into a .so that the runtime dlopens through HIDETC_CUDA_DRIVER. It exports just the entry points runtime/c/cuda_driver.c
- * looks up.
+ * into a .so that the runtime dlopens through HIDETC_CUDA_DRIVER. It exports just the
+ * entry points runtime/c/cuda_driver.c looks up.
  *
  * - One device, "Fake GPU", compute capability from env FAKE_CUDA_CC (default 90: 9.0;
  *   86: 8.6; 100: 10.0); FAKE_CUDA_DEVICES=0 shows none.
