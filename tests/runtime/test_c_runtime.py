@@ -114,6 +114,12 @@ def test_metadata_and_workspace(artifacts):
     assert (info.dims[0], info.dim_min[0], info.dim_max[0], info.dims[1]) == (-1, 1, 64, 8)
     assert lib.hidetc_model_output_info(model, 0, ctypes.byref(info)) == 0
     assert (info.name, info.dim_min[0], info.dim_max[0], info.dims[1]) == (b"y", 1, 64, 16)
+    # the dynamic dims by the names they were compiled with; static ones have none
+    assert lib.hidetc_model_input_dim_name(model, 0, 0) == b"b"
+    assert lib.hidetc_model_output_dim_name(model, 0, 0) == b"b"
+    assert lib.hidetc_model_input_dim_name(model, 0, 1) is None
+    assert lib.hidetc_model_input_dim_name(model, 3, 0) is None            # out of range
+    assert lib.hidetc_model_output_dim_name(model, 0, 7) is None
     assert lib.hidetc_model_input_info(model, 5, ctypes.byref(info)) == 1    # argument
     assert b"out of range" in lib.hidetc_last_error()
     context = ctypes.c_void_p()

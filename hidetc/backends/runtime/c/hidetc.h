@@ -123,6 +123,13 @@ HIDETC_API hidetc_status hidetc_model_input_info(const hidetc_model *model, int 
                                                  hidetc_tensor_info *info);
 HIDETC_API hidetc_status hidetc_model_output_info(const hidetc_model *model, int index,
                                                   hidetc_tensor_info *info);
+/* The size a dynamic dimension is (the name it was compiled with: `--dim batch=1..64`
+ * gives "batch"), or NULL where the dimension is static, an expression of sizes
+ * ("2*seq"), or the index is out of range. Owned by the model. */
+HIDETC_API const char *hidetc_model_input_dim_name(const hidetc_model *model, int index,
+                                                   int dim);
+HIDETC_API const char *hidetc_model_output_dim_name(const hidetc_model *model, int index,
+                                                    int dim);
 /* The index of the input / output called `name`, or -1. */
 HIDETC_API int hidetc_model_find_input(const hidetc_model *model, const char *name);
 HIDETC_API int hidetc_model_find_output(const hidetc_model *model, const char *name);

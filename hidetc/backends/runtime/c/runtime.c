@@ -389,6 +389,22 @@ hidetc_status hidetc_model_output_info(const hidetc_model *m, int i, hidetc_tens
     return info(&m->plan.outputs[i], out);
 }
 
+static const char *dim_name(const hidetc_model *m, const hx_tensor *ts, uint32_t n, int i,
+                            int d) {
+    if (!m || i < 0 || (uint32_t)i >= n || d < 0 || (uint32_t)d >= ts[i].rank)
+        return NULL;
+    int32_t symbol = ts[i].symbol[d];
+    return symbol >= 0 && (uint32_t)symbol < m->plan.nsymbols ? m->plan.symbols[symbol] : NULL;
+}
+
+const char *hidetc_model_input_dim_name(const hidetc_model *m, int i, int d) {
+    return m ? dim_name(m, m->plan.inputs, m->plan.ninputs, i, d) : NULL;
+}
+
+const char *hidetc_model_output_dim_name(const hidetc_model *m, int i, int d) {
+    return m ? dim_name(m, m->plan.outputs, m->plan.noutputs, i, d) : NULL;
+}
+
 static int find(const hx_tensor *ts, uint32_t n, const char *name) {
     for (uint32_t i = 0; name && i < n; i++)
         if (!strcmp(ts[i].name, name))
