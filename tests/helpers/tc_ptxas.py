@@ -1,5 +1,6 @@
-"""ptxas's register counts for tensor-core MatMul configs at the reference task of
-`schedules.cuda.tc_registers` (what its table holds): the kernels printed as CUDA,
+"""ptxas's register counts for tensor-core MatMul configs at the reference tasks of
+`schedules.cuda.tc_registers` (what its table holds, per family: "half" -- `matmul_tc`
+-- and "int8" -- `matmul_int8_tc`): the kernels printed as CUDA,
 compiled by nvcc for one arch in modules of UNIT kernels through the build cache, the
 `-Xptxas -v` report read back. Used by tests/schedules/test_cuda_tc_registers.py and
 bench/tc_registers.py (which writes the table)."""
@@ -12,22 +13,38 @@ from helpers import tasks
 
 from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
+from hidetc.compute.task import Task
+from hidetc.graph.ir import TensorType
+from hidetc.graph.ops import get_op
+from hidetc.schedules.cuda.matmul_int8_tc import build_int8_tc_matmul
 from hidetc.schedules.cuda.matmul_tc import build_tc_matmul
-from hidetc.schedules.cuda.tc_common import TcConfig
-from hidetc.schedules.cuda.tc_registers import REFERENCE, REFERENCE_SPLITS
+from hidetc.schedules.cuda.tc_registers import FAMILIES, REFERENCE_SPLITS
+from hidetc.tir.ir import Function
 from hidetc.tir.pipeline import lower
 
 UNIT = 8
 
 
-def reference_counts(configs: list[TcConfig], arch: str,
-                     split: bool = False) -> list[dict[str, int]]:
+def reference_kernel(family: str, config, name: str) -> Function:
+    """The family's reference kernel of `config`, lowered."""
+    m, n, k = FAMILIES[family]["m_n_k"]
+    if family == "half":
+        return lower(build_tc_matmul(tasks.matmul_task((m, k), (k, n), "float16"), config,
+                                     name))
+    a, b = FAMILIES[family]["types"]        # MatMulInteger with per-tensor zero points
+    types = (TensorType(a, (m, k)), TensorType(b, (k, n)), TensorType(a, ()),
+             TensorType(b, ()))
+    (out,) = get_op("MatMulInteger").infer(list(types), {}, [None] * 4)
+    task = Task("MatMulInteger", types, (out,), (), (None,) * 4)
+    return lower(build_int8_tc_matmul(task, config, name))
+
+
+def reference_counts(configs: list, arch: str, split: bool = False,
+                     family: str = "half") -> list[dict[str, int]]:
     """Per config (in order): ptxas's {registers, spills, ...} on `arch` for its
-    reference kernel, split-K (REFERENCE_SPLITS) when `split`."""
-    m, n, k, dtype = REFERENCE
-    task = tasks.matmul_task((m, k), (k, n), dtype)
+    reference kernel of `family`, split-K (REFERENCE_SPLITS) when `split`."""
     splits = REFERENCE_SPLITS if split else 1
-    fns = [lower(build_tc_matmul(task, replace(c, splits=splits), f"tc_{i}"))
+    fns = [reference_kernel(family, replace(c, splits=splits), f"tc_{i}")
            for i, c in enumerate(configs)]
     sources = {f"unit{u}": print_cuda_module(fns[u * UNIT:(u + 1) * UNIT])
                for u in range((len(fns) + UNIT - 1) // UNIT)}

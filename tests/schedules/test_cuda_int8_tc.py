@@ -261,7 +261,7 @@ def test_space_is_hardware_centric():
     assert 30 < len(SPACE) <= MAX_SPACE and len(set(SPACE)) == len(SPACE)
     for cfg in SPACE:
         assert fits(cfg, TARGET) and cfg.splits == 1 and cfg.bk % 32 == 0
-        assert cfg.nt % 2 == 0 and cfg.bn % 16 == 0 and cfg.registers <= 255
+        assert cfg.nt % 2 == 0 and cfg.bn % 16 == 0 and cfg.registers_on(TARGET.arch) <= 255
         assert 64 <= (cfg.stages - 1) * cfg.bk <= 384
     assert any(c.shared_bytes > 48 * 1024 for c in SPACE)
     assert all(d in SPACE for d in DEFAULTS)

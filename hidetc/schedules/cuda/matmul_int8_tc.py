@@ -36,11 +36,12 @@ cp.async pipeline of `TcKernel.main_loop`, `spatial(wm, wn)` warps of MT x NT mm
   predicated on row < M and column < N. No split-K.
 
 Space (`space`): BM, BN in {32..256}, BK in {32, 64, 128} bytes, warp tiles 32 or 64,
-stages 2..4, pruned like `tc_common` (limits, registers estimated with the sums, dynamic
-shared memory only for deep pipelines of big tiles, 64..384 bytes of K in flight): 191
-configs on sm_80 / sm_90, as `matmul_tc`. The cost model sees each config as its f16
+stages 2..4, pruned like `tc_common` (limits; registers and spills by ptxas's count per
+arch, `tc_registers`' int8 family; dynamic shared memory only for deep pipelines of big
+tiles, 64..384 bytes of K in flight). The cost model sees each config as its f16
 equivalent (`Int8TcConfig.half_equivalent`: the same bytes per tile, half the k steps:
-int8's double mma rate); it orders the space and picks the default among DEFAULTS.
+int8's double mma rate) at this kernel's own registers; it orders the space and picks
+the default among DEFAULTS.
 
 Assumes: A, B uint8 / int8, zero points of their operand's type, the output int32,
 buffers 16-byte aligned (hidetc's arena and weights are 64-byte aligned). Guarantees:
@@ -56,7 +57,7 @@ from typing import Optional, Sequence
 
 from hidetc.compute.injective import broadcast_index, unravel
 from hidetc.compute.task import Task
-from hidetc.schedules.cuda import cost
+from hidetc.schedules.cuda import cost, tc_registers
 from hidetc.schedules.cuda.common import at_least_one, ceil_div
 from hidetc.schedules.cuda.matmul_tc import Geometry, geometry
 from hidetc.schedules.cuda.tc_common import (
@@ -120,11 +121,24 @@ class Int8TcConfig:
         return self.stages * (self.bm + self.bn) * self.bk
 
     @property
-    def registers(self) -> int:
-        """Estimate: accumulators, fragments, the ldmatrix.trans registers, row and
-        column sums, ~48 for addresses and loop state."""
+    def key(self) -> tc_registers.Key:
+        return (self.bm, self.bn, self.bk, self.wm, self.wn, self.stages)
+
+    @property
+    def estimated_registers(self) -> int:
+        """Accumulators, fragments, the ldmatrix.trans registers, row and column sums,
+        ~48 for addresses and loop state: where `tc_registers` has no count."""
         mt, nt = self.mt, self.nt
         return mt * nt * 4 + mt * 4 + nt * 2 + 4 + mt * 2 + nt + 48
+
+    def registers_on(self, arch: str) -> int:
+        """ptxas's registers for this config's reference kernel on `arch`
+        (`tc_registers`, family "int8"), else the estimate."""
+        counted = tc_registers.count("int8", self.key, False, arch)
+        return counted if counted is not None else self.estimated_registers
+
+    def spills_on(self, arch: str) -> bool:
+        return tc_registers.spills("int8", self.key, False, arch) > 0
 
     def half_equivalent(self) -> TcConfig:
         """The f16 tile the cost model weighs for this one: the same bytes per k tile and
@@ -132,32 +146,51 @@ class Int8TcConfig:
         return TcConfig(self.bm, self.bn, self.bk // 2, self.wm, self.wn, self.stages)
 
 
-def fits(cfg: Int8TcConfig, target: CudaTarget) -> bool:
-    """Warp tiles of 32 or 64, the target's thread, register and shared memory limits,
-    every thread copying at least one chunk of each tile."""
+def within_limits(cfg: Int8TcConfig, target: CudaTarget) -> bool:
+    """Warp tiles of 32 or 64, the target's thread and shared memory limits, every
+    thread copying at least one chunk of each tile (registers aside)."""
     copies = min(cfg.bm * cfg.bk, cfg.bk * cfg.bn) // CHUNK
     return (cfg.bm // cfg.wm in (32, 64) and cfg.bn // cfg.wn in (32, 64)
             and cfg.threads <= min(target.max_threads, copies)
-            and cfg.shared_bytes <= max(target.shared_bytes, target.shared_optin_bytes)
-            and cfg.registers <= target.max_registers
-            and cfg.registers * cfg.threads <= target.registers_per_block)
+            and cfg.shared_bytes <= max(target.shared_bytes, target.shared_optin_bytes))
+
+
+def fits(cfg: Int8TcConfig, target: CudaTarget) -> bool:
+    """`within_limits` and the target's registers per thread and per block by ptxas's
+    count on its arch, without spilling."""
+    registers = cfg.registers_on(target.arch)
+    return (within_limits(cfg, target) and registers <= target.max_registers
+            and registers * cfg.threads <= target.registers_per_block
+            and not cfg.spills_on(target.arch))
+
+
+def _shape_worth_trying(cfg: Int8TcConfig, target: CudaTarget) -> bool:
+    dynamic_ok = (cfg.stages >= 3 and cfg.bk >= 64 and min(cfg.bm, cfg.bn) >= 64
+                  and cfg.threads <= 256)
+    return (64 <= (cfg.stages - 1) * cfg.bk <= 384
+            and (cfg.shared_bytes <= target.shared_bytes or dynamic_ok))
 
 
 def worth_trying(cfg: Int8TcConfig, target: CudaTarget) -> bool:
     """`tc_common.worth_trying` in bytes: 64..384 bytes of K in flight; dynamic shared
     memory only for 3+ stages of 64x64 tiles or larger, BK >= 64, <= 256 threads and
-    registers to spare."""
-    dynamic_ok = (cfg.stages >= 3 and cfg.bk >= 64 and min(cfg.bm, cfg.bn) >= 64
-                  and cfg.threads <= 256 and cfg.registers <= 192)
-    return (64 <= (cfg.stages - 1) * cfg.bk <= 384
-            and (cfg.shared_bytes <= target.shared_bytes or dynamic_ok))
+    registers to spare (<= 192 by ptxas's count)."""
+    return _shape_worth_trying(cfg, target) and (
+        cfg.shared_bytes <= target.shared_bytes or cfg.registers_on(target.arch) <= 192)
 
 
-def int8_space(target: Target) -> list[Int8TcConfig]:
+def int8_candidates(target: Target) -> list[Int8TcConfig]:
+    """The grid within `target`'s limits and worth trying, registers aside (what
+    `tc_registers`' int8 table counts)."""
     limits, tiles, warps = cuda_target(target), (32, 64, 128, 256), (1, 2, 4)
     grid = itertools.product(tiles, tiles, (32, 64, 128), warps, warps, (2, 3, 4))
     return [c for c in itertools.starmap(Int8TcConfig, grid)
-            if fits(c, limits) and worth_trying(c, limits)]
+            if within_limits(c, limits) and _shape_worth_trying(c, limits)]
+
+
+def int8_space(target: Target) -> list[Int8TcConfig]:
+    limits = cuda_target(target)
+    return [c for c in int8_candidates(limits) if fits(c, limits) and worth_trying(c, limits)]
 
 
 # ------------------------------------------------------------------ the kernel
@@ -403,8 +436,10 @@ def check_task(task: Task) -> None:
 
 # ------------------------------------------------------------------ template
 
-# The cost model picks among these (the tiles `matmul_tc.DEFAULTS` uses, BK doubled)
-DEFAULTS = (Int8TcConfig(128, 128, 64, 2, 2, 3), Int8TcConfig(128, 64, 64, 2, 2, 4),
+# The cost model picks among these (the tiles `matmul_tc.DEFAULTS` uses, BK doubled; the
+# 128x128 tile with 2x4 warps: with 2x2 warps, 64x64 warp tiles, ptxas needs all 255
+# registers for it, `tc_registers`' int8 family)
+DEFAULTS = (Int8TcConfig(128, 128, 64, 2, 4, 3), Int8TcConfig(128, 64, 64, 2, 2, 4),
             Int8TcConfig(64, 64, 64, 2, 2, 4), Int8TcConfig(64, 32, 64, 2, 1, 4))
 
 
@@ -420,7 +455,9 @@ def cost_gemm(task: Task) -> cost.Gemm:
 
 
 def estimate_us(gemm: cost.Gemm, cfg: Int8TcConfig, target: CudaTarget) -> float:
-    return cost.gemm_estimate(gemm, cfg.half_equivalent(), target).estimate_us
+    """The half-equivalent tile's estimate at this kernel's own registers."""
+    return cost.gemm_estimate(gemm, cfg.half_equivalent(), target,
+                              cfg.registers_on(target.arch)).estimate_us
 
 
 class TensorCoreMatmulInt8:

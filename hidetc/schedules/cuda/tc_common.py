@@ -132,11 +132,12 @@ class TcConfig:
     def registers_on(self, arch: str) -> int:
         """Registers per thread of this config's kernel on `arch`: ptxas's count for the
         reference task (`tc_registers`; the split-K kernel when splits > 1)."""
-        return tc_registers.registers(self.key, self.splits > 1, arch)
+        counted = tc_registers.count("half", self.key, self.splits > 1, arch)
+        return counted if counted is not None else tc_registers.estimate(self.key)
 
     def spills_on(self, arch: str) -> bool:
         """Whether ptxas spilled this config's reference kernel on `arch`."""
-        return tc_registers.spills(self.key, self.splits > 1, arch) > 0
+        return tc_registers.spills("half", self.key, self.splits > 1, arch) > 0
 
 
 def within_limits(cfg: TcConfig, target: CudaTarget) -> bool:

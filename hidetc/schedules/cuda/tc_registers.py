@@ -8,11 +8,14 @@ accumulator-and-fragment estimate, `estimate`, misses by -42..+44; a least-squar
 on those features still by up to 26: bench/results/2026-12-07-tc-registers.md). So the
 count comes from ptxas: `tc_registers.json`, written by
 `python bench/tc_registers.py --write-table`, holds per arch and per config of the
-register-free space (`tc_common.tc_candidates` over every known GPU) ptxas's count for
-the MatMul kernel of the reference task (REFERENCE: M = N = K = 1024, float16, no
-fused epilogue), unsplit and split-K (REFERENCE_SPLITS), and the bytes it spills where
-it does (a block of 512 threads is held to 128 registers: ptxas spills rather than
-exceed the block's 64K).
+register-free candidates of every known GPU (`tc_common.tc_candidates`,
+`matmul_int8_tc.int8_candidates`) ptxas's count for
+the MatMul kernel of the reference task, and the bytes it spills where it does (a block
+of 512 threads is held to 128 registers: ptxas spills rather than exceed the block's
+64K). Two families (FAMILIES): "half" (`tc_common.TcKernel` through `matmul_tc`, M = N =
+K = 1024 float16, no fused epilogue; unsplit and split-K, REFERENCE_SPLITS) and "int8"
+(`matmul_int8_tc`, MatMulInteger 1024^3 uint8 x int8 with per-tensor zero points; no
+split-K).
 
 Assumes: the table was written from the kernels the templates print now (and an nvcc
 of the major named in the table). tests/schedules/test_cuda_tc_registers.py compiles
@@ -20,10 +23,11 @@ a sample of the space with nvcc on every `make test`, and the whole table in `ma
 test-slow`, and fails past TOLERANCE registers: a kernel change that moves the counts
 asks for the table to be written again.
 
-Guarantees: `registers(key, split, arch)` is the table's count for that kernel on the
-nearest arch of the table not newer than `arch` (same major first: sm_87 -> sm_86,
-sm_90a -> sm_90; else the newest older one: sm_100 -> sm_90); for a config or an arch
-outside the table, `estimate`; `spills(...)` likewise (0 outside the table).
+Guarantees: `count(family, key, split, arch)` is the table's count for that kernel on
+the nearest arch of the table not newer than `arch` (same major first: sm_87 -> sm_86,
+sm_90a -> sm_90; else the newest older one: sm_100 -> sm_90); None for a config or an
+arch outside the table, where the config classes fall back to their formula
+(`estimate` for the half family); `spills(...)` likewise (0 outside the table).
 
 Decides nothing about other shapes: for the same config the count moves by up to ~50
 either way with the task (predicated copies where tiles overhang M, N or K; batch
@@ -40,7 +44,11 @@ from pathlib import Path
 from typing import Optional
 
 TABLE = Path(__file__).with_name("tc_registers.json")
-REFERENCE = (1024, 1024, 1024, "float16")    # M, N, K, operand type
+# per family: its template's reference task (M, N, K, operand types) and whether the
+# table holds a split-K column
+FAMILIES = {"half": {"m_n_k": (1024, 1024, 1024), "types": ("float16",), "split": True},
+            "int8": {"m_n_k": (1024, 1024, 1024), "types": ("uint8", "int8"),
+                     "zero_points": "per tensor", "split": False}}
 REFERENCE_SPLITS = 2                         # the split-K kernel of the table
 TOLERANCE = 8                                # registers: the table vs nvcc today
 
@@ -55,7 +63,8 @@ def key_text(key: Key) -> str:
 
 def estimate(key: Key) -> int:
     """Accumulators (4 floats per m16n8 tile), A and B fragments of one k step, and 48
-    for addresses and loop state: the estimate used where the table has no count."""
+    for addresses and loop state: the half family's estimate where the table has no
+    count."""
     bm, bn, _bk, wm, wn, _stages = key
     mt, nt = bm // wm // 16, bn // wn // 8
     return mt * nt * 4 + mt * 4 + nt * 2 + 48
@@ -63,10 +72,15 @@ def estimate(key: Key) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _table() -> dict:
-    """The table file as read (empty when missing: every count is then `estimate`)."""
+    """The table file as read (no families when missing: every count is then the
+    template's estimate)."""
     if not TABLE.exists():
-        return {"archs": {}}
+        return {"families": {}}
     return json.loads(TABLE.read_text())
+
+
+def _family(family: str) -> dict:
+    return _table()["families"].get(family) or {"archs": {}, "spills": {}}
 
 
 def _arch_number(arch: str) -> Optional[int]:
@@ -75,13 +89,13 @@ def _arch_number(arch: str) -> Optional[int]:
 
 
 @functools.lru_cache(maxsize=None)
-def table_arch(arch: str) -> Optional[str]:
-    """The arch of the table whose counts stand for `arch` (see the module docstring);
-    None when the table has none at or below it."""
+def table_arch(arch: str, family: str = "half") -> Optional[str]:
+    """The arch of the family's table whose counts stand for `arch` (see the module
+    docstring); None when the table has none at or below it."""
     number = _arch_number(arch)
     if number is None:
         return None
-    known = {_arch_number(a): a for a in _table()["archs"]}
+    known = {_arch_number(a): a for a in _family(family)["archs"]}
     older = [n for n in known if n is not None and n <= number]
     if not older:
         return None
@@ -89,22 +103,22 @@ def table_arch(arch: str) -> Optional[str]:
     return known[max(same_major or older)]
 
 
-def spills(key: Key, split: bool, arch: str) -> int:
-    """The bytes of spill stores per thread ptxas reported for that kernel (0 where the
-    table has no count: the estimate never predicts a spill)."""
-    source = table_arch(arch)
+def _entry(block: str, family: str, key: Key, split: bool, arch: str) -> Optional[int]:
+    source = table_arch(arch, family)
     if source is None:
-        return 0
-    counts = _table().get("spills", {}).get(source, {}).get(key_text(key))
-    return int(counts[1 if split else 0]) if counts else 0
+        return None
+    counts = _family(family).get(block, {}).get(source, {}).get(key_text(key))
+    column = 1 if split else 0
+    return int(counts[column]) if counts is not None and column < len(counts) else None
 
 
-def registers(key: Key, split: bool, arch: str) -> int:
-    """ptxas's count for the reference kernel of config `key` (split-K when `split`)
-    on `arch`, from the table; `estimate(key)` where the table has none."""
-    source = table_arch(arch)
-    if source is not None:
-        counts = _table()["archs"][source].get(key_text(key))
-        if counts is not None:
-            return int(counts[1 if split else 0])
-    return estimate(key)
+def count(family: str, key: Key, split: bool, arch: str) -> Optional[int]:
+    """ptxas's registers for the family's reference kernel of config `key` (split-K
+    when `split`) on `arch`; None where the table has none."""
+    return _entry("archs", family, key, split, arch)
+
+
+def spills(family: str, key: Key, split: bool, arch: str) -> int:
+    """The bytes of spill stores per thread ptxas reported for that kernel (0 where the
+    table has none: an estimate never predicts a spill)."""
+    return _entry("spills", family, key, split, arch) or 0
