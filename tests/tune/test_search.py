@@ -3,6 +3,9 @@ cross-compiles from imported records, all-failed tasks keeping the default. The
 measurement is a stand-in here (tests/tune/test_measure.py covers the real one)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+
 from helpers import targets
 from helpers.fusion_graphs import graph_of, resnet_block
 from helpers.tasks import nhwc_task
@@ -15,6 +18,7 @@ from hidetc.driver.tune.search import (
     UNIT_ROUNDOFF,
     candidates,
     numerics_budget,
+    space_digest,
 )
 from hidetc.driver.tune.search import tune as tune_selection
 from hidetc.schedules.cpu import TEMPLATES
@@ -186,3 +190,33 @@ def test_the_numerics_budget_shares_the_tolerance():
     kernels = summary.as_dict()["numerics_budget"]
     assert 0 < kernels < 5e-5
     assert all(c.source == "default (all failed)" for c in choices.values())
+
+
+def test_a_range_digest_names_the_configs_as_they_build_over_the_range():
+    """A template whose configs change over a range (split-K made unsplit: `over_range`)
+    digests a range compile's candidates as they build there, so its records never mix
+    with the static task's; a template whose configs hold at every size shares them."""
+    @dataclass(frozen=True)
+    class Cfg:
+        tile: int
+        splits: int = 1
+
+    class Plain:
+        name = "plain"
+
+        def default(self, task, target):
+            return Cfg(64)
+
+        def space(self, task, target):
+            return [Cfg(64), Cfg(32, 4), Cfg(128, 2)]
+
+    class Splitting(Plain):
+        def over_range(self, task, config):
+            return replace(config, splits=1)
+
+    static, over = SimpleNamespace(symbolic=False), SimpleNamespace(symbolic=True)
+    assert space_digest(Plain(), static, None, over) == space_digest(Plain(), static, None)
+    assert space_digest(Splitting(), static, None, over) != \
+        space_digest(Splitting(), static, None)
+    assert space_digest(Splitting(), static, None, static) == \
+        space_digest(Splitting(), static, None)
