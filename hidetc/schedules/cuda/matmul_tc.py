@@ -46,9 +46,10 @@ memory up to the per-block opt-in maximum -- dynamic shared memory past 48 KiB -
 registers <= 255 per thread (ptxas's count, `tc_registers`; no spills) and <= 64K
 per block, every thread copying at least one 16-byte chunk of each tile) and by
 `tc_common.worth_trying` (32..192 halves of K in flight; dynamic shared memory only
-for deep pipelines of big tiles). For a task
-each tile config comes at the split-K the cost model picks for it, cheapest estimate
-first (`cost.task_space`); the default is the model's best of DEFAULTS.
+for deep pipelines of big tiles). For a task each tile config comes at the split-K the
+cost model picks for it, cheapest estimate first (`cost.task_space`); the default is the
+model's best of DEFAULTS; over a range of sizes that leaves the tile count open, every
+config builds unsplit (`TensorCoreMatmul.over_range`).
 
 The space, the swizzled tiles, the copy mappings and the block GEMM skeleton (pipeline,
 fragments, epilogue) live in `tc_common`, shared with the implicit-GEMM convolution
