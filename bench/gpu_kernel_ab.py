@@ -132,7 +132,7 @@ def pairs(target) -> list[tuple[str, Task, list[tuple[str, Callable]]]]:
     task = matmul_task(64, 3072, 768)
     gemm = matmul_tc.cost_gemm(task)
     base = cost.gemm_choice(gemm, matmul_tc.DEFAULTS, target)
-    split = min((c for c in cost.split_choices(gemm, replace_splits(base, 1), target)
+    split = min((c for c in cost.split_choices(gemm, replace(base, splits=1), target)
                  if c.splits > 1),
                 key=lambda c: cost.gemm_estimate(gemm, c, target).estimate_us)
 
@@ -144,14 +144,10 @@ def pairs(target) -> list[tuple[str, Task, list[tuple[str, Callable]]]]:
             return matmul_tc.build_tc_matmul(task, split, "splitk_before")
 
     def unsplit():
-        return matmul_tc.build_tc_matmul(task, replace_splits(split, 1), "unsplit")
+        return matmul_tc.build_tc_matmul(task, replace(split, splits=1), "unsplit")
     out.append((f"split-K 64x3072x768 {split}", task,
                 [("before", split_before), ("after", split_now), ("unsplit", unsplit)]))
     return out
-
-
-def replace_splits(cfg, splits: int):
-    return replace(cfg, splits=splits)
 
 
 def ptxas_registers(source: str, arch: str) -> dict[str, int]:

@@ -1,5 +1,6 @@
-"""Anchor tasks built from shapes for the schedule and tuner tests: MatMul, Conv and its
-channels-last twin ConvNHWC (pads resolved as the layout pass writes them)."""
+"""Anchor tasks built from shapes for the schedule and tuner tests: MatMul,
+MatMulInteger, Conv and its channels-last twin ConvNHWC (pads resolved as the layout
+pass writes them)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,6 +16,19 @@ def matmul_task(a_shape, b_shape, dtype: str = "float32") -> Task:
     out = np.matmul(np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)).shape
     return Task("MatMul", (TensorType(dtype, a_shape), TensorType(dtype, b_shape)),
                 (TensorType(dtype, out),), (), (None, None))
+
+
+def matmul_integer_task(a_shape, b_shape, a_dt="uint8", b_dt="int8", az=False,
+                        bz=None) -> Task:
+    """MatMulInteger(A, B[, a_zero[, b_zero]]): `az` a per-tensor a_zero, `bz` b_zero's
+    shape (() per tensor, (N,) per column), None for none."""
+    types = [TensorType(a_dt, a_shape), TensorType(b_dt, b_shape)]
+    if az or bz is not None:
+        types.append(TensorType(a_dt, ()) if az else None)
+    if bz is not None:
+        types.append(TensorType(b_dt, bz))
+    out = get_op("MatMulInteger").infer(types, {}, [None] * len(types))[0]
+    return Task("MatMulInteger", tuple(types), (out,), (), (None,) * len(types))
 
 
 def conv_task(x_shape, w_shape, bias: bool, **attrs) -> Task:

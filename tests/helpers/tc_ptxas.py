@@ -13,9 +13,6 @@ from helpers import tasks
 
 from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.backends.toolchain.nvcc import compile_cubins, ptxas_resources
-from hidetc.compute.task import Task
-from hidetc.graph.ir import TensorType
-from hidetc.graph.ops import get_op
 from hidetc.schedules.cuda.matmul_int8_tc import build_int8_tc_matmul
 from hidetc.schedules.cuda.matmul_tc import build_tc_matmul
 from hidetc.schedules.cuda.tc_registers import FAMILIES, REFERENCE_SPLITS
@@ -32,10 +29,7 @@ def reference_kernel(family: str, config, name: str) -> Function:
         return lower(build_tc_matmul(tasks.matmul_task((m, k), (k, n), "float16"), config,
                                      name))
     a, b = FAMILIES[family]["types"]        # MatMulInteger with per-tensor zero points
-    types = (TensorType(a, (m, k)), TensorType(b, (k, n)), TensorType(a, ()),
-             TensorType(b, ()))
-    (out,) = get_op("MatMulInteger").infer(list(types), {}, [None] * 4)
-    task = Task("MatMulInteger", types, (out,), (), (None,) * 4)
+    task = tasks.matmul_integer_task((m, k), (k, n), a, b, az=True, bz=())
     return lower(build_int8_tc_matmul(task, config, name))
 
 

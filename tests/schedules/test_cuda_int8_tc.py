@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 from helpers import targets
 from helpers.kernel_device import kernel_module
+from helpers.tasks import matmul_integer_task as matmul_task
 
 from hidetc.backends.codegen.cuda import CUDA_INCLUDE_DIR, print_cuda_module
 from hidetc.backends.runtime.emulator import EmulatedModule
@@ -64,18 +65,6 @@ SAMPLE = random.Random(0).sample(SPACE, 20)
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 GUARD = 64                      # int32 on each side of the output
 SENTINEL = -123456789           # what an unwritten output element keeps
-
-
-def matmul_task(a_shape, b_shape, a_dt="uint8", b_dt="int8", az=False, bz=None) -> Task:
-    """MatMulInteger(A, B[, a_zero[, b_zero]]): `az` a per-tensor a_zero, `bz` b_zero's
-    shape (() per tensor, (N,) per column), None for none."""
-    types = [TensorType(a_dt, a_shape), TensorType(b_dt, b_shape)]
-    if az or bz is not None:
-        types.append(TensorType(a_dt, ()) if az else None)
-    if bz is not None:
-        types.append(TensorType(b_dt, bz))
-    out = get_op("MatMulInteger").infer(types, {}, [None] * len(types))[0]
-    return Task("MatMulInteger", tuple(types), (out,), (), (None,) * len(types))
 
 
 # (task, how its values are drawn): "random" over each type's range, "extreme" its ends

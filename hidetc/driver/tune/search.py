@@ -124,8 +124,8 @@ def candidates(template, task: Task, target: Target, level: int) -> list:
 def space_digest(template, task: Task, target: Target, over: Optional[Task] = None) -> str:
     """A digest of what tuning `task` with `template` chooses from: its default, its
     whole space and its short list (configs print their every field) -- with `over` (the
-    task with symbolic sizes `task` is the hint of), each config as it builds over the
-    range (`config_over_range`), so a range compile whose candidates differ from the
+    task `task` is the hint of; itself for a static one), each config as it builds over
+    its ranges (`config_over_range`), so a range compile whose candidates differ from the
     static task's (split-K unsplit) keeps its records under another key, and one whose
     candidates are the same shares them."""
     pick = getattr(template, "short_list", None)
@@ -224,7 +224,7 @@ def tune(selection: Selection, backend, limits: Target, *, tune: bool, level: in
         # sizes, the static task there: its configs are valid at every size
         static = task.hinted()
         key = key_for(static, template.name, device, arch, toolchain,
-                      space_digest(template, static, limits, task if task.symbolic else None))
+                      space_digest(template, static, limits, task))
         extra = shared.get((template.name, task.signature()), []) \
             if shared is not None and task.symbolic else []
         choice = _from_records(records, key, template, static, limits, exact=tune,

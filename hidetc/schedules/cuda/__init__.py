@@ -181,8 +181,9 @@ def kernel_choice(task: Task, target: CudaTarget) -> tuple[Template | None, Any]
     # count) is made valid over the range by its template (`over_range`)
     static_m = template is matmul_tc.TEMPLATE and (
         not task.symbolic or isinstance(matmul_tc.geometry(task).m, int))
-    config = config_over_range(template, task, template.default(task.hinted(), target))
-    task = task.hinted()        # a range's heuristics: at the build's hint sizes
+    hinted = task.hinted()      # a range's heuristics: at the build's hint sizes
+    config = config_over_range(template, task, template.default(hinted, target))
+    task = hinted
     if static_m and matmul_gemv.applies(task):
         small = matmul_gemv.TEMPLATE.default(task, target)
         gemv_us = cost.gemv_estimate(matmul_gemv.cost_gemv(task), small, target).estimate_us

@@ -19,14 +19,16 @@ from __future__ import annotations
 from typing import Callable
 
 from hidetc.graph.symbolic import Dim, SymDim
+from hidetc.target import CudaTarget
 from hidetc.tir.builder import KernelBuilder
 from hidetc.tir.cuda import shfl_xor
 from hidetc.tir.ir import Const, Expr, Var, call, syncthreads, thread_idx
 
 WARP = 32
-# static __shared__ bytes a block may hold: the CUDA limit on every GPU (past it, the
-# per-GPU dynamic opt-in, `CudaTarget.shared_optin_bytes`)
-SHARED_LIMIT = 48 * 1024
+# static __shared__ bytes a block may hold: the CUDA limit on every GPU, the target
+# model's `CudaTarget.shared_bytes` (past it, the per-GPU dynamic opt-in,
+# `CudaTarget.shared_optin_bytes`), for the kernels built without a target
+SHARED_LIMIT = CudaTarget.shared_bytes
 FULL_MASK = Const(0xFFFFFFFF, "uint32")
 Combine = Callable[[Expr, Expr], Expr]
 

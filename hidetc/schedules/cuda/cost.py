@@ -183,10 +183,10 @@ def split_choices(gemm: Gemm, cfg: TcConfig, target: CudaTarget) -> list[TcConfi
     `tc_common.fits`; its flag reuses the A tile, so no shared memory); `cfg` itself
     always."""
     k_tiles = ceil_div(gemm.k, cfg.bk)
-    return [cfg] + [split for split in (replace(cfg, splits=s) for s in SPLITS[1:])
-                    if (split.splits - 1) * ceil_div(k_tiles, split.splits) < k_tiles
-                    and gemm.tiles(cfg) * split.splits * cfg.bm * cfg.bn * 4
-                    <= MAX_WORKSPACE_BYTES and fits(split, target)]
+    splits = [replace(cfg, splits=s) for s in SPLITS[1:]
+              if (s - 1) * ceil_div(k_tiles, s) < k_tiles
+              and gemm.tiles(cfg) * s * cfg.bm * cfg.bn * 4 <= MAX_WORKSPACE_BYTES]
+    return [cfg] + [c for c in splits if fits(c, target)]
 
 
 def with_best_split(gemm: Gemm, cfg: TcConfig, target: CudaTarget) -> TcConfig:
